@@ -1,0 +1,85 @@
+create or replace function payrail.tg_provider_methods__keep_embedding_current()
+returns trigger
+language plpgsql
+security invoker
+set search_path from current
+as $$
+declare
+  v_model payrail.embedding_model;
+  v_content_hash bytea := payrail._content_hash(new.provider, new.method, new.guidance);
+begin
+  if new.embedding is null then
+    return new;
+  end if;
+
+  if tg_op = 'INSERT'
+     or (new.embedding, new.embedding_model, new.embedding_content_hash)
+        is distinct from (old.embedding, old.embedding_model, old.embedding_content_hash) then
+    -- A fresh vector: it must come from the registry's model.
+    -- Whether it was made from this content is provider_methods_embedding_content_check's job.
+    select * into v_model from payrail.embedding_model;
+    if v_model is null or new.embedding_model is distinct from v_model.name
+       or vector_dims(new.embedding) <> v_model.dimensions then
+      raise exception using
+        errcode = 'PYE02',
+        message = pg_catalog.format(
+          'embedding for provider method "%s / %s" is from model %s (%s dimensions), not the registry''s model %s',
+          new.provider, new.method, coalesce(new.embedding_model, 'unknown'), vector_dims(new.embedding),
+          coalesce(pg_catalog.format('%s (%s dimensions)', v_model.name, v_model.dimensions), '(none set)')),
+        hint = 'Embed with the model payrail.get_embedding_model() returns, or switch the registry''s model first.';
+    end if;
+    return new;
+  end if;
+
+  if new.embedding_content_hash is distinct from v_content_hash then
+    -- Provider, method or guidance changed and no fresh vector came with the edit.
+    if new.enabled then
+      raise exception using
+        errcode = 'check_violation',
+        constraint = 'provider_methods_enabled_needs_embedding_check',
+        schema = 'payrail',
+        table = 'provider_methods',
+        message = pg_catalog.format(
+          'provider method "%s / %s" is enabled, so a change to its provider, method or guidance needs a fresh embedding',
+          old.provider, old.method),
+        detail = 'An enabled record must always carry an embedding of its current provider, method and guidance.',
+        hint = 'Edit it with `payrail-embedder import`, which embeds before saving; or set enabled = false in the same '
+               'UPDATE, run `payrail-embedder sync`, then set enabled = true.';
+    end if;
+    -- A draft simply loses its stale vector; sync embeds it again.
+    new.embedding := null;
+    new.embedding_model := null;
+    new.embedding_content_hash := null;
+  end if;
+  return new;
+end
+$$;
+
+comment on function payrail.tg_provider_methods__keep_embedding_current() is
+$$Keeps provider_methods.embedding current (rules 1-3 of db/README.md).
+
+A fresh vector must be from the registry's model (PYE02). A content edit without one drops a
+draft's stale vector and is refused for an enabled record (check_violation). URL-only edits and
+enabling or disabling keep the vector.$$;
+
+create or replace trigger tg_provider_methods__keep_embedding_current
+  before insert or update on payrail.provider_methods
+  for each row execute function payrail.tg_provider_methods__keep_embedding_current();
+
+create or replace function payrail.tg_provider_methods__set_updated_at()
+returns trigger
+language plpgsql
+security invoker
+set search_path from current
+as $$
+begin
+  new.updated_at := pg_catalog.now();
+  return new;
+end
+$$;
+
+comment on function payrail.tg_provider_methods__set_updated_at() is 'Stamps provider_methods.updated_at on every update.';
+
+create or replace trigger tg_provider_methods__set_updated_at
+  before update on payrail.provider_methods
+  for each row execute function payrail.tg_provider_methods__set_updated_at();

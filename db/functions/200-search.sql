@@ -1,0 +1,154 @@
+create or replace function payrail._check_query(p_query text)
+returns void
+language plpgsql
+immutable
+security invoker
+set search_path from current
+as $$
+begin
+  if p_query is null or p_query !~ '\S' then
+    raise exception using
+      errcode = 'invalid_parameter_value',
+      message = 'query is empty',
+      hint = 'Describe in plain words what you need, e.g. ''find live hotel availability through a paid API''.';
+  end if;
+  if pg_catalog.char_length(p_query) > 2000 then
+    raise exception using
+      errcode = 'invalid_parameter_value',
+      message = pg_catalog.format('query is %s characters long; the limit is 2,000', pg_catalog.char_length(p_query)),
+      hint = 'Shorten the query to the need itself.';
+  end if;
+end
+$$;
+
+comment on function payrail._check_query(text) is
+$$Raises invalid_parameter_value (22023) for an empty or over-long (> 2,000 characters) query.$$;
+
+create or replace function payrail._name_path_matches(p_query text)
+returns setof payrail.provider_methods
+language sql
+stable
+security invoker
+set search_path from current
+as $$
+  -- Exact pair first, then provider, then method; within each, by normalized provider and method.
+  select pm.*
+  from payrail.provider_methods as pm,
+       lateral (select payrail._normalize_name(p_query)) as q(name)
+  where pm.enabled
+    and (payrail._normalize_name(pm.provider) = q.name
+         or payrail._normalize_name(pm.method) = q.name
+         or payrail._normalize_name(pm.provider || ' ' || pm.method) = q.name
+         or payrail._normalize_name(pm.provider || ' / ' || pm.method) = q.name)
+  order by
+    case
+      when q.name in (payrail._normalize_name(pm.provider || ' ' || pm.method),
+                      payrail._normalize_name(pm.provider || ' / ' || pm.method)) then 1
+      when payrail._normalize_name(pm.provider) = q.name then 2
+      else 3
+    end,
+    payrail._normalize_name(pm.provider),
+    payrail._normalize_name(pm.method)
+  limit 3
+$$;
+
+comment on function payrail._name_path_matches(text) is
+$$The name path: enabled records whose provider, method, or provider-and-method pair equals the query.
+
+Names compare normalized (payrail._normalize_name). A pair is written "provider method" or
+"provider / method". Order: pair matches, then provider matches, then method matches; ties by
+normalized provider, then normalized method. At most 3 rows.$$;
+
+create or replace function payrail.query_takes_name_path(query text)
+returns boolean
+language plpgsql
+stable
+security definer
+set search_path from current
+as $$
+begin
+  perform payrail._check_query(query);
+  return exists (select from payrail._name_path_matches(query));
+end
+$$;
+
+comment on function payrail.query_takes_name_path(text) is
+$$True when search_provider_methods answers this query by name alone, without a query embedding.
+
+Lets a caller skip the embedding service for exact provider or method names. Raises
+invalid_parameter_value (22023) for an empty or over-long query.$$;
+
+create or replace function payrail.search_provider_methods(
+  query text,
+  query_embedding vector default null,
+  query_embedding_model text default null
+)
+returns table (provider text, method text, urls text[], docs_url text, guidance text)
+language plpgsql
+stable
+security definer
+set search_path from current
+as $$
+declare
+  v_model payrail.embedding_model;
+begin
+  perform payrail._check_query(query);
+
+  return query
+    select m.provider, m.method, m.urls, m.docs_url, m.guidance
+    from payrail._name_path_matches(query) as m;
+  if found then
+    return;
+  end if;
+
+  if query_embedding is null then
+    raise exception using
+      errcode = 'PYE01',
+      message = 'this query is not a provider or method name, so it needs a query embedding',
+      hint = 'Embed the query with the model payrail.get_embedding_model() returns and pass it as query_embedding.';
+  end if;
+
+  select * into v_model from payrail.embedding_model;
+  if v_model is null then
+    -- No model yet means no vectors, so no enabled record: the honest answer is none.
+    return;
+  end if;
+  if (query_embedding_model is not null and query_embedding_model <> v_model.name)
+     or vector_dims(query_embedding) <> v_model.dimensions then
+    raise exception using
+      errcode = 'PYE02',
+      message = pg_catalog.format(
+        'query embedding is from model %s (%s dimensions), but the registry uses %s (%s dimensions)',
+        coalesce(query_embedding_model, 'unnamed'), vector_dims(query_embedding), v_model.name, v_model.dimensions),
+      hint = 'Embed the query with the model payrail.get_embedding_model() returns.';
+  end if;
+  if vector_norm(query_embedding) = 0 then
+    raise exception using
+      errcode = 'invalid_parameter_value',
+      message = 'query embedding is the zero vector, which has no cosine distance',
+      hint = 'Pass the embedding the model returned for the query text.';
+  end if;
+
+  -- Exact cosine distance over every enabled record (no index, by design); the unique
+  -- normalized name breaks ties so equal distances always come back in the same order.
+  return query
+    select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
+    from payrail.provider_methods as pm
+    where pm.enabled
+    order by pm.embedding <=> query_embedding,
+             payrail._normalize_name(pm.provider),
+             payrail._normalize_name(pm.method)
+    limit 3;
+end
+$$;
+
+comment on function payrail.search_provider_methods(text, vector, text) is
+$$Finds at most 3 enabled provider methods for an agent's question; no scores.
+
+Name path: when the normalized query equals a provider, a method, or "provider method" /
+"provider / method", the matching records come back (see payrail._name_path_matches for the
+order) and query_embedding is not needed. Otherwise the semantic path orders every enabled
+record by exact cosine distance to query_embedding, ties by normalized provider and method.
+
+Errors (db/ERRCODES.md): 22023 empty or over-long query, or zero vector; PYE01 the query needs
+an embedding; PYE02 the embedding is not from the registry's model (name or dimensions).$$;

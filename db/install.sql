@@ -1,0 +1,14 @@
+-- Applies the registry's schema and functions in file-name order.
+-- Usage: psql -X -v ON_ERROR_STOP=1 --single-transaction -f db/install.sql
+-- `payrail-embedder db apply` runs the same files in the same order (a test checks this list).
+-- The "drop constraint if exists" of a first install are expected; keep them quiet.
+set client_min_messages = warning;
+\ir schema/000-extensions.sql
+\ir schema/010-schema.sql
+\ir schema/015-text_rules.sql
+\ir schema/020-embedding_model.sql
+\ir schema/030-provider_methods.sql
+\ir functions/100-provider_methods_triggers.sql
+\ir functions/110-embedding_model.sql
+\ir functions/200-search.sql
+\ir functions/900-grants.sql

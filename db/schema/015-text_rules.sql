@@ -1,0 +1,72 @@
+-- Immutable helpers that the table's constraints, generated column and indexes use,
+-- so they are created before the table.
+
+create or replace function payrail._normalize_name(p_name text)
+returns text
+language sql
+immutable strict parallel safe
+set search_path from current
+return pg_catalog.lower(pg_catalog.regexp_replace(pg_catalog.btrim(p_name, E' \t\n\r\f\v'), '\s+', ' ', 'g'));
+
+comment on function payrail._normalize_name(text) is
+$$Normalizes a name for comparison: trimmed, case-folded, runs of white space collapsed.
+
+Used by the (provider, method) uniqueness rule and by the search name path.$$;
+
+create or replace function payrail._content_hash(p_provider text, p_method text, p_guidance text)
+returns bytea
+language sql
+immutable strict parallel safe
+set search_path from current
+-- U+001F cannot occur in these fields (the control-character rules), so the join is unambiguous.
+-- payrail_embedder computes the same digest before it saves a vector.
+return pg_catalog.sha256(pg_catalog.convert_to(p_provider || E'\x1f' || p_method || E'\x1f' || p_guidance, 'UTF8'));
+
+comment on function payrail._content_hash(text, text, text) is
+$$SHA-256 of the content an embedding is made from: provider, method and guidance.
+
+An embedding is current only while its recorded content hash equals this.$$;
+
+create or replace function payrail._is_valid_name(p_name text)
+returns boolean
+language sql
+immutable strict parallel safe
+set search_path from current
+return pg_catalog.char_length(pg_catalog.btrim(p_name, E' \t\n\r\f\v')) between 1 and 120
+   and p_name !~ '[\u0001-\u001f\u007f-\u009f]';
+
+comment on function payrail._is_valid_name(text) is
+$$True for a provider or method name: 1..120 characters after trimming, no control characters.$$;
+
+create or replace function payrail._is_https_url(p_url text)
+returns boolean
+language sql
+immutable strict parallel safe
+set search_path from current
+-- An absolute https URL with a non-empty host; no white space or control character anywhere.
+return pg_catalog.char_length(p_url) <= 2048
+   and p_url ~* '^https://[^/?#@\s]+(@[^/?#@\s]+)?([/?#]|$)'
+   and p_url !~ '[\s\u0001-\u001f\u007f-\u009f]';
+
+comment on function payrail._is_https_url(text) is
+$$True for an absolute https:// URL of at most 2,048 characters with a host and no white space.$$;
+
+create or replace function payrail._are_https_urls(p_urls text[])
+returns boolean
+language sql
+immutable strict parallel safe
+set search_path from current
+return not exists (select from pg_catalog.unnest(p_urls) as u(url) where not coalesce(payrail._is_https_url(u.url), false));
+
+comment on function payrail._are_https_urls(text[]) is
+$$True when every element of the array is a valid https URL (see _is_https_url) and none is NULL.$$;
+
+create or replace function payrail._has_duplicates(p_values text[])
+returns boolean
+language sql
+immutable strict parallel safe
+set search_path from current
+return pg_catalog.cardinality(p_values) <> (select pg_catalog.count(distinct v) from pg_catalog.unnest(p_values) as v);
+
+comment on function payrail._has_duplicates(text[]) is
+$$True when the array holds the same value twice.$$;

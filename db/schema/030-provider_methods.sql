@@ -1,0 +1,81 @@
+create table if not exists payrail.provider_methods (
+  id bigint generated always as identity primary key,
+  provider text not null,
+  method text not null,
+  urls text[] not null default '{}',
+  docs_url text,
+  guidance text not null,
+  enabled boolean not null default false,
+  content_hash bytea not null generated always as (payrail._content_hash(provider, method, guidance)) stored,
+  embedding vector,
+  embedding_model text,
+  embedding_content_hash bytea,
+  created_at timestamptz not null default pg_catalog.now(),
+  updated_at timestamptz not null default pg_catalog.now()
+);
+
+-- One named constraint per rule, so a violation in psql names the rule that broke.
+alter table payrail.provider_methods
+  drop constraint if exists provider_methods_provider_check,
+  add constraint provider_methods_provider_check check (payrail._is_valid_name(provider)),
+  drop constraint if exists provider_methods_method_check,
+  add constraint provider_methods_method_check check (payrail._is_valid_name(method)),
+  drop constraint if exists provider_methods_guidance_length_check,
+  add constraint provider_methods_guidance_length_check
+    check (pg_catalog.char_length(guidance) <= 8000 and guidance ~ '\S'),
+  drop constraint if exists provider_methods_guidance_characters_check,
+  add constraint provider_methods_guidance_characters_check
+    check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f]'),
+  drop constraint if exists provider_methods_urls_count_check,
+  add constraint provider_methods_urls_count_check
+    check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) = 1 and pg_catalog.cardinality(urls) <= 10)),
+  drop constraint if exists provider_methods_urls_https_check,
+  add constraint provider_methods_urls_https_check check (payrail._are_https_urls(urls)),
+  drop constraint if exists provider_methods_urls_unique_check,
+  add constraint provider_methods_urls_unique_check
+    check (not payrail._has_duplicates(urls)),
+  drop constraint if exists provider_methods_docs_url_check,
+  add constraint provider_methods_docs_url_check check (docs_url is null or payrail._is_https_url(docs_url)),
+  drop constraint if exists provider_methods_enabled_needs_embedding_check,
+  add constraint provider_methods_enabled_needs_embedding_check check (not enabled or embedding is not null),
+  drop constraint if exists provider_methods_embedding_content_check,
+  add constraint provider_methods_embedding_content_check
+    check (embedding is null or embedding_content_hash = content_hash),
+  drop constraint if exists provider_methods_embedding_model_check,
+  add constraint provider_methods_embedding_model_check
+    check ((embedding is null) = (embedding_model is null) and (embedding is null) = (embedding_content_hash is null)),
+  drop constraint if exists provider_methods_embedding_nonzero_check,
+  add constraint provider_methods_embedding_nonzero_check check (embedding is null or vector_norm(embedding) > 0);
+
+create unique index if not exists provider_methods_provider_method_key
+  on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
+-- The name path looks up a provider, a method, or a "provider method" pair.
+create index if not exists provider_methods_method_name_idx
+  on payrail.provider_methods (payrail._normalize_name(method));
+create index if not exists provider_methods_pair_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider || ' ' || method));
+create index if not exists provider_methods_pair_slash_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider || ' / ' || method));
+
+comment on table payrail.provider_methods is
+$$Provider methods: one row per method of a provider that agents can discover.
+
+Operators edit the public fields (provider, method, urls, docs_url, guidance) and enabled.
+Everything else is internal. Only enabled rows are searchable, and an enabled row always
+carries an embedding of its current provider, method and guidance made by the registry's model.$$;
+comment on column payrail.provider_methods.id is 'Internal key.';
+comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control characters. Unique with method, ignoring case and runs of white space.';
+comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control characters.';
+comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates.';
+comment on column payrail.provider_methods.docs_url is 'The official documentation URL (https://), or NULL.';
+comment on column payrail.provider_methods.guidance is
+$$Operating guidance for agents: plain text, 1..8,000 characters, Purpose / Instructions / Notes.
+
+No control characters but newline and tab. Never parsed into another protocol.$$;
+comment on column payrail.provider_methods.enabled is 'Visible to search. Needs a current embedding; false (a draft) by default.';
+comment on column payrail.provider_methods.content_hash is 'SHA-256 of provider, method and guidance (payrail._content_hash): what an embedding must be made from.';
+comment on column payrail.provider_methods.embedding is 'Embedding of provider, method and guidance by the registry''s model; NULL until embedded or after a draft''s content changes.';
+comment on column payrail.provider_methods.embedding_model is 'Model that made the embedding; always the registry''s model (payrail.embedding_model).';
+comment on column payrail.provider_methods.embedding_content_hash is 'content_hash of the content the embedding was made from; equal to content_hash whenever embedding is set.';
+comment on column payrail.provider_methods.created_at is 'When the record was created.';
+comment on column payrail.provider_methods.updated_at is 'When the record was last changed.';

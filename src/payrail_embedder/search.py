@@ -1,0 +1,89 @@
+"""The agent path: one question in, at most three provider methods out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+
+from .embedders import Embedder, EmbeddingUnavailable
+
+# SQLSTATEs of db/ERRCODES.md.
+INVALID_PARAMETER_VALUE = "22023"
+QUERY_EMBEDDING_REQUIRED = "PYE01"
+
+
+class SearchError(Exception):
+    """A search that has no answer; `code` is what callers branch on."""
+
+    code = "search_unavailable"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    def to_json(self) -> dict:
+        return {"error": self.code, "detail": self.detail}
+
+
+class SearchUnavailable(SearchError):
+    """The embedding service or the database failed: no answer now, try again later."""
+
+    code = "search_unavailable"
+
+
+class InvalidQuery(SearchError):
+    """The query itself is unusable (empty or too long): fix the query."""
+
+    code = "invalid_query"
+
+
+SEARCH_SQL = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
+
+
+def _as_match(row: tuple) -> dict:
+    provider, method, urls, docs_url, guidance = row
+    return {"provider": provider, "method": method, "urls": list(urls), "docsUrl": docs_url, "guidance": guidance}
+
+
+def _registry_model(conn: psycopg.Connection) -> tuple[str, int] | None:
+    row = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def search_provider_methods(
+    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], query: str
+) -> list[dict]:
+    """Asks the database first without a vector: the name path answers at once and never needs
+    the embedder. Only a query that needs one is embedded, with the registry's own model.
+    """
+    try:
+        try:
+            return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, None, None)).fetchall()]
+        except psycopg.Error as error:
+            if error.sqlstate != QUERY_EMBEDDING_REQUIRED:
+                raise
+        model = _registry_model(conn)
+        embedder = embedder_factory()
+        if model is not None and model[0] != embedder.model_name:
+            raise SearchUnavailable(
+                f"the registry's vectors come from model {model[0]}, but this client embeds with "
+                f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model"
+            )
+        vector = embedder.embed([query])[0]
+        return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, vector, embedder.model_name)).fetchall()]
+    except EmbeddingUnavailable as error:
+        raise SearchUnavailable(f"embedding service failed: {error}") from error
+    except psycopg.Error as error:
+        if error.sqlstate == INVALID_PARAMETER_VALUE:
+            raise InvalidQuery(error.diag.message_primary or str(error)) from error
+        raise SearchUnavailable(f"database error: {_describe(error)}") from error
+
+
+def _describe(error: psycopg.Error) -> str:
+    message = error.diag.message_primary or str(error).strip()
+    if error.sqlstate:
+        message = f"{message} (SQLSTATE {error.sqlstate})"
+    if error.diag.message_hint:
+        message += f". Hint: {error.diag.message_hint}"
+    return message
