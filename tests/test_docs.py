@@ -1,0 +1,57 @@
+"""The README documents what exists, CI runs what the README says, and the sample catalog is sound."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+
+from payrail_embedder.cli import cli
+from payrail_embedder.records import parse_record
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+
+
+def command_paths(group: click.Group, prefix: str = "payrail-embedder") -> list[str]:
+    paths = []
+    for name, command in group.commands.items():
+        path = f"{prefix} {name}"
+        if isinstance(command, click.Group):
+            paths += command_paths(command, path)
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_every_command_is_in_the_readme():
+    missing = [path for path in command_paths(cli) if f"`{path}" not in README]
+    assert not missing, f"commands missing from README.md: {missing}"
+
+
+def readme_commands() -> list[str]:
+    return re.findall(r"```sh\n(.+?)\n```", README.split("## The two commands", 1)[1], flags=re.S)[:2]
+
+
+def test_ci_runs_the_readme_commands_verbatim():
+    main_command, test_command = readme_commands()
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert main_command in ci
+    assert test_command in ci
+    assert "search" in main_command and "catalog/sample.jsonl" in main_command
+
+
+def test_sample_catalog():
+    lines = (REPO / "catalog" / "sample.jsonl").read_text().splitlines()
+    records = [parse_record(json.loads(line)) for line in lines]
+    assert len(records) >= 40
+    assert sum(1 for r in records if r.enabled) >= 40
+    for record in records:
+        assert record.docs_url and record.docs_url.startswith("https://"), record
+        assert re.fullmatch(r"Purpose: .+\nInstructions: .+\nNotes: .+", record.guidance, flags=re.S), record.method
+    paid = [r for r in records if "payment agent" in r.guidance.lower()]
+    assert len(paid) >= 10
+    hotel = [r for r in records if r.enabled and "live hotel availability" in r.guidance.lower()]
+    assert len(hotel) >= 3
