@@ -108,6 +108,12 @@ begin
       hint = 'Embed the query with the model payrail.get_embedding_model() returns and pass it as query_embedding.';
   end if;
 
+  if vector_norm(query_embedding) = 0 then
+    raise exception using
+      errcode = 'invalid_parameter_value',
+      message = 'query embedding is the zero vector, which has no cosine distance',
+      hint = 'Pass the embedding the model returned for the query text.';
+  end if;
   select * into v_model from payrail.embedding_model;
   if v_model is null then
     -- No model yet means no vectors, so no enabled record: the honest answer is none.
@@ -121,12 +127,6 @@ begin
         'query embedding is from model %s (%s dimensions), but the registry uses %s (%s dimensions)',
         coalesce(query_embedding_model, 'unnamed'), vector_dims(query_embedding), v_model.name, v_model.dimensions),
       hint = 'Embed the query with the model payrail.get_embedding_model() returns.';
-  end if;
-  if vector_norm(query_embedding) = 0 then
-    raise exception using
-      errcode = 'invalid_parameter_value',
-      message = 'query embedding is the zero vector, which has no cosine distance',
-      hint = 'Pass the embedding the model returned for the query text.';
   end if;
 
   -- Exact cosine distance over every enabled record (no index, by design); the unique

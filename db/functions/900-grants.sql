@@ -12,6 +12,18 @@ grant execute on function
   payrail.get_embedding_model()
   to payrail_agent, payrail_operator, payrail_embedder;
 
+-- The immutable helpers that the constraints, the generated column, the name indexes and the
+-- triggers call with the writer's privileges.
+grant execute on function
+  payrail._trim_white_space(text),
+  payrail._normalize_name(text),
+  payrail._content_hash(text, text, text),
+  payrail._is_valid_name(text),
+  payrail._is_https_url(text),
+  payrail._are_https_urls(text[]),
+  payrail._has_duplicates(text[])
+  to payrail_operator, payrail_embedder;
+
 -- Operators: the public fields and enabled; never the vector columns.
 grant select on payrail.provider_methods, payrail.embedding_model to payrail_operator;
 grant insert (provider, method, urls, docs_url, guidance, enabled),

@@ -4,11 +4,13 @@ comment on schema payrail is
 $$Payrail Agent Search: the discovery registry of provider methods.
 
 Tables hold one row per provider method; functions hold the rules and the search.
-See db/README.md and db/ERRCODES.md.$$;
+See README.md and db/ERRCODES.md.$$;
 
--- Every function below pins its search_path with "set search_path from current":
--- this transaction-local setting is what they capture, so they find pgvector's
--- operators in whichever schema the extension lives, and nothing else.
+-- Every function below pins its search_path with "set search_path from current": this
+-- setting is what they capture, so they find pgvector's operators in whichever schema the
+-- extension lives. pg_catalog comes first so no object in another schema can shadow a built-in
+-- operator inside a security definer function. Session-level, so the files also work when run
+-- outside one transaction.
 do $$
 declare
   v_vector_schema name := (
@@ -16,8 +18,8 @@ declare
 begin
   perform pg_catalog.set_config(
     'search_path',
-    pg_catalog.format('payrail, %I, pg_catalog, pg_temp', v_vector_schema),
-    true);
+    pg_catalog.format('pg_catalog, payrail, %I, pg_temp', v_vector_schema),
+    false);
 end
 $$;
 

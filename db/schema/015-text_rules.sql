@@ -1,12 +1,26 @@
 -- Immutable helpers that the table's constraints, generated column and indexes use,
 -- so they are created before the table.
 
+create or replace function payrail._trim_white_space(p_text text)
+returns text
+language sql
+immutable strict parallel safe
+set search_path from current
+-- Unicode white space too (no-break space, line separator, ...), not only ASCII.
+return pg_catalog.regexp_replace(
+  p_text,
+  '^[\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+|[\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$',
+  '', 'g');
+
+comment on function payrail._trim_white_space(text) is
+$$Removes leading and trailing white space, Unicode white space included.$$;
+
 create or replace function payrail._normalize_name(p_name text)
 returns text
 language sql
 immutable strict parallel safe
 set search_path from current
-return pg_catalog.lower(pg_catalog.regexp_replace(pg_catalog.btrim(p_name, E' \t\n\r\f\v'), '\s+', ' ', 'g'));
+return pg_catalog.lower(pg_catalog.regexp_replace(payrail._trim_white_space(p_name), '[\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+', ' ', 'g'));
 
 comment on function payrail._normalize_name(text) is
 $$Normalizes a name for comparison: trimmed, case-folded, runs of white space collapsed.
@@ -32,7 +46,7 @@ returns boolean
 language sql
 immutable strict parallel safe
 set search_path from current
-return pg_catalog.char_length(pg_catalog.btrim(p_name, E' \t\n\r\f\v')) between 1 and 120
+return pg_catalog.char_length(payrail._trim_white_space(p_name)) between 1 and 120
    and p_name !~ '[\u0001-\u001f\u007f-\u009f]';
 
 comment on function payrail._is_valid_name(text) is

