@@ -1,0 +1,617 @@
+"""The `payrail-embedder` command line, run as a real subprocess against real PostgreSQL,
+with the fake OpenAI server as the embedder.
+
+Expected orders are computed here from openai_fake.fake_embedding and embedders.record_text,
+never written down by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import click
+import numpy as np
+import psycopg
+import pytest
+
+from conftest import run_cli
+from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_embedder.cli import cli
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import record_text
+
+PUBLIC_FIELDS = {"provider", "method", "urls", "docsUrl", "guidance"}
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def rec(provider, method, guidance, *, enabled=True, urls=(), docs_url=None) -> dict:
+    """A record with every field of the JSON Lines format spelled out."""
+    return {
+        "provider": provider,
+        "method": method,
+        "urls": list(urls),
+        "docsUrl": docs_url,
+        "guidance": guidance,
+        "enabled": enabled,
+    }
+
+
+def public(record: dict) -> dict:
+    """What search shows of a record."""
+    return {
+        "provider": record["provider"],
+        "method": record["method"],
+        "urls": record.get("urls", []),
+        "docsUrl": record.get("docsUrl"),
+        "guidance": record["guidance"],
+    }
+
+
+def as_exported(record: dict) -> dict:
+    """The record as export writes it: optional fields filled with their defaults."""
+    return {**public(record), "enabled": record.get("enabled") or False}
+
+
+def normalize(name: str) -> str:
+    """payrail._normalize_name for the ASCII names these tests search by."""
+    return " ".join(name.split()).lower()
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def cli_json(env: dict, *args: str) -> tuple[int, dict]:
+    result = run_cli(env, *args)
+    try:
+        return result.returncode, json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}")
+
+
+def import_catalog(env: dict, path: Path, records: list[dict]) -> dict:
+    code, report = cli_json(env, "import", "--json", str(write_jsonl(path, records)))
+    assert code == 0, report
+    assert report == {"created": len(records), "updated": 0, "unchanged": 0, "refused": [], "saved": True}
+    return report
+
+
+def export_text(env: dict, path: Path) -> str:
+    result = run_cli(env, "export", "-o", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    return path.read_text(encoding="utf-8")
+
+
+def search(env: dict, query: str) -> tuple[int, dict]:
+    return cli_json(env, "search", "--json", query)
+
+
+def search_matches(env: dict, query: str) -> list[dict]:
+    code, answer = search(env, query)
+    assert code == 0, answer
+    assert set(answer) == {"matches"}, answer
+    for match in answer["matches"]:
+        assert set(match) == PUBLIC_FIELDS, match
+    assert len(answer["matches"]) <= 3
+    return answer["matches"]
+
+
+def expected_name_path(records: list[dict], query: str) -> list[dict]:
+    """The documented name-path order: pair match, provider match, method match; ties by
+    lower-cased provider then method; enabled only; at most 3."""
+    q = normalize(query)
+    ranked = []
+    for r in records:
+        if not r.get("enabled"):
+            continue
+        pairs = {normalize(f"{r['provider']} {r['method']}"), normalize(f"{r['provider']} / {r['method']}")}
+        if q in pairs:
+            rank = 1
+        elif normalize(r["provider"]) == q:
+            rank = 2
+        elif normalize(r["method"]) == q:
+            rank = 3
+        else:
+            continue
+        ranked.append(((rank, normalize(r["provider"]), normalize(r["method"])), r))
+    return [r for _, r in sorted(ranked, key=lambda item: item[0])][:3]
+
+
+def cosine_distances(records: list[dict], query: str) -> list[tuple[float, str, str, dict]]:
+    """Every record with its exact cosine distance to the query, in search order."""
+    q = fake_embedding(query).astype(np.float64)
+    scored = []
+    for r in records:
+        v = fake_embedding(record_text(r["provider"], r["method"], r["guidance"])).astype(np.float64)
+        distance = 1.0 - float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
+        scored.append((distance, normalize(r["provider"]), normalize(r["method"]), r))
+    return sorted(scored, key=lambda s: s[:3])
+
+
+def expected_semantic(records: list[dict], query: str) -> list[dict]:
+    scored = cosine_distances([r for r in records if r.get("enabled")], query)
+    # Float rounding must not decide the order: the places that matter are exact ties
+    # (identical bags of words, broken by name) or clearly apart.
+    head = [s[0] for s in scored[:4]]
+    for closer, farther in zip(head, head[1:]):
+        assert closer == farther or farther - closer > 1e-4, f"ambiguous distances {head} for {query!r}"
+    return [s[3] for s in scored[:3]]
+
+
+def stored_row(url: str, provider: str, method: str) -> dict:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            """
+            select provider, method, urls, docs_url, guidance, enabled, embedding::real[], embedding_model
+            from payrail.provider_methods where provider = %s and method = %s
+            """,
+            (provider, method),
+        ).fetchone()
+    assert row is not None, (provider, method)
+    keys = ("provider", "method", "urls", "docsUrl", "guidance", "enabled", "embedding", "embedding_model")
+    return dict(zip(keys, row))
+
+
+def assert_embedded_from(row: dict, record: dict) -> None:
+    assert row["embedding"] is not None, row
+    assert row["embedding_model"] == FAKE_MODEL
+    expected = fake_embedding(record_text(record["provider"], record["method"], record["guidance"]))
+    np.testing.assert_allclose(np.asarray(row["embedding"], dtype=np.float32), expected, atol=1e-6)
+
+
+def inputs_of(requests: list[dict]) -> list[str]:
+    return [text for request in requests for text in request["input"]]
+
+
+# --- help ----------------------------------------------------------------------------------------
+
+
+def walk(command: click.Command, path: tuple[str, ...] = ()):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            yield from walk(sub, path + (name,))
+
+
+COMMANDS = list(walk(cli))
+
+
+@pytest.mark.parametrize("path,command", COMMANDS, ids=[" ".join(p) or "(root)" for p, _ in COMMANDS])
+def test_every_command_has_help(path, command, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    env["PAYRAIL_DATA_DIR"] = str(tmp_path / "unused-embedded-data")
+    result = run_cli(env, *path, "--help")
+    assert result.returncode == 0, result.stderr
+    usage = " ".join(("Usage: payrail-embedder", *path))
+    assert result.stdout.startswith(usage + " "), result.stdout
+
+    assert command.help and command.help.strip(), f"{usage} has no description"
+    summary = " ".join(command.help.split("\n\n")[0].split())
+    assert summary in " ".join(result.stdout.split()), result.stdout
+    if isinstance(command, click.Group):
+        listed = result.stdout.split("Commands:", 1)[1]
+        for name in command.commands:
+            assert f"  {name} " in listed, f"{name} missing from {usage} --help"
+
+
+# --- import and export ---------------------------------------------------------------------------
+
+ROUND_TRIP = [
+    rec(
+        "Zürich Verkehr",
+        "Fahrplan – Live",
+        "Purpose: Live timetables for Zürich, Genève and 東京 ✓ 🚆.\n"
+        "Instructions: GET /v1/fahrplan?from=Zürich&to=Bern\twith an API key.\n"
+        "Notes: Prices in CHF; café stops included.",
+        urls=["https://api.zvv.example/v1/fahrplan?lang=de", "https://zvv.example/preise#tarif"],
+        docs_url="https://docs.zvv.example/fahrplan",
+    ),
+    rec(
+        "Acme Travel",
+        "Hotel Search",
+        "Purpose: Hotel availability.\nInstructions: GET /hotels.\nNotes: draft.",
+        enabled=False,
+        urls=[],
+        docs_url=None,
+    ),
+    rec("東京データ", "天気予報", "Purpose: 天気予報 for Tokyo.\nInstructions: GET /forecast.", urls=["https://tenki.example/api"]),
+    # Optional fields left out: a new record starts disabled, with no URLs and no docs URL.
+    {"provider": "Globex", "method": "Room Rates", "guidance": "Purpose: Room rates by city."},
+    {
+        "provider": "Initech",
+        "method": "Flight Search",
+        "urls": ["https://api.initech.example/flights"],
+        "docsUrl": "https://initech.example/docs",
+        "guidance": "Purpose: Flight offers between airports.",
+        "enabled": True,
+    },
+]
+
+
+def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path):
+    import_catalog(cli_env, tmp_path / "catalog.jsonl", ROUND_TRIP)
+    assert sorted(inputs_of(openai_fake.requests)) == sorted(
+        record_text(r["provider"], r["method"], r["guidance"]) for r in ROUND_TRIP
+    )
+    requests_after_import = len(openai_fake.requests)
+
+    first = export_text(cli_env, tmp_path / "export-1.jsonl")
+    exported = [json.loads(line) for line in first.splitlines()]
+    key = lambda r: (r["provider"], r["method"])  # noqa: E731
+    assert sorted(exported, key=key) == sorted((as_exported(r) for r in ROUND_TRIP), key=key)
+    assert [r for r in exported if r["enabled"]], "the enabled state must travel"
+
+    stdout = run_cli(cli_env, "export")
+    assert stdout.returncode == 0, stdout.stderr
+    assert stdout.stdout == first
+
+    code, report = cli_json(cli_env, "import", "--json", str(tmp_path / "export-1.jsonl"))
+    assert code == 0, report
+    assert report == {"created": 0, "updated": 0, "unchanged": len(ROUND_TRIP), "refused": [], "saved": True}
+    assert len(openai_fake.requests) == requests_after_import
+
+    assert export_text(cli_env, tmp_path / "export-2.jsonl") == first
+    assert (tmp_path / "export-2.jsonl").read_bytes() == (tmp_path / "export-1.jsonl").read_bytes()
+
+
+def test_import_reports_created_updated_unchanged_and_embeds_only_changed_content(
+    cli_env, database_url, openai_fake, tmp_path
+):
+    base = [
+        rec("Acme Travel", "Hotel Search", "Purpose: Hotel availability by city.", urls=["https://acme.example/h"]),
+        rec("Globex", "Room Rates", "Purpose: Room rates by city.", docs_url="https://globex.example/docs"),
+        rec("Initech", "Flight Search", "Purpose: Flight offers.", enabled=False),
+    ]
+    import_catalog(cli_env, tmp_path / "base.jsonl", base)
+    requests_before = len(openai_fake.requests)
+    before = stored_row(database_url, "Acme Travel", "Hotel Search")
+    assert_embedded_from(before, base[0])
+    vector_before = before["embedding"]
+
+    # URLs only, and no "enabled" key: the record stays enabled and keeps its vector.
+    urls_edit = dict(base[0], urls=["https://acme.example/hotels", "https://acme.example/pricing"])
+    urls_edit["docsUrl"] = "https://acme.example/docs"
+    del urls_edit["enabled"]
+    code, report = cli_json(
+        cli_env, "import", "--json", str(write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]]))
+    )
+    assert code == 0, report
+    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True}
+    assert len(openai_fake.requests) == requests_before
+    row = stored_row(database_url, "Acme Travel", "Hotel Search")
+    assert (row["urls"], row["docsUrl"], row["enabled"]) == (urls_edit["urls"], urls_edit["docsUrl"], True)
+    np.testing.assert_array_equal(np.asarray(row["embedding"]), np.asarray(vector_before))
+
+    guidance_edit = dict(base[1], guidance="Purpose: Nightly room rates by city and date.\nNotes: paid.")
+    code, report = cli_json(
+        cli_env, "import", "--json", str(write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]]))
+    )
+    assert code == 0, report
+    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True}
+    new_requests = openai_fake.requests[requests_before:]
+    assert [r["input"] for r in new_requests] == [
+        [record_text(guidance_edit["provider"], guidance_edit["method"], guidance_edit["guidance"])]
+    ]
+    row = stored_row(database_url, "Globex", "Room Rates")
+    assert (row["guidance"], row["enabled"]) == (guidance_edit["guidance"], True)
+    assert_embedded_from(row, guidance_edit)
+
+
+GOOD_UPDATE = rec("Acme Travel", "Hotel Search", "Purpose: Hotel availability, edited.", enabled=False)
+GOOD_NEW = rec("Globex", "Room Rates", "Purpose: Room rates by city.", enabled=True, urls=["https://globex.example/r"])
+BAD_LINES = {
+    "http_url": (
+        json.dumps(rec("Initech", "Flight Search", "Purpose: Flights.", urls=["http://initech.example/flights"])).encode(),
+        "provider_methods_urls_https_check",
+    ),
+    "malformed_json": (b'{"provider": "Initech", "method": "Flight Search", "guidance": "x"', "malformed JSON"),
+    "duplicate_key": (
+        json.dumps(rec("  GLOBEX ", "room   RATES", "Purpose: The same method again.")).encode(),
+        "same provider and method as",
+    ),
+    "invalid_utf8": (b'{"provider": "Initech \xff\xfe", "method": "Flight Search", "guidance": "x"}', "UTF-8"),
+}
+
+
+@pytest.mark.parametrize("kind", BAD_LINES)
+def test_import_refuses_a_file_with_a_bad_line(kind, cli_env, database_url, tmp_path):
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
+            ("Acme Travel", "Hotel Search", "Purpose: Hotel availability."),
+        )
+    before = export_text(cli_env, tmp_path / "before.jsonl")
+
+    bad_line, reason = BAD_LINES[kind]
+    path = tmp_path / "catalog.jsonl"
+    with open(path, "wb") as file:
+        # Line 3 is blank: line numbers are the file's own.
+        file.write(json.dumps(GOOD_UPDATE).encode() + b"\n" + json.dumps(GOOD_NEW).encode() + b"\n\n" + bad_line + b"\n")
+    bad_number = 4
+
+    plain = run_cli(cli_env, "import", str(path))
+    assert plain.returncode != 0
+    assert f"{path}:{bad_number}: " in plain.stderr and reason in plain.stderr, plain.stderr
+    assert "nothing saved" in plain.stdout
+
+    code, report = cli_json(cli_env, "import", "--json", str(path))
+    assert code != 0
+    assert report["saved"] is False
+    assert len(report["refused"]) == 1, report
+    refusal = report["refused"][0]
+    assert (refusal["source"], refusal["line"]) == (str(path), bad_number)
+    assert reason in refusal["reason"], refusal
+    if kind == "duplicate_key":
+        assert f"{path}:2" in refusal["reason"]
+    assert export_text(cli_env, tmp_path / "after-refusal.jsonl") == before
+
+    code, report = cli_json(cli_env, "import", "--skip-invalid", "--json", str(path))
+    assert report["saved"] is True, report
+    assert (report["created"], report["updated"], report["unchanged"]) == (1, 1, 0)
+    assert [(r["line"], reason in r["reason"]) for r in report["refused"]] == [(bad_number, True)]
+    saved = [json.loads(line) for line in export_text(cli_env, tmp_path / "after-skip.jsonl").splitlines()]
+    assert sorted(saved, key=lambda r: r["provider"]) == [as_exported(GOOD_UPDATE), as_exported(GOOD_NEW)]
+
+
+# --- search --------------------------------------------------------------------------------------
+
+NAME_CATALOG = [
+    rec("Hotel", "Search", "Purpose: A provider called Hotel.", urls=["https://hotel.example/search"]),
+    rec("Hotel Search", "Lookup", "Purpose: A provider called Hotel Search.", docs_url="https://hs.example/docs"),
+    rec("Acme Travel", "Hotel Search", "Purpose: Hotel availability.", urls=["https://acme.example/hotels"]),
+    rec("Globex", "Hotel  Search", "Purpose: Hotel availability at Globex."),
+    rec("Aardvark", "Hotel Search", "Purpose: A draft that sorts first.", enabled=False),
+    rec("Acme Travel", "Flight Search", "Purpose: Flights."),
+    rec("Acme Travel", "Car Rental", "Purpose: Cars."),
+    rec("Acme Travel", "Rail Pass", "Purpose: Trains."),
+    rec("Acme Travel", "Airport Transfer", "Purpose: A draft that sorts first.", enabled=False),
+    rec("Initech", "Flight Search", "Purpose: Flights at Initech."),
+]
+
+
+def test_search_name_path_returns_documented_order_without_embedding(cli_env, openai_fake, tmp_path):
+    import_catalog(cli_env, tmp_path / "catalog.jsonl", NAME_CATALOG)
+    requests_after_import = len(openai_fake.requests)
+
+    queries = [
+        "Acme Travel",  # a provider with four enabled methods and one draft
+        "flight search",  # a method of two providers
+        "  acme   TRAVEL /  hotel SEARCH ",  # a pair, "provider / method"
+        "ACME travel\tHotel search",  # a pair, "provider method"
+        "Hotel Search",  # a pair, a provider and three methods (one of them a draft) at once
+    ]
+    for query in queries:
+        expected = expected_name_path(NAME_CATALOG, query)
+        assert expected, f"{query!r} should take the name path"
+        assert search_matches(cli_env, query) == [public(r) for r in expected], query
+    assert len(expected_name_path(NAME_CATALOG, "Acme Travel")) == 3
+    assert len({normalize(r["provider"]) for r in expected_name_path(NAME_CATALOG, "Hotel Search")}) == 3
+
+    assert len(openai_fake.requests) == requests_after_import, "the name path needs no embedding"
+
+
+SEMANTIC_CATALOG = [
+    rec(
+        "Acme Travel",
+        "Hotel Search",
+        "Purpose: live hotel availability and nightly room rates for a city and dates.\n"
+        "Instructions: GET /v1/hotels with an API key.\nNotes: paid per call.",
+        urls=["https://acme.example/hotels"],
+        docs_url="https://acme.example/docs",
+    ),
+    rec("Globex", "Room Rates", "Purpose: average room rates by city, updated daily.\nNotes: free tier."),
+    rec("Alpha Beta", "Gamma", "Purpose: weather forecast data for farms.\nInstructions: GET /forecast."),
+    # The same words as the record above: an exact tie, broken by the normalized names.
+    rec("Gamma Beta", "Alpha", "Purpose: weather forecast data for farms.\nInstructions: GET /forecast."),
+    rec("Initech", "Flight Search", "Purpose: flight offers between airports.\nInstructions: POST /search."),
+    rec("Umbrella", "Hotel Availability", "Purpose: live hotel availability and room rates", enabled=False),
+    rec("Zeta", "Forecast", "Purpose: weather forecast data for farms alpha beta gamma", enabled=False),
+]
+
+
+def test_search_semantic_path_orders_by_cosine_distance(cli_env, openai_fake, tmp_path):
+    import_catalog(cli_env, tmp_path / "catalog.jsonl", SEMANTIC_CATALOG)
+
+    for query in ("live hotel availability and room rates", "alpha beta gamma weather forecast for farms"):
+        assert expected_name_path(SEMANTIC_CATALOG, query) == []
+        # A draft is the nearest of all: only the enabled rule keeps it out.
+        assert cosine_distances(SEMANTIC_CATALOG, query)[0][3]["enabled"] is False
+        requests_before = len(openai_fake.requests)
+
+        matches = search_matches(cli_env, query)
+        assert matches == [public(r) for r in expected_semantic(SEMANTIC_CATALOG, query)], query
+        assert len(matches) == 3
+        assert [r["input"] for r in openai_fake.requests[requests_before:]] == [[query]]
+
+    tie = cosine_distances([r for r in SEMANTIC_CATALOG if r["enabled"]], "alpha beta gamma weather forecast for farms")
+    assert tie[0][0] == tie[1][0], "the second query must exercise the tie-break"
+
+
+def test_search_refuses_empty_and_too_long_queries(cli_env, openai_fake):
+    for query in ("", "   ", "x" * 2001):
+        code, answer = search(cli_env, query)
+        assert code != 0
+        assert set(answer) == {"error", "detail"}, answer
+        assert answer["error"] == "invalid_query"
+        assert answer["detail"].strip()
+    assert openai_fake.requests == []
+
+    code, answer = search(cli_env, "x" * 2000)
+    assert code == 0, answer
+    assert answer == {"matches": []}
+
+
+def test_search_with_the_database_down_is_unavailable(openai_fake, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    env.update(
+        PAYRAIL_DATABASE_URL="postgresql://postgres@/x?host=/nonexistent",
+        PAYRAIL_DATA_DIR=str(tmp_path / "unused-embedded-data"),
+        PAYRAIL_EMBEDDER="openai",
+        PAYRAIL_EMBEDDING_MODEL=FAKE_MODEL,
+        OPENAI_BASE_URL=openai_fake.base_url,
+        OPENAI_API_KEY="test-key",
+    )
+    for query in ("Acme Travel", "find live hotel availability through a paid API"):
+        code, answer = search(env, query)
+        assert code != 0
+        assert set(answer) == {"error", "detail"}, answer
+        assert answer["error"] == "search_unavailable"
+        assert answer["detail"].strip()
+
+
+# --- sync and the operator's psql workflow -------------------------------------------------------
+
+DRAFTS = [
+    rec("Acme Travel", "Hotel Search", "Purpose: live hotel availability by city.", enabled=False),
+    rec("Globex", "Room Rates", "Purpose: nightly room rates and taxes.", enabled=False),
+    rec("Initech", "Flight Search", "Purpose: flight offers between airports.", enabled=False),
+]
+
+
+def insert_rows(url: str, records: list[dict]) -> None:
+    with psycopg.connect(url) as conn:
+        for r in records:
+            conn.execute(
+                "insert into payrail.provider_methods (provider, method, urls, docs_url, guidance) values (%s, %s, %s, %s, %s)",
+                (r["provider"], r["method"], r["urls"], r["docsUrl"], r["guidance"]),
+            )
+
+
+def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake):
+    # One record already embedded by the write path, written directly: sync must leave it alone.
+    embedded = rec("Hooli", "Mail Send", "Purpose: send transactional mail.", urls=["https://hooli.example/mail"])
+    with connect(database_url) as conn:
+        conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
+        conn.execute(
+            """
+            insert into payrail.provider_methods
+              (provider, method, urls, guidance, enabled, embedding, embedding_model, embedding_content_hash)
+            values (%s, %s, %s, %s, true, %s, %s, payrail._content_hash(%s, %s, %s))
+            """,
+            (
+                embedded["provider"], embedded["method"], embedded["urls"], embedded["guidance"],
+                fake_embedding(record_text(embedded["provider"], embedded["method"], embedded["guidance"])),
+                FAKE_MODEL, embedded["provider"], embedded["method"], embedded["guidance"],
+            ),
+        )  # fmt: skip
+    insert_rows(database_url, DRAFTS)
+    pending = [f"{r['provider']} / {r['method']}" for r in DRAFTS]
+
+    code, dry = cli_json(cli_env, "sync", "--dry-run", "--json")
+    assert code == 0, dry
+    assert dry == {"would_embed": pending}
+    assert openai_fake.requests == []
+    assert all(stored_row(database_url, r["provider"], r["method"])["embedding"] is None for r in DRAFTS)
+
+    code, summary = cli_json(cli_env, "sync", "--json")
+    assert code == 0, summary
+    assert (summary["embedded"], summary["changed_meanwhile"]) == (len(DRAFTS), 0), summary
+    assert sorted(inputs_of(openai_fake.requests)) == sorted(
+        record_text(r["provider"], r["method"], r["guidance"]) for r in DRAFTS
+    )
+    for r in DRAFTS:
+        row = stored_row(database_url, r["provider"], r["method"])
+        assert row["enabled"] is False
+        assert_embedded_from(row, r)
+
+    assert cli_json(cli_env, "sync", "--dry-run", "--json") == (0, {"would_embed": []})
+    requests_after_sync = len(openai_fake.requests)
+    code, summary = cli_json(cli_env, "sync", "--json")
+    assert (code, summary["embedded"], summary["changed_meanwhile"]) == (0, 0, 0), summary
+    assert len(openai_fake.requests) == requests_after_sync
+
+    with psycopg.connect(database_url) as conn:
+        enabled = conn.execute(
+            "update payrail.provider_methods set enabled = true where not enabled returning provider"
+        ).fetchall()
+    assert len(enabled) == len(DRAFTS)
+
+    catalog = [embedded] + [dict(r, enabled=True) for r in DRAFTS]
+    query = "nightly room rates for a hotel"
+    assert search_matches(cli_env, query) == [public(r) for r in expected_semantic(catalog, query)]
+    assert search_matches(cli_env, "Globex") == [public(dict(DRAFTS[1], enabled=True))]
+
+
+def test_operator_edits_guidance_in_psql_then_syncs_and_enables(cli_env, database_url, openai_fake, tmp_path):
+    original = rec("Acme Travel", "Hotel Search", "Purpose: hotel availability.", urls=["https://acme.example/h"])
+    import_catalog(cli_env, tmp_path / "catalog.jsonl", [original])
+    before = stored_row(database_url, "Acme Travel", "Hotel Search")
+    assert_embedded_from(before, original)
+    vector_before = before["embedding"]
+    edited = dict(original, guidance="Purpose: live hotel availability and nightly rates.\nNotes: paid per call.")
+    where = "where provider = 'Acme Travel' and method = 'Hotel Search'"
+
+    with psycopg.connect(database_url) as conn:
+        with pytest.raises(psycopg.errors.CheckViolation) as refused:
+            conn.execute(f"update payrail.provider_methods set guidance = %s {where}", (edited["guidance"],))
+        conn.rollback()
+    assert refused.value.sqlstate == "23514"
+    assert refused.value.diag.constraint_name == "provider_methods_enabled_needs_embedding_check"
+    assert "payrail-embedder" in (refused.value.diag.message_hint or "")
+    row = stored_row(database_url, "Acme Travel", "Hotel Search")
+    assert (row["guidance"], row["enabled"]) == (original["guidance"], True)
+    np.testing.assert_array_equal(np.asarray(row["embedding"]), np.asarray(vector_before))
+
+    with psycopg.connect(database_url) as conn:
+        # URL edits need no new vector, even while enabled.
+        conn.execute(f"update payrail.provider_methods set urls = %s {where}", (["https://acme.example/hotels"],))
+        conn.execute(
+            f"update payrail.provider_methods set guidance = %s, enabled = false {where}", (edited["guidance"],)
+        )
+    edited["urls"] = ["https://acme.example/hotels"]
+    row = stored_row(database_url, "Acme Travel", "Hotel Search")
+    assert (row["guidance"], row["enabled"], row["embedding"]) == (edited["guidance"], False, None)
+    assert search_matches(cli_env, "Acme Travel") == []
+
+    code, summary = cli_json(cli_env, "sync", "--json")
+    assert code == 0, summary
+    assert summary["embedded"] == 1, summary
+    assert_embedded_from(stored_row(database_url, "Acme Travel", "Hotel Search"), edited)
+
+    with psycopg.connect(database_url) as conn:
+        conn.execute(f"update payrail.provider_methods set enabled = true {where}")
+    assert search_matches(cli_env, "acme travel") == [public(edited)]
+
+
+def test_deployment_login_roles_run_the_workflow(cli_env, database_url, openai_fake):
+    """A deployment grants the group roles to its login roles (DESIGN: Roles) and works through them."""
+    suffix = uuid.uuid4().hex[:10]
+    operator, agent, password = f"payrail_test_op_{suffix}", f"payrail_test_agent_{suffix}", uuid.uuid4().hex
+
+    def url_for(role: str) -> str:
+        parts = urlsplit(database_url)
+        host = f"{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+        return parts._replace(netloc=f"{role}:{password}@{host}").geturl()
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"create role {operator} login password '{password}' in role payrail_operator, payrail_embedder")
+        conn.execute(f"create role {agent} login password '{password}' in role payrail_agent")
+    try:
+        with psycopg.connect(url_for(operator)) as conn:
+            conn.execute(
+                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
+                ("Acme Travel", "Hotel Search", "Purpose: hotel availability."),
+            )
+        code, summary = cli_json({**cli_env, "PAYRAIL_DATABASE_URL": url_for(operator)}, "sync", "--json")
+        assert (code, summary.get("embedded")) == (0, 1), summary
+        with psycopg.connect(url_for(operator)) as conn:
+            conn.execute("update payrail.provider_methods set enabled = true")
+
+        agent_env = {**cli_env, "PAYRAIL_DATABASE_URL": url_for(agent)}
+        matches = search_matches(agent_env, "Acme Travel")
+        assert [(m["provider"], m["method"]) for m in matches] == [("Acme Travel", "Hotel Search")]
+        with psycopg.connect(url_for(agent)) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("select provider from payrail.provider_methods")
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f"drop role if exists {operator}")
+            conn.execute(f"drop role if exists {agent}")

@@ -1,0 +1,184 @@
+"""db/ as files: names and order, and the two front doors (psql's install.sql and `db apply`)
+building the same catalog on an empty database, rerun or run concurrently."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from conftest import CLI, REPO, run_cli
+from payrail_embedder.database import sql_dir, sql_files
+from servers import replace_database
+
+DB = REPO / "db"
+SQL_FILE_NAME = re.compile(r"^(\d{3})-[a-z0-9_]+\.sql$")
+INCLUDE_LINE = re.compile(r"^\\ir\s+(\S+)\s*$")
+
+# Everything db/ defines that a client or an operator relies on, as comparable text.
+CATALOG_FINGERPRINT = """
+with payrail_tables as (
+  select c.oid from pg_catalog.pg_class as c where c.relnamespace = 'payrail'::regnamespace
+)
+select kind, name, definition from (
+  select 'function' as kind, p.oid::regprocedure::text as name,
+         concat_ws(E'\n', pg_catalog.pg_get_functiondef(p.oid), p.proacl::text,
+                   pg_catalog.obj_description(p.oid, 'pg_proc')) as definition
+  from pg_catalog.pg_proc as p
+  where p.pronamespace = 'payrail'::regnamespace
+  union all
+  select 'constraint', con.conrelid::regclass::text || '.' || con.conname, pg_catalog.pg_get_constraintdef(con.oid)
+  from pg_catalog.pg_constraint as con
+  where con.connamespace = 'payrail'::regnamespace
+  union all
+  select 'trigger', t.tgrelid::regclass::text || '.' || t.tgname, pg_catalog.pg_get_triggerdef(t.oid)
+  from pg_catalog.pg_trigger as t
+  where not t.tgisinternal and t.tgrelid in (select oid from payrail_tables)
+  union all
+  select 'index', i.indexrelid::regclass::text, pg_catalog.pg_get_indexdef(i.indexrelid)
+  from pg_catalog.pg_index as i
+  where i.indrelid in (select oid from payrail_tables)
+  union all
+  select 'column', a.attrelid::regclass::text || '.' || a.attname,
+         concat_ws(' ', pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated, a.attidentity,
+                   pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attacl::text,
+                   pg_catalog.col_description(a.attrelid, a.attnum))
+  from pg_catalog.pg_attribute as a
+  left join pg_catalog.pg_attrdef as d on (d.adrelid, d.adnum) = (a.attrelid, a.attnum)
+  where a.attrelid in (select oid from payrail_tables) and a.attnum > 0 and not a.attisdropped
+  union all
+  select 'relation', c.oid::regclass::text,
+         concat_ws(' ', c.relkind, c.relacl::text, pg_catalog.obj_description(c.oid, 'pg_class'))
+  from pg_catalog.pg_class as c
+  where c.oid in (select oid from payrail_tables)
+  union all
+  select 'schema', n.nspname, concat_ws(' ', n.nspacl::text, pg_catalog.obj_description(n.oid, 'pg_namespace'))
+  from pg_catalog.pg_namespace as n
+  where n.nspname = 'payrail'
+  union all
+  select 'extension', e.extname, e.extnamespace::regnamespace::text
+  from pg_catalog.pg_extension as e
+) as catalog
+order by kind, name
+"""
+
+
+def sql_file_number(path: Path) -> int:
+    match = SQL_FILE_NAME.match(path.name)
+    assert match, f"{path.relative_to(DB)} is not named NNN-name.sql"
+    return int(match.group(1))
+
+
+def install_sql_includes() -> list[str]:
+    lines = (DB / "install.sql").read_text(encoding="utf-8").splitlines()
+    includes = [INCLUDE_LINE.match(line).group(1) for line in lines if INCLUDE_LINE.match(line)]
+    # Any other psql meta-command could run something the CLI does not.
+    others = [line for line in lines if line.startswith("\\") and not INCLUDE_LINE.match(line)]
+    assert others == [], others
+    return includes
+
+
+def test_sql_files_are_numbered_uniquely_and_increasing_across_both_folders():
+    schema = sorted((DB / "schema").glob("*.sql"))
+    functions = sorted((DB / "functions").glob("*.sql"))
+    assert schema and functions
+    numbers = [sql_file_number(path) for path in schema + functions]
+    assert len(set(numbers)) == len(numbers), f"duplicate numbers: {numbers}"
+    assert numbers == sorted(numbers), f"schema/ must come before functions/ in number order: {numbers}"
+    # Nothing outside the two folders that `db apply` would silently skip.
+    assert sorted(p.name for p in DB.glob("*.sql")) == ["install.sql"]
+
+
+def test_install_sql_includes_exactly_the_files_db_apply_runs_in_the_same_order():
+    assert sql_dir() == DB
+    applied = [path.relative_to(DB).as_posix() for path in sql_files()]
+    assert applied, "db apply would run nothing"
+    assert install_sql_includes() == applied
+
+
+@contextmanager
+def empty_database(server):
+    """A new database made from template0 (not the test template): no extension, no schema."""
+    name = f"payrail_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("create database {} template template0").format(sql.Identifier(name)))
+    try:
+        yield replace_database(server.admin_url, name)
+    finally:
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+def fingerprint(url: str) -> list[tuple[str, str, str]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(CATALOG_FINGERPRINT).fetchall()
+
+
+def assert_registry_installed(rows: list[tuple[str, str, str]]) -> None:
+    """The fingerprint is of a real install, so comparing two of them proves something."""
+    names = {(kind, name) for kind, name, _ in rows}
+    assert ("function", "payrail.search_provider_methods(text,vector,text)") in names, sorted(names)
+    assert ("constraint", "payrail.provider_methods.provider_methods_urls_https_check") in names
+    assert ("trigger", "payrail.provider_methods.tg_provider_methods__keep_embedding_current") in names
+    assert ("extension", "vector") in {(kind, name) for kind, name, _ in rows}
+
+
+def psql_install(server, url: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(server.psql), "-X", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-f", "db/install.sql", "-d", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+
+
+def apply_env(url: str, tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    env.update(PAYRAIL_DATABASE_URL=url, PAYRAIL_DATA_DIR=str(tmp_path / "unused-embedded-data"))
+    return env
+
+
+def test_psql_install_twice_then_db_apply_build_the_same_catalog_as_db_apply_alone(server, tmp_path):
+    with empty_database(server) as by_psql, empty_database(server) as by_cli:
+        for attempt in (1, 2):
+            result = psql_install(server, by_psql)
+            assert result.returncode == 0, f"install #{attempt}: {result.stdout}{result.stderr}"
+            assert "ERROR" not in result.stderr and "WARNING" not in result.stderr, result.stderr
+        after_psql = fingerprint(by_psql)
+        assert_registry_installed(after_psql)
+
+        result = run_cli(apply_env(by_psql, tmp_path), "db", "apply")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"applied {len(sql_files())} files" in result.stdout
+        assert fingerprint(by_psql) == after_psql
+
+        result = run_cli(apply_env(by_cli, tmp_path), "db", "apply")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert fingerprint(by_cli) == after_psql
+
+
+def test_two_concurrent_db_apply_on_an_empty_database_both_succeed(server, tmp_path):
+    with empty_database(server) as url, empty_database(server) as reference:
+        env = apply_env(url, tmp_path)
+        runs = [
+            subprocess.Popen(
+                [str(CLI), "db", "apply"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        outputs = [run.communicate(timeout=120) for run in runs]
+        for run, (stdout, stderr) in zip(runs, outputs):
+            assert run.returncode == 0, stdout + stderr
+
+        result = run_cli(apply_env(reference, tmp_path), "db", "apply")
+        assert result.returncode == 0, result.stdout + result.stderr
+        installed = fingerprint(url)
+        assert_registry_installed(installed)
+        assert installed == fingerprint(reference)
