@@ -1,0 +1,445 @@
+"""The openai backend end to end: the real openai client over real HTTP to a local fake server,
+the real payrail-embedder console script in a subprocess, and a real PostgreSQL per server.
+
+Expected orders are computed here from openai_fake.fake_embedding and numpy cosine, never written
+down, so the tests say what the ranking must be rather than what it happened to be.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import time
+
+import numpy as np
+import psycopg
+import pytest
+
+from conftest import run_cli
+from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_embedder import catalog, database
+from payrail_embedder.embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable, OpenAIEmbedder, record_text
+from payrail_embedder.records import read_lines
+
+MATCH_KEYS = {"provider", "method", "urls", "docsUrl", "guidance"}
+SEMANTIC_QUERY = "find live hotel availability through a paid API"
+# The cli_env fixture's PAYRAIL_EMBEDDING_TIMEOUT and PAYRAIL_EMBEDDING_RETRIES.
+EMBEDDING_TIMEOUT = 2.0
+EMBEDDING_RETRIES = 1
+# The openai client's first backoff is at most 0.5 s (INITIAL_RETRY_DELAY, less jitter) and doubles.
+MAX_BACKOFF = sum(0.5 * 2**attempt for attempt in range(EMBEDDING_RETRIES))
+# Interpreter start-up, imports and the database round trips of one CLI run, with room for a busy machine.
+STARTUP_SLACK = 6.0
+FAILURE_WALL_TIME = (EMBEDDING_RETRIES + 1) * EMBEDDING_TIMEOUT + MAX_BACKOFF + STARTUP_SLACK
+
+CATALOG = [
+    {
+        "provider": "Stripe",
+        "method": "Create a PaymentIntent",
+        "urls": ["https://api.stripe.com/v1/payment_intents"],
+        "docsUrl": "https://docs.stripe.com/api/payment_intents/create",
+        "guidance": "Purpose: Charge a customer card in a chosen currency.\n"
+        "Instructions: POST /v1/payment_intents with amount and currency.\n"
+        "Notes: Payment requirements go to the payment agent.",
+        "enabled": True,
+    },
+    {
+        "provider": "Stripe",
+        "method": "Create a refund",
+        "urls": ["https://api.stripe.com/v1/refunds"],
+        "docsUrl": "https://docs.stripe.com/api/refunds/create",
+        "guidance": "Purpose: Give money back for an earlier charge.\n"
+        "Instructions: POST /v1/refunds with the payment intent.\n"
+        "Notes: Refunds settle in days.",
+        "enabled": True,
+    },
+    {
+        "provider": "Twilio",
+        "method": "Send an SMS",
+        "urls": ["https://api.twilio.com/2010-04-01/Accounts"],
+        "docsUrl": "https://www.twilio.com/docs/messaging/api/message-resource",
+        "guidance": "Purpose: Send a text message to a mobile phone number.\n"
+        "Instructions: POST the Messages resource with To, From and Body.\n"
+        "Notes: Billed per message segment.",
+        "enabled": True,
+    },
+    {
+        "provider": "Booking.com",
+        "method": "Get accommodation availability",
+        "urls": ["https://demandapi.booking.com/3.1/accommodations/availability"],
+        "docsUrl": "https://developers.booking.com/demand/docs/open-api/demand-api/accommodations",
+        "guidance": "Purpose: Live hotel availability and room prices for given dates.\n"
+        "Instructions: POST /accommodations/availability with hotel ids, checkin and checkout.\n"
+        "Notes: Paid partner API.",
+        "enabled": True,
+    },
+    {
+        "provider": "OpenWeather",
+        "method": "Current weather data",
+        "urls": [],
+        "docsUrl": None,
+        "guidance": "Purpose: Current weather conditions for a city or coordinates.\n"
+        "Instructions: GET /data/2.5/weather with q or lat and lon.\n"
+        "Notes: Free tier with a daily call limit.",
+        "enabled": True,
+    },
+    {
+        "provider": "Duffel",
+        "method": "Stays: Search accommodation",
+        "urls": ["https://api.duffel.com/stays/search"],
+        "docsUrl": "https://duffel.com/docs/api/v2/search",
+        "guidance": "Purpose: Search hotel rooms to book for a location and dates.\n"
+        "Instructions: POST /stays/search with check in date, check out date and guests.\n"
+        "Notes: Paid API with per-booking fees.",
+        "enabled": True,
+    },
+    {
+        # Closest of all to the query, but a disabled draft: search must never show it.
+        "provider": "Amadeus",
+        "method": "Hotel Search",
+        "urls": ["https://api.amadeus.com/v3/shopping/hotel-offers"],
+        "docsUrl": "https://developers.amadeus.com/self-service/category/hotels",
+        "guidance": "Purpose: Find live hotel availability through a paid API.\n"
+        "Instructions: GET hotel offers.\n"
+        "Notes: Disabled draft.",
+        "enabled": False,
+    },
+]
+NAME_QUERY = "Stripe"
+
+
+def write_jsonl(path, records) -> str:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return str(path)
+
+
+def as_match(record: dict) -> dict:
+    return {key: record[key] for key in MATCH_KEYS}
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def expected_semantic_matches(records: list[dict], query: str) -> list[dict]:
+    """The enabled records by cosine similarity of their fake embeddings to the query's, first 3.
+
+    Refuses a catalog where a tie (or a difference within float32 noise) would decide the order.
+    """
+    query_vector = fake_embedding(query)
+    scored = sorted(
+        (
+            (cosine(fake_embedding(record_text(r["provider"], r["method"], r["guidance"])), query_vector), r)
+            for r in records
+            if r["enabled"]
+        ),
+        key=lambda pair: -pair[0],
+    )
+    deciding = [score for score, _ in scored[:4]]
+    gaps = [higher - lower for higher, lower in zip(deciding, deciding[1:])]
+    assert all(gap > 1e-4 for gap in gaps), f"the test catalog has near ties for {query!r}: {deciding}"
+    return [as_match(record) for _, record in scored[:3]]
+
+
+def expected_name_matches(records: list[dict], provider: str) -> list[dict]:
+    """The name path for an exact provider name: its enabled methods, by method name, at most 3."""
+    hits = [r for r in records if r["enabled"] and r["provider"].casefold() == provider.casefold()]
+    return [as_match(r) for r in sorted(hits, key=lambda r: r["method"].casefold())[:3]]
+
+
+def search_json(env: dict, query: str):
+    result = run_cli(env, "search", "--json", query)
+    return result, json.loads(result.stdout) if result.stdout.strip() else None
+
+
+def import_catalog(env: dict, path) -> dict:
+    result = run_cli(env, "import", "--json", str(path))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def registry_snapshot(database_url: str) -> tuple[list, list]:
+    """Every stored column of every record, and the registry's model: what 'unchanged' means."""
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            """
+            select id, provider, method, urls, docs_url, guidance, enabled, embedding::text,
+                   embedding_model, embedding_content_hash, updated_at
+            from payrail.provider_methods order by id
+            """
+        ).fetchall()
+        model = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchall()
+    return rows, model
+
+
+def closed_port_base_url() -> str:
+    """An OpenAI base URL on a local port nobody listens on: connections are refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def direct_embedder(openai_fake, **options) -> OpenAIEmbedder:
+    """The backend the CLI builds from cli_env, made in this process (same client, same HTTP)."""
+    options = {"timeout": EMBEDDING_TIMEOUT, "max_retries": EMBEDDING_RETRIES, **options}
+    return OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, **options)
+
+
+@pytest.fixture
+def loaded_catalog(database_url, openai_fake, tmp_path):
+    """The test catalog imported with a healthy fake, in process to keep the failure tests fast
+    (the CLI import itself is what test_import_then_search_through_the_cli covers)."""
+    path = tmp_path / "catalog.jsonl"
+    write_jsonl(path, CATALOG)
+    with database.connect(database_url) as conn:
+        report = catalog.import_records(conn, lambda: direct_embedder(openai_fake), read_lines(path))
+    assert (report.created, report.refused, report.saved) == (len(CATALOG), [], True)
+    return str(path)
+
+
+# 1. Success ---------------------------------------------------------------------------------------
+
+
+def test_import_then_search_through_the_cli(cli_env, openai_fake, database_url, tmp_path):
+    path = write_jsonl(tmp_path / "catalog.jsonl", CATALOG)
+
+    report = import_catalog(cli_env, path)
+
+    assert (report["created"], report["refused"], report["saved"]) == (len(CATALOG), [], True)
+    embedded = [text for request in openai_fake.requests for text in request["input"]]
+    assert sorted(embedded) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG)
+    assert {request["model"] for request in openai_fake.requests} == {FAKE_MODEL}
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchall() == [
+            (FAKE_MODEL, FAKE_DIMENSIONS)
+        ]
+
+    # The semantic path: the query, and only the query, is embedded; the order is the computed one.
+    expected = expected_semantic_matches(CATALOG, SEMANTIC_QUERY)
+    requests_before = len(openai_fake.requests)
+
+    result, payload = search_json(cli_env, SEMANTIC_QUERY)
+
+    assert result.returncode == 0, result.stderr
+    assert list(payload) == ["matches"]
+    assert all(set(match) == MATCH_KEYS for match in payload["matches"])
+    assert payload["matches"] == expected
+    assert all(match["provider"] != "Amadeus" for match in payload["matches"]), "a disabled draft was returned"
+    assert [request["input"] for request in openai_fake.requests[requests_before:]] == [[SEMANTIC_QUERY]]
+
+    # The name path: an exact provider name answers without the embedding service.
+    requests_before = len(openai_fake.requests)
+
+    result, payload = search_json(cli_env, NAME_QUERY)
+
+    assert result.returncode == 0, result.stderr
+    assert payload == {"matches": expected_name_matches(CATALOG, NAME_QUERY)}
+    assert len(payload["matches"]) == 2
+    assert len(openai_fake.requests) == requests_before, "a name-path search called the embedding service"
+
+
+# 2. Batching --------------------------------------------------------------------------------------
+
+
+def test_import_batches_embedding_requests(cli_env, openai_fake, database_url, tmp_path):
+    count = 5000
+    records = [
+        {
+            "provider": f"Provider {number:04d}",
+            "method": "Lookup",
+            "urls": [f"https://api{number}.example.com/v1/lookup"],
+            "docsUrl": None,
+            "guidance": f"Purpose: Look up item {number}.\nInstructions: GET /v1/lookup.\nNotes: Batch test.",
+            "enabled": number % 2 == 0,
+        }
+        for number in range(count)
+    ]
+    path = write_jsonl(tmp_path / "many.jsonl", records)
+
+    report = import_catalog(cli_env, path)
+
+    assert (report["created"], report["refused"], report["saved"]) == (count, [], True)
+    sizes = [len(request["input"]) for request in openai_fake.requests]
+    assert len(sizes) == math.ceil(count / OPENAI_MAX_BATCH)
+    assert all(0 < size <= OPENAI_MAX_BATCH for size in sizes), sizes
+    assert sum(sizes) == count
+    embedded = [text for request in openai_fake.requests for text in request["input"]]
+    assert sorted(embedded) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in records)
+    # The client asked for base64, which the fake honours: the saved vectors prove the decoding.
+    assert {request.get("encoding_format") for request in openai_fake.requests} == {"base64"}
+    with psycopg.connect(database_url) as conn:
+        stored = conn.execute(
+            "select count(*) from payrail.provider_methods where vector_dims(embedding) = %s", (FAKE_DIMENSIONS,)
+        ).fetchone()[0]
+        sample_row = conn.execute(
+            "select provider, method, guidance, embedding::text from payrail.provider_methods "
+            "where provider = 'Provider 4321'"
+        ).fetchone()
+    assert stored == count
+    stored_vector = np.array(json.loads(sample_row[3]), dtype=np.float32)
+    np.testing.assert_allclose(stored_vector, fake_embedding(record_text(*sample_row[:3])), atol=1e-6)
+
+
+# 3. Failures of the embedding service during search ----------------------------------------------
+
+# behaviour -> (requests the fake must have received for the failing search, words the detail mentions)
+FAILURES = {
+    "429": (EMBEDDING_RETRIES + 1, "429"),
+    "500": (EMBEDDING_RETRIES + 1, "500"),
+    "hang": (EMBEDDING_RETRIES + 1, "timed out"),
+    "refused": (0, "connection"),
+    "wrong_dimensions": (1, "dimensions"),
+    "malformed": (None, "malformed"),
+}
+
+
+@pytest.mark.parametrize("behaviour", list(FAILURES))
+def test_search_reports_unavailable_when_embedding_fails(behaviour, cli_env, openai_fake, loaded_catalog, database_url):
+    expected_requests, detail_mentions = FAILURES[behaviour]
+    env = dict(cli_env)
+    if behaviour == "refused":
+        env["OPENAI_BASE_URL"] = closed_port_base_url()
+    else:
+        openai_fake.behaviour = behaviour
+    snapshot_before = registry_snapshot(database_url)
+    requests_before = len(openai_fake.requests)
+
+    started = time.monotonic()
+    result, payload = search_json(env, SEMANTIC_QUERY)
+    elapsed = time.monotonic() - started
+
+    assert result.returncode != 0
+    assert payload is not None and set(payload) == {"error", "detail"}, result.stdout + result.stderr
+    assert payload["error"] == "search_unavailable"
+    assert isinstance(payload["detail"], str) and detail_mentions in payload["detail"].lower(), payload["detail"]
+    assert "Traceback" not in result.stderr
+    assert elapsed < FAILURE_WALL_TIME, f"{behaviour}: {elapsed:.1f}s, bound {FAILURE_WALL_TIME:.1f}s"
+    failing_requests = len(openai_fake.requests) - requests_before
+    if expected_requests is None:
+        assert 1 <= failing_requests <= EMBEDDING_RETRIES + 1
+    else:
+        assert failing_requests == expected_requests
+    if behaviour == "hang":
+        assert elapsed >= (EMBEDDING_RETRIES + 1) * EMBEDDING_TIMEOUT * 0.9, "the client did not wait for its timeout"
+
+    # Names need no embedding, so they still answer while the service is failing.
+    requests_before = len(openai_fake.requests)
+    result, payload = search_json(env, NAME_QUERY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert payload == {"matches": expected_name_matches(CATALOG, NAME_QUERY)}
+    assert len(openai_fake.requests) == requests_before
+
+    assert registry_snapshot(database_url) == snapshot_before
+
+
+# 4. Import with a failing embedder ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message_mentions"),
+    [("500", "500"), ("wrong_dimensions", "dimensions")],
+)
+def test_import_with_failing_embedder_saves_nothing(
+    behaviour, message_mentions, cli_env, openai_fake, loaded_catalog, database_url, tmp_path
+):
+    changed = dict(CATALOG[0], guidance="Purpose: Charge a card, edited.\nInstructions: POST.\nNotes: Edited.")
+    new = {
+        "provider": "Resend",
+        "method": "Send email",
+        "urls": ["https://api.resend.com/emails"],
+        "docsUrl": "https://resend.com/docs/api-reference/emails/send-email",
+        "guidance": "Purpose: Send a transactional email.\nInstructions: POST /emails.\nNotes: Paid above a free tier.",
+        "enabled": True,
+    }
+    path = write_jsonl(tmp_path / "edits.jsonl", [changed, new])
+    exported_before = run_cli(cli_env, "export")
+    assert exported_before.returncode == 0, exported_before.stderr
+    assert len(exported_before.stdout.splitlines()) == len(CATALOG)
+    snapshot_before = registry_snapshot(database_url)
+    requests_before = len(openai_fake.requests)
+    openai_fake.behaviour = behaviour
+
+    result = run_cli(cli_env, "import", str(path))
+
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("Error: "), result.stderr
+    assert message_mentions in result.stderr.lower(), result.stderr
+    # The embedder was asked, for exactly the new and the changed content, before anything was saved.
+    assert len(openai_fake.requests) > requests_before
+    assert sorted(openai_fake.requests[-1]["input"]) == sorted(
+        record_text(r["provider"], r["method"], r["guidance"]) for r in (changed, new)
+    )
+    exported_after = run_cli(cli_env, "export")
+    assert exported_after.returncode == 0, exported_after.stderr
+    assert exported_after.stdout == exported_before.stdout
+    assert registry_snapshot(database_url) == snapshot_before
+
+
+def test_import_into_empty_registry_with_failing_embedder_saves_nothing(cli_env, openai_fake, database_url, tmp_path):
+    path = write_jsonl(tmp_path / "catalog.jsonl", CATALOG)
+    openai_fake.behaviour = "500"
+
+    result = run_cli(cli_env, "import", str(path))
+
+    assert result.returncode != 0
+    assert result.stderr.startswith("Error: ") and "500" in result.stderr, result.stderr
+    assert len(openai_fake.requests) == EMBEDDING_RETRIES + 1
+    exported = run_cli(cli_env, "export")
+    assert (exported.returncode, exported.stdout) == (0, "")
+    # No model was recorded either: the next, healthy import may still choose it.
+    assert registry_snapshot(database_url) == ([], [])
+
+
+# 5. The embedder used directly from Python --------------------------------------------------------
+
+
+def test_openai_embedder_returns_the_servers_vectors(openai_fake):
+    texts = ["hotel room availability", "send an SMS text message", "Stripe: Create a refund\nPurpose: refunds."]
+
+    vectors = direct_embedder(openai_fake).embed(texts)
+
+    assert len(vectors) == len(texts)
+    for text, vector in zip(texts, vectors):
+        assert vector.shape == (FAKE_DIMENSIONS,)
+        assert vector.dtype == np.float32
+        np.testing.assert_allclose(vector, fake_embedding(text), atol=1e-6)
+    assert len(openai_fake.requests) == 1
+    assert openai_fake.requests[0]["input"] == texts
+    assert openai_fake.requests[0]["model"] == FAKE_MODEL
+    assert openai_fake.requests[0].get("encoding_format") == "base64"
+
+
+def test_openai_embedder_keeps_order_across_batches(openai_fake):
+    texts = [f"text number {number}" for number in range(5)]
+
+    vectors = direct_embedder(openai_fake, batch_size=2).embed(texts)
+
+    assert [request["input"] for request in openai_fake.requests] == [texts[0:2], texts[2:4], texts[4:5]]
+    for text, vector in zip(texts, vectors):
+        np.testing.assert_allclose(vector, fake_embedding(text), atol=1e-6)
+
+
+@pytest.mark.parametrize("behaviour", ["500", "429", "malformed"])
+def test_openai_embedder_raises_unavailable(behaviour, openai_fake):
+    openai_fake.behaviour = behaviour
+
+    with pytest.raises(EmbeddingUnavailable, match=FAKE_MODEL):
+        direct_embedder(openai_fake).embed(["hotel room availability"])
+
+    if behaviour in ("500", "429"):
+        assert len(openai_fake.requests) == EMBEDDING_RETRIES + 1
+
+
+def test_openai_embedder_times_out_on_a_hanging_server(openai_fake):
+    openai_fake.behaviour = "hang"
+    embedder = direct_embedder(openai_fake, timeout=0.5, max_retries=0)
+
+    started = time.monotonic()
+    with pytest.raises(EmbeddingUnavailable):
+        embedder.embed(["hotel room availability"])
+
+    assert time.monotonic() - started < 0.5 + 3.0
+    assert len(openai_fake.requests) == 1
