@@ -17,7 +17,8 @@ begin
         is distinct from (old.embedding, old.embedding_model, old.embedding_content_hash) then
     -- A fresh vector: it must come from the registry's model.
     -- Whether it was made from this content is provider_methods_embedding_content_check's job.
-    select * into v_model from payrail.embedding_model;
+    -- "for share" waits for a model switch in progress (switch_embedding_model), then sees its model.
+    select * into v_model from payrail.embedding_model for share;
     if v_model is null or new.embedding_model is distinct from v_model.name
        or vector_dims(new.embedding) <> v_model.dimensions then
       raise exception using

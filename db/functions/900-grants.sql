@@ -36,3 +36,28 @@ grant select on payrail.provider_methods, payrail.embedding_model to payrail_emb
 grant update (embedding, embedding_model, embedding_content_hash) on payrail.provider_methods to payrail_embedder;
 grant insert, update on payrail.embedding_model to payrail_embedder;
 grant execute on function payrail.set_embedding_model(text, integer) to payrail_embedder;
+
+-- History: operators read it and restore from it. Their edits write it through the
+-- tg_provider_methods__record_history trigger, which runs with their privileges: they may insert
+-- the version columns, never who or when (changed_at, changed_by, changed_by_session_user come
+-- from the column defaults), and never update or delete an entry.
+grant select on payrail.provider_method_history to payrail_operator;
+grant insert (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version_saved_at)
+  on payrail.provider_method_history to payrail_operator;
+grant execute on function
+  payrail.get_provider_method_history(text, text),
+  payrail.restore_provider_method(bigint, boolean)
+  to payrail_operator;
+
+-- Preview: operators see what search would answer with a draft enabled. It runs with their own
+-- privileges (they read drafts anyway), so it calls the search helpers as they are.
+grant execute on function
+  payrail.preview_search(text, text, text, vector, text),
+  payrail._search(text, vector, text, bigint),
+  payrail._name_path_matches(text, bigint),
+  payrail._check_query(text)
+  to payrail_operator;
+
+-- Model switch: the embedder stages the next model's vectors and switches.
+grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;
+grant execute on function payrail.switch_embedding_model(text, integer) to payrail_embedder;

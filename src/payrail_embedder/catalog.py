@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.rows import dict_row
 
-from .embedders import Embedder, batched, content_hash, record_text
+from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, content_hash, record_text
 from .records import Line, ProviderMethod, Refusal
 
 
@@ -38,12 +38,18 @@ class ImportReport:
 @dataclass
 class SyncReport:
     embedded: int = 0
-    # Edited after they were read: the edit wins and the next sync embeds the new content.
+    # Edited after they were read: the edit wins and its new content is embedded in a further pass.
     changed_meanwhile: int = 0
+    # "Provider / Method" of every record still without a current vector when sync stopped.
     pending: list[str] = field(default_factory=list)
+    # Why sync stopped early (the embedder failed); None when it ran to the end.
+    error: str | None = None
 
     def to_json(self) -> dict:
-        return {"embedded": self.embedded, "changed_meanwhile": self.changed_meanwhile, "pending": self.pending}
+        report = {"embedded": self.embedded, "changed_meanwhile": self.changed_meanwhile, "pending": self.pending}
+        if self.error is not None:
+            report["error"] = self.error
+        return report
 
 
 def ensure_registry_model(conn: psycopg.Connection, embedder: Embedder, dimensions: int) -> None:
@@ -228,50 +234,103 @@ def export_records(conn: psycopg.Connection) -> Iterable[str]:
         yield json.dumps(record.to_json(), ensure_ascii=False)
 
 
-def records_to_sync(conn: psycopg.Connection) -> list[dict]:
-    """Records whose vector is missing or from another model than the registry's."""
+def records_to_sync(conn: psycopg.Connection, ids: Sequence[int] | None = None) -> list[dict]:
+    """Records whose vector is missing or from another model than the registry's (of ids, when given)."""
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         """
         select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
         from payrail.provider_methods as pm
         left join payrail.get_embedding_model() as m on true
-        where pm.embedding is null or pm.embedding_model is distinct from m.name
+        where (pm.embedding is null or pm.embedding_model is distinct from m.name)
+          and (%(ids)s::bigint[] is null or pm.id = any(%(ids)s::bigint[]))
         order by pm.id
-        """
+        """,
+        {"ids": list(ids) if ids is not None else None},
     )
     return cursor.fetchall()
+
+
+def record_name(record: dict) -> str:
+    return f"{record['provider']} / {record['method']}"
+
+
+def default_batch_size(embedder: Embedder) -> int:
+    """One embedding request per batch: the backend's own batch (2,048 inputs for OpenAI, 64 locally)."""
+    return getattr(embedder, "batch_size", 256)
+
+
+def check_embedder_model(conn: psycopg.Connection, embedder: Embedder) -> None:
+    """Refuses before any embedding request when the embedder is configured for another model."""
+    row = conn.execute("select name from payrail.get_embedding_model()").fetchone()
+    if row is not None and row[0] != embedder.model_name:
+        raise RegistryModelMismatch(
+            f"the registry uses model {row[0]} but the embedder is configured for {embedder.model_name}; "
+            "set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model, or change the registry's "
+            "model with `payrail-embedder model switch`"
+        )
+
+
+# Records edited while sync embedded them get this many further passes before they are left pending.
+SYNC_PASSES = 3
 
 
 def sync(
     conn: psycopg.Connection,
     embedder: Embedder,
     *,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     progress: Callable[[int], None] = lambda done: None,
 ) -> SyncReport:
     """Embeds every record whose vector is missing or stale, committing batch by batch.
 
-    A vector is written only while the record still holds the content it was made from,
-    so an edit made meanwhile wins and stays for the next run.
+    conn must be in autocommit mode, so each batch is its own transaction: a crash or a failing
+    embedder keeps what was committed, and the next run embeds only the rest. A vector is written
+    only while the record still holds the content it was made from; a record edited meanwhile
+    is embedded again with its new content. When the embedder fails, sync stops and the report
+    lists every record still pending, with the error.
     """
+    if not conn.autocommit:
+        raise ValueError("sync needs a connection in autocommit mode, so that every batch commits on its own")
+    check_embedder_model(conn, embedder)
+    batch_size = batch_size or default_batch_size(embedder)
     report = SyncReport()
-    for batch in batched(records_to_sync(conn), batch_size):
-        vectors = embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in batch])
-        with conn.transaction():
-            ensure_registry_model(conn, embedder, len(vectors[0]))
-            for record, vector in zip(batch, vectors):
-                written = conn.execute(
-                    """
-                    update payrail.provider_methods
-                    set embedding = %s, embedding_model = %s, embedding_content_hash = content_hash
-                    where id = %s and content_hash = %s
-                    """,
-                    (vector, embedder.model_name, record["id"], record["content_hash"]),
-                ).rowcount
-                if written:
-                    report.embedded += 1
-                else:
-                    report.changed_meanwhile += 1
-        progress(len(batch))
+    todo = records_to_sync(conn)
+    for _ in range(SYNC_PASSES):
+        changed: list[int] = []
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            try:
+                vectors = checked_vectors(
+                    embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in batch]),
+                    len(batch),
+                    embedder.model_name,
+                )
+                with conn.transaction():
+                    ensure_registry_model(conn, embedder, len(vectors[0]))
+                    for record, vector in zip(batch, vectors):
+                        written = conn.execute(
+                            """
+                            update payrail.provider_methods
+                            set embedding = %s, embedding_model = %s, embedding_content_hash = content_hash
+                            where id = %s and content_hash = %s
+                            """,
+                            (vector, embedder.model_name, record["id"], record["content_hash"]),
+                        ).rowcount
+                        if written:
+                            report.embedded += 1
+                        else:
+                            changed.append(record["id"])
+            except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
+                report.error = error_reason(error) if isinstance(error, psycopg.Error) else str(error)
+                report.pending = [record_name(r) for r in todo[start:]]
+                if changed and not conn.broken:
+                    report.pending += [record_name(r) for r in records_to_sync(conn, changed)]
+                return report
+            progress(len(batch))
+        report.changed_meanwhile += len(changed)
+        todo = records_to_sync(conn, changed)
+        if not todo:
+            return report
+    report.pending = [record_name(r) for r in todo]
     return report

@@ -1,0 +1,53 @@
+-- Earlier versions of provider methods: written by tg_provider_methods__record_history
+-- (db/functions/120-provider_method_history.sql), restored by payrail.restore_provider_method.
+create table if not exists payrail.provider_method_history (
+  id bigint generated always as identity,
+  provider_method_id bigint not null,
+  operation text not null,
+  provider text not null,
+  method text not null,
+  urls text[] not null,
+  docs_url text,
+  guidance text not null,
+  enabled boolean not null,
+  version_saved_at timestamptz not null,
+  -- Filled by their defaults: writers may not set them (see 900-grants.sql), so who and when
+  -- are always the database's own account of the change.
+  changed_at timestamptz not null default pg_catalog.now(),
+  changed_by text not null default current_user,
+  changed_by_session_user text not null default session_user,
+  constraint provider_method_history_pkey primary key (id)
+);
+
+alter table payrail.provider_method_history
+  drop constraint if exists provider_method_history_operation_check,
+  add constraint provider_method_history_operation_check check (operation in ('update', 'delete'));
+
+create index if not exists provider_method_history_provider_method_id_idx
+  on payrail.provider_method_history (provider_method_id, id);
+-- get_provider_method_history finds deleted and renamed records by their former names.
+create index if not exists provider_method_history_name_idx
+  on payrail.provider_method_history (payrail._normalize_name(provider), payrail._normalize_name(method));
+
+comment on table payrail.provider_method_history is
+$$Earlier versions of provider methods: one row per update or delete, holding the version it replaced.
+
+Written by the trigger tg_provider_methods__record_history whenever a public field or enabled
+changes, or a record is deleted; vector-only writes (sync, model switch) are not versions. Kept
+forever; read with payrail.get_provider_method_history(provider, method) or
+`payrail-embedder history PROVIDER METHOD`, restore with payrail.restore_provider_method(id).$$;
+comment on column payrail.provider_method_history.id is 'History entry id: what payrail.restore_provider_method takes.';
+comment on column payrail.provider_method_history.provider_method_id is
+  'The record this was a version of (payrail.provider_methods.id); the record may since have been deleted.';
+comment on column payrail.provider_method_history.operation is 'update: the version was edited; delete: the record was deleted.';
+comment on column payrail.provider_method_history.provider is 'Provider name of this version.';
+comment on column payrail.provider_method_history.method is 'Method name of this version.';
+comment on column payrail.provider_method_history.urls is 'URLs of this version.';
+comment on column payrail.provider_method_history.docs_url is 'Docs URL of this version.';
+comment on column payrail.provider_method_history.guidance is 'Guidance of this version.';
+comment on column payrail.provider_method_history.enabled is 'Whether this version was enabled (searchable).';
+comment on column payrail.provider_method_history.version_saved_at is 'When this version was saved (the record''s updated_at then).';
+comment on column payrail.provider_method_history.changed_at is 'When this version was replaced or deleted (start of that transaction).';
+comment on column payrail.provider_method_history.changed_by is
+  'Role that replaced or deleted it (current_user: the group role after SET ROLE, else the login).';
+comment on column payrail.provider_method_history.changed_by_session_user is 'Login role of that session (session_user).';

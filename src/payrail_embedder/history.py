@@ -1,0 +1,62 @@
+"""Earlier versions of a provider method (payrail.provider_method_history), for operators."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.rows import dict_row
+
+
+def _version_json(row: dict) -> dict:
+    return {
+        "provider": row["provider"],
+        "method": row["method"],
+        "urls": list(row["urls"]),
+        "docsUrl": row["docs_url"],
+        "guidance": row["guidance"],
+        "enabled": row["enabled"],
+    }
+
+
+def provider_method_history(conn: psycopg.Connection, provider: str, method: str) -> dict:
+    """The record now named provider / method (None if there is none) and its earlier versions, newest first.
+
+    Versions of records once so named (renamed or deleted since) are included; see
+    payrail.get_provider_method_history.
+    """
+    cursor = conn.cursor(row_factory=dict_row)
+    current = cursor.execute(
+        """
+        select pm.id, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled,
+               pm.embedding is not null as embedded, pm.updated_at
+        from payrail.provider_methods as pm
+        where payrail._normalize_name(pm.provider) = payrail._normalize_name(%s)
+          and payrail._normalize_name(pm.method) = payrail._normalize_name(%s)
+        """,
+        (provider, method),
+    ).fetchone()
+    versions = cursor.execute("select * from payrail.get_provider_method_history(%s, %s)", (provider, method)).fetchall()
+    return {
+        "record": (
+            {
+                "recordId": current["id"],
+                **_version_json(current),
+                "embedded": current["embedded"],
+                "savedAt": current["updated_at"].isoformat(),
+            }
+            if current
+            else None
+        ),
+        "history": [
+            {
+                "historyId": v["id"],
+                "recordId": v["provider_method_id"],
+                "operation": v["operation"],
+                "changedAt": v["changed_at"].isoformat(),
+                "changedBy": v["changed_by"],
+                "changedBySessionUser": v["changed_by_session_user"],
+                "savedAt": v["version_saved_at"].isoformat(),
+                **_version_json(v),
+            }
+            for v in versions
+        ],
+    }

@@ -1,0 +1,199 @@
+"""Switching the registry's embedding model: stage every record's vector by the new model while
+the current one stays in force, then switch in one transaction (payrail.switch_embedding_model)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .catalog import SYNC_PASSES, default_batch_size, error_reason, record_name
+from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
+
+MODEL_MISMATCH = "PYE02"
+
+
+@dataclass
+class SwitchReport:
+    model: str
+    previous: tuple[str, int] | None
+    dimensions: int | None = None
+    # Vectors staged by this run; records staged by an interrupted earlier run are not embedded again.
+    staged: int = 0
+    # Edited while they were being embedded: staged again with their new content.
+    changed_meanwhile: int = 0
+    switched: bool = False
+    # Of the switch itself: records given their staged vector, drafts left without one.
+    embedded: int = 0
+    drafts_cleared: int = 0
+    pending: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        report = {
+            "model": self.model,
+            "dimensions": self.dimensions,
+            "previous": {"model": self.previous[0], "dimensions": self.previous[1]} if self.previous else None,
+            "staged": self.staged,
+            "changed_meanwhile": self.changed_meanwhile,
+            "switched": self.switched,
+            "embedded": self.embedded,
+            "drafts_cleared": self.drafts_cleared,
+            "pending": self.pending,
+        }
+        if self.error is not None:
+            report["error"] = self.error
+        return report
+
+
+def registry_model(conn: psycopg.Connection) -> tuple[str, int] | None:
+    row = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def records_to_stage(conn: psycopg.Connection, model: str) -> list[dict]:
+    """Records without a staged vector of their current content by model."""
+    cursor = conn.cursor(row_factory=dict_row)
+    cursor.execute(
+        """
+        select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
+        from payrail.provider_methods as pm
+        where not exists (
+          select from payrail.embedding_staging as s
+          where s.provider_method_id = pm.id and s.model = %s and s.content_hash = pm.content_hash)
+        order by pm.id
+        """,
+        (model,),
+    )
+    return cursor.fetchall()
+
+
+STAGE = """
+insert into payrail.embedding_staging as s (provider_method_id, model, content_hash, embedding)
+select pm.id, %(model)s, pm.content_hash, %(embedding)s
+from payrail.provider_methods as pm
+where pm.id = %(id)s and pm.content_hash = %(content_hash)s
+on conflict (provider_method_id, model) do update
+  set content_hash = excluded.content_hash, embedding = excluded.embedding, staged_at = pg_catalog.now()
+"""
+
+
+def stage(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    report: SwitchReport,
+    *,
+    batch_size: int,
+    progress: Callable[[int], None],
+) -> bool:
+    """Stages a vector for every record that lacks one, a transaction per batch; False when the embedder failed."""
+    todo = records_to_stage(conn, embedder.model_name)
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        try:
+            vectors = checked_vectors(
+                embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in batch]),
+                len(batch),
+                embedder.model_name,
+            )
+            if report.dimensions is not None and len(vectors[0]) != report.dimensions:
+                raise EmbeddingUnavailable(
+                    f"{embedder.model_name} returned {len(vectors[0])} dimensions, earlier {report.dimensions}"
+                )
+            report.dimensions = len(vectors[0])
+            with conn.transaction():
+                for record, vector in zip(batch, vectors):
+                    params = {"model": embedder.model_name, "embedding": vector, **record}
+                    if conn.execute(STAGE, params).rowcount:
+                        report.staged += 1
+                    else:
+                        report.changed_meanwhile += 1
+        except (EmbeddingUnavailable, psycopg.Error) as error:
+            report.error = error_reason(error) if isinstance(error, psycopg.Error) else str(error)
+            report.pending = [record_name(r) for r in todo[start:]]
+            return False
+        progress(len(batch))
+    return True
+
+
+def switch_model(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    *,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] = lambda done: None,
+) -> SwitchReport:
+    """Re-embeds every record with embedder's model into payrail.embedding_staging, then switches.
+
+    conn must be in autocommit mode: each staged batch commits, so an interrupted run resumes
+    where it stopped. Search keeps the current model until the switch commits. Records edited
+    during staging are staged again (up to SYNC_PASSES times) before the switch is given up.
+    """
+    if not conn.autocommit:
+        raise ValueError("switch_model needs a connection in autocommit mode, so that every batch commits on its own")
+    report = SwitchReport(model=embedder.model_name, previous=registry_model(conn))
+    if report.previous is not None and report.previous[0] == embedder.model_name:
+        report.dimensions = report.previous[1]
+        return report
+    row = conn.execute(
+        "select vector_dims(embedding) from payrail.embedding_staging where model = %s limit 1", (embedder.model_name,)
+    ).fetchone()
+    report.dimensions = row[0] if row else None
+    batch_size = batch_size or default_batch_size(embedder)
+
+    attempt = 0
+    while True:
+        attempt += 1
+        if not stage(conn, embedder, report, batch_size=batch_size, progress=progress):
+            return report
+        if report.dimensions is None:
+            # No record to embed: ask the model once for its dimensions.
+            try:
+                report.dimensions = len(checked_vectors(embedder.embed([embedder.model_name]), 1, embedder.model_name)[0])
+            except EmbeddingUnavailable as error:
+                report.error = str(error)
+                return report
+        try:
+            with conn.transaction():
+                report.embedded, report.drafts_cleared = conn.execute(
+                    "select embedded, drafts_cleared from payrail.switch_embedding_model(%s, %s)",
+                    (embedder.model_name, report.dimensions),
+                ).fetchone()
+        except psycopg.Error as error:
+            # PYE02: a record was edited after it was staged. Stage it again and retry, a few times.
+            if error.sqlstate != MODEL_MISMATCH or attempt == SYNC_PASSES:
+                raise
+            continue
+        report.switched = True
+        return report
+
+
+def describe(conn: psycopg.Connection) -> dict:
+    """The registry's model, how many records carry a vector from it, and what is staged for a switch."""
+    cursor = conn.cursor(row_factory=dict_row)
+    info = cursor.execute(
+        """
+        select m.name as model, m.dimensions, m.set_at,
+               (select count(*) from payrail.provider_methods) as records,
+               (select count(*) from payrail.provider_methods where enabled) as enabled,
+               (select count(*) from payrail.provider_methods where embedding is not null) as embedded
+        from (select) as one
+        left join payrail.embedding_model as m on true
+        """
+    ).fetchone()
+    staged = {}
+    if conn.execute("select has_table_privilege('payrail.embedding_staging', 'select')").fetchone()[0]:
+        staged = dict(
+            conn.execute("select model, count(*) from payrail.embedding_staging group by model order by model").fetchall()
+        )
+    return {
+        "model": info["model"],
+        "dimensions": info["dimensions"],
+        "setAt": info["set_at"].isoformat() if info["set_at"] else None,
+        "records": info["records"],
+        "enabled": info["enabled"],
+        "embedded": info["embedded"],
+        "staged": staged,
+    }

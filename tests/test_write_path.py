@@ -1,0 +1,548 @@
+"""The operators' write path: sync under failure and kill -9, model switch, preview and history,
+with the real CLI in a subprocess, the fake OpenAI server over HTTP and real PostgreSQL servers.
+
+Expected vectors and orders come from openai_fake.fake_embedding and embedders.record_text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from conftest import CLI, REPO, run_cli
+from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_embedder import catalog, model_switch
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import OPENAI_MAX_BATCH, OpenAIEmbedder, record_text
+
+NEW_MODEL = "fake-embedding-2"
+NEW_DIMENSIONS = 48
+QUERY = "find live hotel availability through a paid API"
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def rec(provider, method, guidance, *, enabled=True, urls=(), docs_url=None) -> dict:
+    return {"provider": provider, "method": method, "urls": list(urls), "docsUrl": docs_url, "guidance": guidance, "enabled": enabled}
+
+
+def public(record: dict) -> dict:
+    return {key: record[key] for key in ("provider", "method", "urls", "docsUrl", "guidance")}
+
+
+CATALOG = [
+    rec("Booking.com", "Accommodation availability", "Purpose: live hotel availability and room prices for dates.\nNotes: paid partner API."),
+    rec("Duffel", "Stays search", "Purpose: search hotel rooms to book by location and dates.\nNotes: paid API."),
+    rec("Stripe", "Create a refund", "Purpose: give money back for an earlier card charge."),
+    rec("Twilio", "Send an SMS", "Purpose: send a text message to a mobile phone number."),
+    rec("OpenWeather", "Current weather", "Purpose: current weather conditions for a city."),
+    rec("Amadeus", "Hotel offers", "Purpose: find live hotel availability through a paid API.", enabled=False),
+]
+
+
+def write_jsonl(path, records) -> str:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return str(path)
+
+
+def cli_json(env: dict, *args: str) -> tuple[int, dict, str]:
+    result = run_cli(env, *args)
+    try:
+        return result.returncode, json.loads(result.stdout), result.stderr
+    except json.JSONDecodeError:
+        pytest.fail(f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}")
+
+
+def import_catalog(env, tmp_path, records=CATALOG) -> None:
+    code, report, _ = cli_json(env, "import", "--json", write_jsonl(tmp_path / "catalog.jsonl", records))
+    assert (code, report["created"], report["saved"]) == (0, len(records), True), report
+
+
+def cosine(a, b) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def expected_semantic(records, query, dimensions=FAKE_DIMENSIONS) -> list[dict]:
+    q = fake_embedding(query, dimensions)
+    scored = sorted(
+        ((cosine(fake_embedding(record_text(r["provider"], r["method"], r["guidance"]), dimensions), q), r)
+         for r in records if r["enabled"]),
+        key=lambda pair: -pair[0],
+    )  # fmt: skip
+    gaps = [a - b for (a, _), (b, _) in zip(scored[:4], scored[1:4])]
+    assert all(gap > 1e-4 for gap in gaps), f"near ties for {query!r}"
+    return [public(r) for _, r in scored[:3]]
+
+
+def rows(url: str) -> list[dict]:
+    """Every record with its embedding columns, in id order."""
+    with connect(url) as conn:
+        cursor = conn.cursor(row_factory=dict_row)
+        return cursor.execute(
+            """
+            select pm.id, pm.provider, pm.method, pm.guidance, pm.enabled, pm.content_hash,
+                   pm.embedding, pm.embedding_model, pm.embedding_content_hash, m.name as registry_model
+            from payrail.provider_methods as pm left join payrail.get_embedding_model() as m on true
+            order by pm.id
+            """
+        ).fetchall()
+
+
+def assert_whole_or_nothing(row: dict, dimensions=FAKE_DIMENSIONS) -> bool:
+    """A record either has the vector of its current content by the registry's model, or none at all."""
+    if row["embedding"] is None:
+        assert (row["embedding_model"], row["embedding_content_hash"]) == (None, None), row
+        return False
+    assert row["embedding_model"] == row["registry_model"], row
+    assert row["embedding_content_hash"] == row["content_hash"], row
+    expected = fake_embedding(record_text(row["provider"], row["method"], row["guidance"]), dimensions)
+    np.testing.assert_allclose(row["embedding"].to_numpy(), expected, rtol=1e-6, atol=1e-7)
+    return True
+
+
+def insert_drafts(url: str, count: int) -> list[str]:
+    names = [(f"Provider {n:04d}", f"Method {n:04d}", f"Purpose: generated record number {n} for sync.") for n in range(count)]
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names
+            )
+    return [f"{p} / {m}" for p, m, _ in names]
+
+
+class SwitchAt(list):
+    """Stands in for FakeOpenAI.requests: from the n-th request on, the fake behaves as told.
+
+    The fake appends each request before it looks at its behaviour, so the switch is exact; it
+    happens once, so a test may set the behaviour back later.
+    """
+
+    def __init__(self, fake, n: int, behaviour: str):
+        super().__init__()
+        self.fake, self.n, self.behaviour = fake, n, behaviour
+
+    def append(self, item):
+        super().append(item)
+        if len(self) == self.n:
+            self.fake.behaviour = self.behaviour
+
+
+def fake_embedder(openai_fake, model=FAKE_MODEL, **kwargs) -> OpenAIEmbedder:
+    return OpenAIEmbedder(model, api_key="test-key", base_url=openai_fake.base_url, timeout=2, max_retries=0, **kwargs)
+
+
+# --- sync ----------------------------------------------------------------------------------------
+
+
+def test_sync_sends_up_to_2048_inputs_per_request_and_batch_size_overrides(cli_env, database_url, openai_fake):
+    insert_drafts(database_url, OPENAI_MAX_BATCH + 1)
+    code, summary, _ = cli_json(cli_env, "sync", "--json")
+    assert (code, summary) == (0, {"embedded": OPENAI_MAX_BATCH + 1, "changed_meanwhile": 0, "pending": []})
+    assert [len(r["input"]) for r in openai_fake.requests] == [OPENAI_MAX_BATCH, 1]
+
+    with psycopg.connect(database_url) as conn:
+        conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where id <= 21")
+    openai_fake.requests.clear()
+    code, summary, _ = cli_json(cli_env, "sync", "--batch-size", "7", "--json")
+    assert (code, summary["embedded"]) == (0, 21), summary
+    assert [len(r["input"]) for r in openai_fake.requests] == [7, 7, 7]
+
+
+def test_sync_stops_when_the_embedder_fails_midway_keeps_what_it_committed_and_lists_the_rest(
+    cli_env, database_url, openai_fake
+):
+    names = insert_drafts(database_url, 12)
+    openai_fake.requests = SwitchAt(openai_fake, 3, "500")
+    code, summary, stderr = cli_json(cli_env, "sync", "--batch-size", "4", "--json")
+
+    assert code == 1, summary
+    assert (summary["embedded"], summary["changed_meanwhile"]) == (8, 0), summary
+    assert summary["pending"] == names[8:]
+    assert "500" in summary["error"], summary
+    stored = rows(database_url)
+    assert [assert_whole_or_nothing(row) for row in stored] == [True] * 8 + [False] * 4
+
+    # Text mode lists the pending records on standard error.
+    result = run_cli(cli_env, "sync", "--batch-size", "4")
+    assert result.returncode == 1
+    assert all(f"pending: {name}" in result.stderr for name in names[8:]), result.stderr
+    assert "0 embedded, 0 changed meanwhile, 4 pending" in result.stdout
+
+    openai_fake.behaviour = "ok"
+    code, summary, _ = cli_json(cli_env, "sync", "--json")
+    assert (code, summary) == (0, {"embedded": 4, "changed_meanwhile": 0, "pending": []})
+    assert all(assert_whole_or_nothing(row) for row in rows(database_url))
+
+
+def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_and_a_rerun_converges(
+    cli_env, database_url, openai_fake
+):
+    """kill -9 while a batch's transaction has written some of its rows and waits on a row lock."""
+    names = insert_drafts(database_url, 20)
+    ids = [row["id"] for row in rows(database_url)]
+    blocker = psycopg.connect(database_url)
+    # The third record of the third batch (of 5): the sync's transaction writes two rows, then waits.
+    blocker.execute("select from payrail.provider_methods where id = %s for update", (ids[12],))
+
+    sync = subprocess.Popen(
+        [str(CLI), "sync", "--batch-size", "5", "--json"],
+        env=cli_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        with psycopg.connect(database_url, autocommit=True) as watcher:
+            while True:
+                waiting = watcher.execute(
+                    """
+                    select count(*) from pg_stat_activity
+                    where application_name = 'payrail-embedder' and wait_event_type = 'Lock'
+                      and datname = current_database()
+                    """
+                ).fetchone()[0]
+                if waiting:
+                    break
+                assert sync.poll() is None, sync.communicate()
+                assert time.monotonic() < deadline, "sync never reached the locked row"
+                time.sleep(0.05)
+            os.kill(sync.pid, signal.SIGKILL)
+            sync.wait(timeout=30)
+            assert sync.returncode == -signal.SIGKILL
+            blocker.rollback()
+            # The server rolls the orphaned transaction back once its backend notices the dead client.
+            while watcher.execute(
+                "select count(*) from pg_stat_activity"
+                " where application_name = 'payrail-embedder' and datname = current_database()"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the killed sync's backend never went away"
+                time.sleep(0.05)
+    finally:
+        blocker.close()
+        if sync.poll() is None:
+            sync.kill()
+
+    stored = rows(database_url)
+    embedded = [assert_whole_or_nothing(row) for row in stored]
+    # Two batches committed; the third batch's two written rows went with its transaction.
+    assert embedded == [True] * 10 + [False] * 10
+    requests_before_rerun = len(openai_fake.requests)
+
+    code, summary, _ = cli_json(cli_env, "sync", "--batch-size", "5", "--json")
+    assert (code, summary) == (0, {"embedded": 10, "changed_meanwhile": 0, "pending": []})
+    assert [r["input"] for r in openai_fake.requests[requests_before_rerun:]] == [
+        [record_text(row["provider"], row["method"], row["guidance"]) for row in stored[start : start + 5]]
+        for start in (10, 15)
+    ]
+    assert all(assert_whole_or_nothing(row) for row in rows(database_url))
+    assert cli_json(cli_env, "sync", "--dry-run", "--json")[1] == {"would_embed": []}
+    assert len(names) == 20
+
+
+def test_sync_embeds_the_new_content_of_a_record_edited_while_it_was_embedded(database_url, openai_fake):
+    insert_drafts(database_url, 3)
+    edited_guidance = "Purpose: rewritten while sync was embedding it."
+    real = fake_embedder(openai_fake)
+
+    class EditingEmbedder:
+        model_name = real.model_name
+        calls = 0
+
+        def embed(self, texts):
+            vectors = real.embed(texts)
+            self.calls += 1
+            if self.calls == 1:  # an operator saves an edit after the vector was computed
+                with psycopg.connect(database_url) as conn:
+                    conn.execute(
+                        "update payrail.provider_methods set guidance = %s where method = 'Method 0001'",
+                        (edited_guidance,),
+                    )
+            return vectors
+
+    with connect(database_url, autocommit=True) as conn:
+        report = catalog.sync(conn, EditingEmbedder())
+    assert report.to_json() == {"embedded": 3, "changed_meanwhile": 1, "pending": []}
+    stored = rows(database_url)
+    assert all(assert_whole_or_nothing(row) for row in stored)
+    assert stored[1]["guidance"] == edited_guidance
+
+
+@pytest.mark.parametrize(
+    "bad_vector, message",
+    [
+        (lambda n: np.full(n, np.nan, dtype=np.float32), "zero or non-finite"),
+        (lambda n: np.zeros(n, dtype=np.float32), "zero or non-finite"),
+        (lambda n: np.full(n, np.inf, dtype=np.float32), "zero or non-finite"),
+    ],
+    ids=["nan", "zero", "infinity"],
+)
+def test_sync_refuses_nan_zero_and_infinite_vectors_and_changes_nothing(database_url, bad_vector, message):
+    insert_drafts(database_url, 3)
+
+    class BadEmbedder:
+        model_name = FAKE_MODEL
+
+        def embed(self, texts):
+            return [fake_embedding(t) for t in texts[:-1]] + [bad_vector(FAKE_DIMENSIONS)]
+
+    before = rows(database_url)
+    with connect(database_url, autocommit=True) as conn:
+        report = catalog.sync(conn, BadEmbedder())
+    assert message in report.error
+    assert report.embedded == 0 and len(report.pending) == 3
+    assert rows(database_url) == before
+
+
+def test_sync_refuses_vectors_of_other_dimensions_midway_and_names_both(cli_env, database_url, openai_fake):
+    names = insert_drafts(database_url, 6)
+    openai_fake.requests = SwitchAt(openai_fake, 2, "wrong_dimensions")
+    code, summary, _ = cli_json(cli_env, "sync", "--batch-size", "3", "--json")
+    assert code == 1
+    assert (summary["embedded"], summary["pending"]) == (3, names[3:]), summary
+    assert f"({FAKE_DIMENSIONS} dimensions)" in summary["error"] and f"({FAKE_DIMENSIONS + 1} dimensions)" in summary["error"]
+    assert [assert_whole_or_nothing(row) for row in rows(database_url)] == [True] * 3 + [False] * 3
+
+
+def test_sync_with_another_model_than_the_registrys_is_refused_before_any_request(cli_env, database_url, openai_fake, tmp_path):
+    import_catalog(cli_env, tmp_path, CATALOG[:2])
+    insert_drafts(database_url, 2)
+    requests = len(openai_fake.requests)
+    result = run_cli({**cli_env, "PAYRAIL_EMBEDDING_MODEL": NEW_MODEL}, "sync", "--json")
+    assert result.returncode == 1
+    assert f"the registry uses model {FAKE_MODEL}" in result.stderr and "model switch" in result.stderr
+    assert len(openai_fake.requests) == requests
+
+
+# --- model switch --------------------------------------------------------------------------------
+
+
+def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure_then_switches(
+    cli_env, database_url, openai_fake, tmp_path
+):
+    import_catalog(cli_env, tmp_path)
+    new_env = {**cli_env, "PAYRAIL_EMBEDDING_MODEL": NEW_MODEL}
+    code, shown, _ = cli_json(cli_env, "model", "show", "--json")
+    assert (code, shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (
+        0, FAKE_MODEL, FAKE_DIMENSIONS, len(CATALOG), {}
+    )  # fmt: skip
+    code, before, _ = cli_json(cli_env, "search", "--json", QUERY)
+    assert code == 0 and before["matches"] == expected_semantic(CATALOG, QUERY)
+
+    # The new model answers with other dimensions; its second request fails.
+    openai_fake.dimensions = NEW_DIMENSIONS
+    openai_fake.requests = SwitchAt(openai_fake, 2, "500")
+    code, report, stderr = cli_json(cli_env, "model", "switch", NEW_MODEL, "--batch-size", "2", "--json")
+    assert code == 1, report
+    assert (report["switched"], report["staged"], report["previous"]) == (
+        False, 2, {"model": FAKE_MODEL, "dimensions": FAKE_DIMENSIONS}
+    )  # fmt: skip
+    assert report["pending"] == [f"{r['provider']} / {r['method']}" for r in CATALOG[2:]]
+    assert "500" in report["error"]
+
+    # Staged but not switched: the old model is in force and answers exactly as before.
+    code, shown, _ = cli_json(cli_env, "model", "show", "--json")
+    assert (shown["model"], shown["staged"]) == (FAKE_MODEL, {NEW_MODEL: 2})
+    openai_fake.dimensions, openai_fake.behaviour = FAKE_DIMENSIONS, "ok"
+    assert cli_json(cli_env, "search", "--json", QUERY)[:2] == (0, before)
+    # A client already embedding with the new model is told so, never given a ranking.
+    code, answer, _ = cli_json(new_env, "search", "--json", QUERY)
+    assert (code, answer["error"]) == (1, "search_unavailable"), answer
+    assert FAKE_MODEL in answer["detail"] and NEW_MODEL in answer["detail"]
+
+    # The rerun embeds only what is not staged yet, then switches.
+    openai_fake.dimensions = NEW_DIMENSIONS
+    openai_fake.requests = []
+    code, report, _ = cli_json(cli_env, "model", "switch", NEW_MODEL, "--batch-size", "2", "--json")
+    assert code == 0, report
+    assert (report["switched"], report["staged"], report["embedded"], report["drafts_cleared"], report["dimensions"]) == (
+        True, len(CATALOG) - 2, len(CATALOG), 0, NEW_DIMENSIONS
+    )  # fmt: skip
+    assert sorted(text for r in openai_fake.requests for text in r["input"]) == sorted(
+        record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG[2:]
+    )
+    assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
+    code, shown, _ = cli_json(cli_env, "model", "show", "--json")
+    assert (shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (
+        NEW_MODEL, NEW_DIMENSIONS, len(CATALOG), {}
+    )  # fmt: skip
+
+    # Now the new model answers, and a client still on the old one gets search_unavailable (PYE02 in SQL).
+    code, answer, _ = cli_json(new_env, "search", "--json", QUERY)
+    assert (code, answer["matches"]) == (0, expected_semantic(CATALOG, QUERY, NEW_DIMENSIONS))
+    code, answer, _ = cli_json(cli_env, "search", "--json", QUERY)
+    assert (code, answer["error"]) == (1, "search_unavailable"), answer
+    assert FAKE_MODEL in answer["detail"] and NEW_MODEL in answer["detail"]
+    with connect(database_url) as conn, pytest.raises(psycopg.Error) as refused:
+        conn.execute(
+            "select * from payrail.search_provider_methods(%s, %s, %s)", (QUERY, fake_embedding(QUERY), FAKE_MODEL)
+        )
+    assert refused.value.sqlstate == "PYE02"
+    # Names never needed a vector.
+    assert cli_json(cli_env, "search", "--json", "Stripe")[1]["matches"] == [public(CATALOG[2])]
+
+    code, report, _ = cli_json(new_env, "model", "switch", NEW_MODEL, "--json")
+    assert (code, report["switched"], report["error"] if "error" in report else None) == (0, False, None)
+    assert "already uses" in run_cli(new_env, "model", "switch", NEW_MODEL).stdout
+
+
+def test_model_switch_restages_a_record_edited_after_it_was_staged(cli_env, database_url, openai_fake, tmp_path):
+    import_catalog(cli_env, tmp_path)
+    openai_fake.dimensions = NEW_DIMENSIONS
+    real = fake_embedder(openai_fake, NEW_MODEL)
+    edited = dict(CATALOG[0], guidance="Purpose: live hotel availability, edited during the switch.")
+
+    class EditingEmbedder:
+        model_name = NEW_MODEL
+        calls = 0
+
+        def embed(self, texts):
+            vectors = real.embed(texts)
+            self.calls += 1
+            if self.calls == 1:  # `payrail-embedder import` saves an edit with an old-model vector meanwhile
+                with connect(database_url) as conn:
+                    conn.execute(
+                        """
+                        update payrail.provider_methods
+                        set guidance = %s, embedding = %s, embedding_model = %s,
+                            embedding_content_hash = payrail._content_hash(provider, method, %s)
+                        where provider = %s
+                        """,
+                        (
+                            edited["guidance"], fake_embedding(record_text(edited["provider"], edited["method"], edited["guidance"])),
+                            FAKE_MODEL, edited["guidance"], edited["provider"],
+                        ),
+                    )  # fmt: skip
+            return vectors
+
+    with connect(database_url, autocommit=True) as conn:
+        report = model_switch.switch_model(conn, EditingEmbedder(), batch_size=len(CATALOG))
+    assert (report.switched, report.changed_meanwhile, report.staged) == (True, 1, len(CATALOG)), report
+    assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
+    assert rows(database_url)[0]["guidance"] == edited["guidance"]
+
+
+def test_a_vector_writer_waits_for_a_switch_in_progress_then_is_refused(database_url):
+    """Readers keep the old model during the switch; an old-model writer cannot slip in past it."""
+    with connect(database_url) as conn:
+        conn.execute("select payrail.set_embedding_model('old-model', 3)")
+        conn.execute(
+            """
+            insert into payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash)
+            values ('Acme', 'Hotels', 'Find hotels.', true, '[1,0,0]', 'old-model', payrail._content_hash('Acme', 'Hotels', 'Find hotels.'))
+            """
+        )
+        conn.execute(
+            """
+            insert into payrail.embedding_staging (provider_method_id, model, content_hash, embedding)
+            select id, 'new-model', content_hash, '[1,0]' from payrail.provider_methods
+            """
+        )
+
+    switcher = connect(database_url)
+    switcher.execute("select * from payrail.switch_embedding_model('new-model', 2)")  # not committed yet
+    outcome: dict = {}
+
+    def write_old_model_vector():
+        try:
+            with connect(database_url) as writer:
+                writer.execute(
+                    """
+                    insert into payrail.provider_methods (provider, method, guidance, embedding, embedding_model, embedding_content_hash)
+                    values ('Globex', 'Late', 'Late writer.', '[0,1,0]', 'old-model', payrail._content_hash('Globex', 'Late', 'Late writer.'))
+                    """
+                )
+            outcome["result"] = "saved"
+        except psycopg.Error as error:
+            outcome["result"] = error.sqlstate
+
+    writer = threading.Thread(target=write_old_model_vector)
+    writer.start()
+    try:
+        with connect(database_url, autocommit=True) as reader:
+            deadline = time.monotonic() + 30
+            while not reader.execute(
+                "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline and writer.is_alive(), outcome
+                time.sleep(0.05)
+            answer = reader.execute(
+                "select provider from payrail.search_provider_methods('find a hotel', '[1,0,0]', 'old-model')"
+            ).fetchall()
+            assert answer == [("Acme",)], "search must keep answering with the old model during the switch"
+        switcher.commit()
+        writer.join(timeout=30)
+    finally:
+        switcher.close()
+    assert outcome == {"result": "PYE02"}
+
+
+# --- preview and history -------------------------------------------------------------------------
+
+
+def test_preview_counts_the_draft_as_enabled_and_changes_nothing(cli_env, database_url, openai_fake, tmp_path):
+    import_catalog(cli_env, tmp_path)
+    draft = CATALOG[-1]
+    code, answer, _ = cli_json(cli_env, "preview", QUERY, "--draft", "amadeus /  HOTEL offers", "--json")
+    with_draft = [dict(r, enabled=True) if r is draft else r for r in CATALOG]
+    assert (code, answer["matches"]) == (0, expected_semantic(with_draft, QUERY))
+    assert answer["matches"][0] == public(draft)
+    # The name path counts it too, without embedding the query.
+    requests = len(openai_fake.requests)
+    assert cli_json(cli_env, "preview", "Amadeus", "--draft", "Amadeus / Hotel offers", "--json")[1] == {
+        "matches": [public(draft)]
+    }
+    assert len(openai_fake.requests) == requests
+    # Nothing changed: search does not show the draft.
+    assert cli_json(cli_env, "search", "--json", QUERY)[1]["matches"] == expected_semantic(CATALOG, QUERY)
+    text = run_cli(cli_env, "preview", QUERY, "--draft", "Amadeus / Hotel offers").stdout
+    assert text.startswith("1. Amadeus / Hotel offers\n")
+
+    with psycopg.connect(database_url) as conn:
+        conn.execute("update payrail.provider_methods set guidance = 'Purpose: edited.' where provider = 'Amadeus'")
+    result = run_cli(cli_env, "preview", QUERY, "--draft", "Amadeus / Hotel offers")
+    assert result.returncode == 1
+    assert "has no embedding of its current content" in result.stderr and "payrail-embedder sync" in result.stderr
+    result = run_cli(cli_env, "preview", QUERY, "--draft", "Nobody / Nothing")
+    assert result.returncode == 1 and 'no provider method is named "Nobody / Nothing"' in result.stderr
+
+
+def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env, database_url, openai_fake, tmp_path):
+    original = rec("Acme Maps", "Geocode", "Purpose: turn an address into coordinates.", enabled=False, urls=["https://acme.example/v1"])
+    import_catalog(cli_env, tmp_path, [original])
+    with psycopg.connect(database_url) as conn:
+        conn.execute("update payrail.provider_methods set urls = '{https://acme.example/v2}' where provider = 'Acme Maps'")
+        conn.execute("update payrail.provider_methods set guidance = 'Purpose: geocoding, rewritten.' where provider = 'Acme Maps'")
+
+    code, found, _ = cli_json(cli_env, "history", "acme maps", "GEOCODE", "--json")
+    assert code == 0
+    assert found["record"]["guidance"] == "Purpose: geocoding, rewritten." and found["record"]["embedded"] is False
+    assert [(v["operation"], v["urls"], v["guidance"]) for v in found["history"]] == [
+        ("update", ["https://acme.example/v2"], original["guidance"]),
+        ("update", ["https://acme.example/v1"], original["guidance"]),
+    ]
+    with psycopg.connect(database_url) as conn:
+        user = conn.info.user
+    assert {(v["changedBy"], v["changedBySessionUser"]) for v in found["history"]} == {(user, user)}
+    text = run_cli(cli_env, "history", "Acme Maps", "Geocode").stdout
+    assert "restore_provider_method" in text and original["guidance"] in text
+
+    with psycopg.connect(database_url) as conn:
+        conn.execute("select payrail.restore_provider_method(%s)", (found["history"][-1]["historyId"],))
+        conn.execute("delete from payrail.provider_methods where provider = 'Acme Maps'")
+    export = run_cli(cli_env, "export").stdout
+    assert export == ""
+    code, found, _ = cli_json(cli_env, "history", "Acme Maps", "Geocode", "--json")
+    assert found["record"] is None
+    assert found["history"][0]["operation"] == "delete"
+    assert public(found["history"][0]) == public(original)
+
+    result = run_cli(cli_env, "history", "Nobody", "Nothing")
+    assert result.returncode == 1 and "no provider method" in result.stderr
