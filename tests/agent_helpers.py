@@ -1,0 +1,146 @@
+"""For the tests of the agents' interfaces (API, MCP, parity): a small catalog, the answers it
+must give, and an MCP client of the real `payrail-embedder mcp` subprocess.
+
+Expected orders are computed from openai_fake.fake_embedding, never written down.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from conftest import CLI, REPO
+from openai_fake import FAKE_MODEL, fake_embedding
+from payrail_embedder import catalog, database
+from payrail_embedder.embedders import OpenAIEmbedder, record_text
+from payrail_embedder.records import read_lines
+
+MATCH_KEYS = ("provider", "method", "urls", "docsUrl", "guidance")
+
+CATALOG = [
+    {
+        "provider": "Stripe",
+        "method": "Create a PaymentIntent",
+        "urls": ["https://api.stripe.com/v1/payment_intents"],
+        "docsUrl": "https://docs.stripe.com/api/payment_intents/create",
+        "guidance": "Purpose: Charge a customer card in a chosen currency.\n"
+        "Instructions: POST /v1/payment_intents with amount and currency.\n"
+        "Notes: Payment requirements go to the payment agent.",
+        "enabled": True,
+    },
+    {
+        "provider": "Stripe",
+        "method": "Create a refund",
+        "urls": ["https://api.stripe.com/v1/refunds"],
+        "docsUrl": "https://docs.stripe.com/api/refunds/create",
+        "guidance": "Purpose: Give money back for an earlier charge.\n"
+        "Instructions: POST /v1/refunds with the payment intent.\n"
+        "Notes: Refunds settle in days.",
+        "enabled": True,
+    },
+    {
+        "provider": "Twilio",
+        "method": "Send an SMS",
+        "urls": ["https://api.twilio.com/2010-04-01/Accounts"],
+        "docsUrl": "https://www.twilio.com/docs/messaging/api/message-resource",
+        "guidance": "Purpose: Send a text message to a mobile phone number.\n"
+        "Instructions: POST the Messages resource with To, From and Body.\n"
+        "Notes: Billed per message segment.",
+        "enabled": True,
+    },
+    {
+        "provider": "Booking.com",
+        "method": "Get accommodation availability",
+        "urls": ["https://demandapi.booking.com/3.1/accommodations/availability"],
+        "docsUrl": "https://developers.booking.com/demand/docs/open-api/demand-api/accommodations",
+        "guidance": "Purpose: Live hotel availability and room prices for given dates.\n"
+        "Instructions: POST /accommodations/availability with hotel ids, checkin and checkout.\n"
+        "Notes: Paid partner API.",
+        "enabled": True,
+    },
+    {
+        "provider": "OpenWeather",
+        "method": "Current weather data",
+        "urls": [],
+        "docsUrl": None,
+        "guidance": "Purpose: Current weather conditions for a city or coordinates.\n"
+        "Instructions: GET /data/2.5/weather with q or lat and lon.\n"
+        "Notes: Free tier with a daily call limit.",
+        "enabled": True,
+    },
+    {
+        "provider": "Duffel",
+        "method": "Stays: Search accommodation",
+        "urls": ["https://api.duffel.com/stays/search"],
+        "docsUrl": "https://duffel.com/docs/api/v2/search",
+        "guidance": "Purpose: Search hotel rooms to book for a location and dates.\n"
+        "Instructions: POST /stays/search with check in date, check out date and guests.\n"
+        "Notes: Paid API with per-booking fees.",
+        "enabled": True,
+    },
+    {
+        # Closest of all to the hotel query, but a disabled draft: no interface may show it.
+        "provider": "Amadeus",
+        "method": "Hotel Search",
+        "urls": ["https://api.amadeus.com/v3/shopping/hotel-offers"],
+        "docsUrl": "https://developers.amadeus.com/self-service/category/hotels",
+        "guidance": "Purpose: Find live hotel availability through a paid API.\n"
+        "Instructions: GET hotel offers.\n"
+        "Notes: Disabled draft.",
+        "enabled": False,
+    },
+]
+
+SEMANTIC_QUERY = "find live hotel availability through a paid API"
+# Name path: a provider, a "provider / method" pair (any case and spacing), a method name.
+NAME_QUERIES = ["Stripe", "  twilio /   SEND an sms ", "Create a refund"]
+SEMANTIC_QUERIES = [SEMANTIC_QUERY, "give money back to a customer", "text message to a phone"]
+
+
+def as_match(record: dict) -> dict:
+    return {key: record[key] for key in MATCH_KEYS}
+
+
+def expected_semantic_matches(query: str) -> list[dict]:
+    """The enabled records by cosine similarity of their fake embeddings to the query's, first 3."""
+    query_vector = fake_embedding(query)
+    scored = sorted(
+        (
+            (float(np.dot(fake_embedding(record_text(r["provider"], r["method"], r["guidance"])), query_vector)), r)
+            for r in CATALOG
+            if r["enabled"]
+        ),
+        key=lambda pair: -pair[0],
+    )
+    deciding = [score for score, _ in scored[:4]]
+    assert all(a - b > 1e-4 for a, b in zip(deciding, deciding[1:])), f"near ties for {query!r}: {deciding}"
+    return [as_match(record) for _, record in scored[:3]]
+
+
+def import_catalog(database_url: str, openai_fake, directory: Path) -> None:
+    """Imports CATALOG as `payrail-embedder import` does, in process (a subprocess per test costs
+    seconds), embedding with the fake OpenAI server over HTTP.
+    """
+    path = directory / "agent-catalog.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in CATALOG), encoding="utf-8")
+    def embedder():
+        return OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url)
+
+    with database.connect(database_url) as conn:
+        report = catalog.import_records(conn, embedder, read_lines(path))
+    assert (report.created, report.refused, report.saved) == (len(CATALOG), [], True)
+
+
+@asynccontextmanager
+async def mcp_client(env: dict[str, str], errlog: TextIO):
+    """The SDK's own client, talking over stdio to `payrail-embedder mcp` started with env."""
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    parameters = StdioServerParameters(command=str(CLI), args=["mcp"], env=env, cwd=REPO)
+    async with Client(stdio_client(parameters, errlog=errlog), read_timeout_seconds=60) as client:
+        yield client
