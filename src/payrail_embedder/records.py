@@ -71,7 +71,25 @@ def parse_record(data: object) -> ProviderMethod:
     enabled = data.get("enabled")
     if enabled is not None and not isinstance(enabled, bool):
         raise ValueError("enabled must be true or false")
+    for name, value in [*((name, data[name]) for name in REQUIRED), *(("urls", url) for url in urls), ("docsUrl", docs_url)]:
+        if value is not None:
+            _check_storable(name, value)
     return ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled)
+
+
+def _check_storable(name: str, value: str) -> None:
+    """JSON's \\u escapes spell what PostgreSQL text cannot hold: NUL, and lone surrogates (not Unicode).
+
+    Refused here, with the line's number, rather than failing the whole import in the driver.
+    """
+    if "\x00" in value:
+        raise ValueError(f"{name} contains the NUL character (\\u0000), which PostgreSQL text cannot hold")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} contains a lone surrogate (\\u{ord(value[error.start]):04x}), which is not a Unicode character"
+        ) from None
 
 
 def read_lines(path: Path) -> Iterator[Line | Refusal]:
@@ -92,3 +110,5 @@ def read_lines(path: Path) -> Iterator[Line | Refusal]:
                 yield Refusal(source, number, f"malformed JSON: {error.msg} at column {error.colno}")
             except ValueError as error:
                 yield Refusal(source, number, str(error))
+            except RecursionError:
+                yield Refusal(source, number, "malformed JSON: nested too deeply")

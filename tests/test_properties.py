@@ -1,0 +1,519 @@
+"""Property-based tests (hypothesis) of the rules, the search function and the import validation.
+
+Arbitrary Unicode names, guidance, URLs and queries of any length, and arbitrary bytes and JSON
+for import, never crash, never give an internal error (SQLSTATE class XX, or a Python exception
+that is not a refusal), and never bypass a rule: whatever the database accepts satisfies the
+contract's rules, checked here independently in Python. Each test works in one database (one per
+server); every example runs in a transaction that is rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+
+import numpy as np
+import psycopg
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_embedder import catalog
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import content_hash, record_text
+from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    database=None,  # no .hypothesis/ directory in the checkout
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# --- the contract's rules, in Python ---------------------------------------------------------------
+
+# White space as the registry trims it (payrail._trim_white_space): Unicode's White_Space, and the
+# byte order mark. (U+0085, in White_Space too, is a control character: every field refuses it.)
+WHITE_SPACE = "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+GUIDANCE_CONTROLS_ALLOWED = "\n\t"
+# The white space a name may hold (the rest are control characters).
+NAME_SPACES = "".join(ch for ch in WHITE_SPACE if unicodedata.category(ch) != "Cc")
+
+
+def trim(text: str) -> str:
+    return text.strip(WHITE_SPACE)
+
+
+def normalized(name: str) -> str:
+    """payrail._normalize_name: trimmed, case-folded, runs of white space collapsed to one space.
+
+    lower() character by character, as PostgreSQL's lower() maps them (str.lower() would turn a
+    final Σ into ς).
+    """
+    return "".join(ch.lower() for ch in re.sub(f"[{re.escape(WHITE_SPACE)}]+", " ", trim(name)))
+
+
+def controls(text: str, allowed: str = "") -> bool:
+    return any(unicodedata.category(ch) == "Cc" and ch not in allowed for ch in text)
+
+
+def name_broken(value: str) -> str | None:
+    if controls(value):
+        return "a control character"
+    if not 1 <= len(trim(value)) <= 120:
+        return f"{len(trim(value))} characters after trimming"
+    return None
+
+
+def url_broken(url: str) -> str | None:
+    if len(url) > 2048:
+        return "over 2,048 characters"
+    if any(ch in WHITE_SPACE for ch in url) or controls(url):
+        return "white space or a control character"
+    if url[:8].lower() != "https://":
+        return "not https://"
+    authority = re.split(r"[/?#]", url[8:], maxsplit=1)[0]
+    if not authority.rsplit("@", 1)[-1]:
+        return "no host"
+    return None
+
+
+def record_broken(provider: str, method: str, urls: list[str], docs_url: str | None, guidance: str) -> list[str]:
+    broken = [f"provider: {name_broken(provider)}"] if name_broken(provider) else []
+    broken += [f"method: {name_broken(method)}"] if name_broken(method) else []
+    if len(urls) > 10:
+        broken.append(f"{len(urls)} URLs")
+    if len(set(urls)) != len(urls):
+        broken.append("a duplicate URL")
+    broken += [f"url {url!r}: {url_broken(url)}" for url in urls if url_broken(url)]
+    if docs_url is not None and url_broken(docs_url):
+        broken.append(f"docs_url: {url_broken(docs_url)}")
+    if not 1 <= len(guidance) <= 8000:
+        broken.append(f"guidance of {len(guidance)} characters")
+    if controls(guidance, GUIDANCE_CONTROLS_ALLOWED):
+        broken.append("guidance: a control character")
+    if not trim(guidance):
+        broken.append("guidance: white space only")
+    return broken
+
+
+# --- strategies ------------------------------------------------------------------------------------
+
+# Characters that sit on the rules' edges, mixed into arbitrary Unicode (no NUL: PostgreSQL text
+# cannot hold it, and psycopg refuses it before sending; the import tests below cover NUL).
+EDGES = WHITE_SPACE + "\x01\x1c\x1f\x7f\x85\x9f/?#@:[]%\\\"'\u200b\u180eÉéßΣςİ"
+chars = st.one_of(st.characters(codec="utf-8", exclude_characters="\x00"), st.sampled_from(EDGES))
+
+
+def text(min_size: int = 0, max_size: int = 20) -> st.SearchStrategy[str]:
+    return st.text(chars, min_size=min_size, max_size=max_size)
+
+
+def padded(core: st.SearchStrategy[str], spaces: str = WHITE_SPACE) -> st.SearchStrategy[str]:
+    space = st.text(st.sampled_from(spaces), max_size=3)
+    return st.builds(lambda a, c, b: a + c + b, space, core, space)
+
+
+def long_run(lengths: tuple[int, int], fill: str) -> st.SearchStrategy[str]:
+    """Strings around a length limit, quick to generate: a run of fill characters and a random tail."""
+    return st.builds(lambda n, c, tail: c * n + tail, st.integers(*lengths), st.sampled_from(fill), text(max_size=3))
+
+
+names = st.one_of(padded(text(max_size=12)), text(max_size=30), long_run((116, 124), "aé \u3000"))
+urls = st.one_of(
+    st.builds(
+        lambda scheme, host, rest: scheme + host + rest,
+        st.sampled_from(["https://", "HTTPS://", "https://user@", "http://", "https:/", "", "https://@"]),
+        text(max_size=12),
+        text(max_size=20),
+    ),
+    text(max_size=30),
+    st.builds(lambda n, c: "https://example.com/" + c * n, st.integers(2024, 2032), st.sampled_from("aé\xa0")),
+)
+url_lists = st.builds(lambda xs, dup: xs + xs[:1] if dup else xs, st.lists(urls, max_size=11), st.booleans())
+guidances = st.one_of(text(max_size=40), padded(text(max_size=5)), long_run((7996, 8004), "a\n\xa0"))
+
+# Well-formed values, by construction: the database must accept every such record.
+word = st.text(st.characters(whitelist_categories=["L", "N"]), min_size=1, max_size=8)
+valid_names = st.lists(word, min_size=1, max_size=6).map(" ".join).filter(lambda n: len(n) <= 120)
+valid_urls = st.builds(lambda host, path: f"https://{host}.example/{path}", word, word).filter(lambda u: not url_broken(u))
+valid_guidances = st.lists(word, min_size=1, max_size=30).map(lambda ws: "Purpose: " + " ".join(ws) + ".\nNotes:\tpaid.")
+valid_url_lists = st.lists(valid_urls, max_size=10, unique=True)
+
+
+def with_inserted(valid: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """A well-formed value with a few arbitrary characters put in anywhere: one step off the rules."""
+    return st.builds(lambda v, extra, at: v[: at % (len(v) + 1)] + extra + v[at % (len(v) + 1) :], valid, text(1, 3), st.integers(0, 200))
+
+
+# Per field: anything at all, or a well-formed value just off the rules.
+ARBITRARY = {
+    "provider": st.one_of(names, with_inserted(valid_names)),
+    "method": st.one_of(names, with_inserted(valid_names)),
+    "urls": st.one_of(
+        url_lists,
+        st.builds(lambda xs, bad: xs[:9] + [bad], valid_url_lists, st.one_of(urls, with_inserted(valid_urls))),
+        valid_url_lists.map(lambda xs: xs + xs[:1]),
+        st.lists(valid_urls, min_size=11, max_size=12),
+    ),
+    "docs_url": st.one_of(st.none(), urls, with_inserted(valid_urls)),
+    "guidance": st.one_of(guidances, with_inserted(valid_guidances)),
+}
+
+
+@st.composite
+def records_off_by_a_little(draw):
+    """A well-formed record with zero, one or two fields replaced by arbitrary values, so that both
+    what the database accepts and what it refuses are explored near the rules' edges.
+    """
+    record = {
+        "provider": draw(padded(valid_names, NAME_SPACES)),
+        "method": draw(valid_names),
+        "urls": draw(valid_url_lists),
+        "docs_url": draw(st.none() | valid_urls),
+        "guidance": draw(valid_guidances),
+    }
+    for name in draw(st.sets(st.sampled_from(sorted(ARBITRARY)), max_size=2)):
+        record[name] = draw(ARBITRARY[name])
+    return record
+
+INSERT = """
+insert into payrail.provider_methods (provider, method, urls, docs_url, guidance)
+values (%s, %s, %s, %s, %s)
+returning provider, method, urls, docs_url, guidance
+"""
+
+
+def assert_not_internal(error: psycopg.Error) -> None:
+    assert error.sqlstate and not error.sqlstate.startswith("XX"), f"internal error {error.sqlstate}: {error}"
+
+
+# --- the field rules -------------------------------------------------------------------------------
+
+
+def test_whatever_the_database_accepts_obeys_every_field_rule(database_url):
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(record=records_off_by_a_little())
+        # What hypothesis found before db/ counted Unicode white space the way _trim_white_space does.
+        @example(record={"provider": "Acme", "method": "Geocode", "urls": ["https://a.example/x\xa0y"], "docs_url": None, "guidance": "G."})
+        @example(record={"provider": "Acme", "method": "Geocode", "urls": [], "docs_url": "https://a.example/\u202f", "guidance": "G."})
+        @example(record={"provider": "Acme", "method": "Geocode", "urls": [], "docs_url": None, "guidance": "\xa0"})
+        def check(record):
+            values = tuple(record[name] for name in ("provider", "method", "urls", "docs_url", "guidance"))
+            with conn.transaction(force_rollback=True):
+                conn.execute("set local role payrail_operator")
+                try:
+                    with conn.transaction():
+                        stored = conn.execute(INSERT, values).fetchone()
+                except psycopg.Error as error:
+                    assert_not_internal(error)
+                    assert error.sqlstate == "23514", f"{error.sqlstate}: {error}"
+                    assert error.diag.constraint_name.startswith("provider_methods_"), error.diag.constraint_name
+                    return
+                assert record_broken(*values) == [], f"the database accepted {values!r}"
+                assert (stored[0], stored[1], list(stored[2]), stored[3], stored[4]) == values  # stored as given
+
+        check()
+
+
+def test_every_well_formed_record_is_accepted(database_url):
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(
+            provider=padded(valid_names, NAME_SPACES),
+            method=valid_names,
+            urls=valid_url_lists,
+            docs_url=st.none() | valid_urls,
+            guidance=valid_guidances,
+        )
+        def check(provider, method, urls, docs_url, guidance):
+            assert record_broken(provider, method, urls, docs_url, guidance) == []
+            with conn.transaction(force_rollback=True):
+                conn.execute("set local role payrail_operator")
+                conn.execute(INSERT, (provider, method, urls, docs_url, guidance))
+
+        check()
+
+
+# Letters whose case maps one to one, in Python as in PostgreSQL's lower() (no ß, ς, İ).
+CASED = "abcdefghijklmnopqrstuvwxyzàéîõüçñøåæœšžłđαβγδεζηθλμπσφωабвгдежзиклмнопрстуфхцчшщыэюя"
+
+
+def case_and_space_variant(draw, name: str) -> str:
+    """The same name in any case, with any runs of white space around and between its words."""
+    swapped = "".join(ch.upper() if draw(st.booleans()) else ch for ch in name)
+    space = st.text(st.sampled_from(NAME_SPACES), min_size=1, max_size=3)
+    words = swapped.split(" ")
+    return draw(space) + "".join(w + draw(space) for w in words[:-1]) + words[-1] + draw(space)
+
+
+@st.composite
+def name_pairs(draw):
+    cased_name = st.lists(st.text(st.sampled_from(CASED), min_size=1, max_size=6), min_size=1, max_size=3).map(" ".join)
+    provider, method = draw(cased_name), draw(cased_name)
+    return provider, method, case_and_space_variant(draw, provider), case_and_space_variant(draw, method)
+
+
+def test_provider_and_method_are_unique_ignoring_case_and_runs_of_white_space(database_url):
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(pair=name_pairs(), other=valid_names)
+        def check(pair, other):
+            provider, method, provider_variant, method_variant = pair
+            assert normalized(provider_variant) == normalized(provider) and normalized(method_variant) == normalized(method)
+            with conn.transaction(force_rollback=True):
+                conn.execute(INSERT, (provider, method, [], None, "G."))
+                with pytest.raises(psycopg.errors.UniqueViolation) as raised, conn.transaction():
+                    conn.execute(INSERT, (provider_variant, method_variant, [], None, "G."))
+                assert raised.value.diag.constraint_name == "provider_methods_provider_method_key"
+                if normalized(other) != normalized(method):
+                    conn.execute(INSERT, (provider_variant, other, [], None, "G."))
+
+        check()
+
+
+# --- search ----------------------------------------------------------------------------------------
+
+SEEDED = [
+    ("Stripe", "Create a refund", True),
+    ("Stripe", "Create a PaymentIntent", True),
+    ("Ünïcode\u00a0Prövider", "Σ Maps", True),
+    ("Acme", "Create a refund", True),
+    ("Acme", "Geocode an address", False),  # a draft: search never shows it
+    ("Örnek", "Ödeme al", True),
+]
+
+
+def seed_search(database_url: str) -> None:
+    with connect(database_url) as conn:
+        conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
+        for provider, method, enabled in SEEDED:
+            guidance = f"Purpose: {method.lower()} with {provider}."
+            conn.execute(
+                """
+                insert into payrail.provider_methods
+                  (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash)
+                values (%s, %s, %s, %s, %s, %s, %s)
+                """,
+                (provider, method, guidance, enabled, fake_embedding(record_text(provider, method, guidance)),
+                 FAKE_MODEL, content_hash(provider, method, guidance)),
+            )  # fmt: skip
+
+
+def name_path_answer(query: str) -> list[tuple[str, str]]:
+    """The contract's name path over SEEDED: pairs, then providers, then methods; ties by names."""
+    q = normalized(query)
+    ranked = []
+    for provider, method, enabled in SEEDED:
+        if not enabled:
+            continue
+        if q in (normalized(f"{provider} {method}"), normalized(f"{provider} / {method}")):
+            ranked.append((1, normalized(provider), normalized(method), (provider, method)))
+        elif q == normalized(provider):
+            ranked.append((2, normalized(provider), normalized(method), (provider, method)))
+        elif q == normalized(method):
+            ranked.append((3, normalized(provider), normalized(method), (provider, method)))
+    return [entry[-1] for entry in sorted(ranked)[:3]]
+
+
+@st.composite
+def seeded_name_queries(draw):
+    provider, method, _ = draw(st.sampled_from(SEEDED))
+    name = draw(st.sampled_from([provider, method, f"{provider} {method}", f"{provider} / {method}"]))
+    return case_and_space_variant(draw, name)
+
+
+queries = st.one_of(
+    text(max_size=40),
+    padded(text(max_size=3)),
+    st.text(st.sampled_from(WHITE_SPACE), max_size=4),
+    long_run((1996, 2004), "a \xa0"),
+    seeded_name_queries(),
+)
+
+
+def query_is_invalid(query: str) -> bool:
+    """22023 by the contract: empty, white space only, or over 2,000 characters."""
+    return not trim(query) or len(query) > 2000
+
+
+def test_search_on_any_text_answers_at_most_three_by_name_or_asks_for_an_embedding(database_url):
+    seed_search(database_url)
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(query=queries)
+        @example(query="\xa0")
+        @example(query="\u202f\u2007")
+        def check(query):
+            with conn.transaction(force_rollback=True):
+                conn.execute("set local role payrail_agent")
+                try:
+                    with conn.transaction():
+                        rows = conn.execute("select * from payrail.search_provider_methods(%s)", (query,)).fetchall()
+                except psycopg.Error as error:
+                    assert_not_internal(error)
+                    assert error.sqlstate in ("22023", "PYE01"), f"{error.sqlstate}: {error}"
+                    assert (error.sqlstate == "22023") == query_is_invalid(query), (error.sqlstate, query)
+                    if error.sqlstate == "PYE01":
+                        assert name_path_answer(query) == []
+                        assert conn.execute("select payrail.query_takes_name_path(%s)", (query,)).fetchone()[0] is False
+                    return
+                assert not query_is_invalid(query), f"answered the invalid query {query!r}"
+                assert 1 <= len(rows) <= 3
+                assert [(r[0], r[1]) for r in rows] == name_path_answer(query)
+                assert conn.execute("select payrail.query_takes_name_path(%s)", (query,)).fetchone()[0] is True
+
+        check()
+
+
+vectors = st.one_of(
+    st.lists(st.floats(width=32), min_size=FAKE_DIMENSIONS, max_size=FAKE_DIMENSIONS),
+    st.lists(st.floats(width=32), min_size=0, max_size=FAKE_DIMENSIONS + 2),
+    st.lists(st.floats(-1, 1, width=32), min_size=FAKE_DIMENSIONS, max_size=FAKE_DIMENSIONS),
+)
+
+
+def test_search_with_any_vector_answers_at_most_three_or_says_why_not(database_url):
+    seed_search(database_url)
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(query=queries, vector=vectors, model=st.sampled_from([None, FAKE_MODEL, "another-model"]))
+        def check(query, vector, model):
+            vector = np.array(vector, dtype=np.float32)
+            well_formed = (
+                len(vector) == FAKE_DIMENSIONS and np.all(np.isfinite(vector)) and np.any(vector) and model != "another-model"
+            )
+            with conn.transaction(force_rollback=True):
+                conn.execute("set local role payrail_agent")
+                try:
+                    with conn.transaction():
+                        rows = conn.execute(
+                            "select * from payrail.search_provider_methods(%s, %s, %s)", (query, vector, model)
+                        ).fetchall()
+                except psycopg.Error as error:
+                    assert_not_internal(error)
+                    # 22000: pgvector's own input errors (NaN, infinity, no dimension).
+                    assert error.sqlstate in ("22023", "PYE02", "22000"), f"{error.sqlstate}: {error}"
+                    assert query_is_invalid(query) or not well_formed, (error.sqlstate, str(error))
+                    return
+                assert not query_is_invalid(query)
+                assert len(rows) <= 3
+                by_name = name_path_answer(query)
+                if by_name:
+                    assert [(r[0], r[1]) for r in rows] == by_name
+                else:
+                    assert well_formed, (vector, model)
+                    enabled = {(p, m) for p, m, e in SEEDED if e}
+                    assert len(rows) == 3 and {(r[0], r[1]) for r in rows} <= enabled
+
+        check()
+
+
+# --- import validation -----------------------------------------------------------------------------
+
+# Any character a JSON \u escape can spell: NUL and lone surrogates (\ud800) too, which PostgreSQL
+# text cannot hold.
+any_char = st.one_of(st.characters(), st.characters(categories=["Cs"]), st.just("\x00"), st.sampled_from(EDGES))
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(any_char, max_size=10),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+any_strings = st.one_of(text(max_size=20), st.text(any_char, max_size=10))
+record_shaped = st.fixed_dictionaries(
+    {"provider": any_strings, "method": any_strings, "guidance": any_strings},
+    optional={
+        "urls": st.lists(any_strings, max_size=3) | json_values,
+        "docsUrl": st.none() | any_strings | json_values,
+        "enabled": st.booleans() | json_values,
+        "unknown": json_values,
+    },
+)
+
+
+def storable(value: str) -> bool:
+    """Text PostgreSQL can hold: valid UTF-8 (no lone surrogate) and no NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+@SETTINGS
+@given(data=json_values | record_shaped)
+def test_parse_record_of_any_json_gives_a_storable_record_or_a_refusal(data):
+    try:
+        record = parse_record(data)
+    except ValueError:
+        return
+    assert isinstance(record, ProviderMethod)
+    assert all(storable(v) for v in (record.provider, record.method, record.guidance, *record.urls))
+    assert record.docs_url is None or storable(record.docs_url)
+
+
+def jsonl(lines: list) -> bytes:
+    return b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+
+
+def test_read_lines_of_any_bytes_yields_records_or_refusals(tmp_path):
+    path = tmp_path / "catalog.jsonl"
+
+    @SETTINGS
+    @given(content=st.binary(max_size=200) | st.lists(st.binary(max_size=40) | record_shaped | json_values, max_size=4).map(jsonl))
+    @example(content=b"[" * 100_000)
+    @example(content=b'{"provider": "A\\ud800", "method": "m", "guidance": "g"}\n')
+    @example(content=b'{"provider": "A\\u0000", "method": "m", "guidance": "g"}\n')
+    @example(content=b"\xff\xfe{}\n\r\n\x00")
+    def check(content):
+        path.write_bytes(content)
+        # Lines as the file object reads them: split at \n only.
+        line_count = content.count(b"\n") + (not content.endswith(b"\n"))
+        for item in read_lines(path):
+            assert isinstance(item, Line | Refusal), item
+            assert 1 <= item.line <= line_count
+            if isinstance(item, Line):
+                record = item.record
+                assert all(storable(v) for v in (record.provider, record.method, record.guidance, *record.urls))
+
+    check()
+
+
+class FakeEmbedder:
+    """The fake OpenAI server's vectors, in process: import needs an embedder, not HTTP here."""
+
+    model_name = FAKE_MODEL
+
+    def embed(self, texts):
+        return [fake_embedding(t) for t in texts]
+
+
+def test_import_of_any_json_line_saves_a_valid_record_or_refuses_it(database_url, tmp_path):
+    path = tmp_path / "catalog.jsonl"
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(lines=st.lists(record_shaped | json_values, min_size=1, max_size=3), skip_invalid=st.booleans())
+        def check(lines, skip_invalid):
+            path.write_bytes(jsonl(lines))
+            with conn.transaction(force_rollback=True):
+                report = catalog.import_records(conn, FakeEmbedder, read_lines(path), skip_invalid=skip_invalid)
+                stored = conn.execute(
+                    "select provider, method, urls, docs_url, guidance, embedding is not null and"
+                    " embedding_content_hash = content_hash from payrail.provider_methods"
+                ).fetchall()
+                if not report.saved:
+                    assert stored == []
+                for provider, method, urls, docs_url, guidance, embedded in stored:
+                    assert record_broken(provider, method, list(urls), docs_url, guidance) == []
+                    assert embedded
+
+        check()

