@@ -6,7 +6,8 @@ security invoker
 set search_path from current
 as $$
 begin
-  if p_query is null or p_query !~ '\S' then
+  -- Unicode white space too: \S follows the server's locale (U+00A0 is not space in C.UTF-8).
+  if p_query is null or payrail._trim_white_space(p_query) = '' then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = 'query is empty',
@@ -24,7 +25,11 @@ $$;
 comment on function payrail._check_query(text) is
 $$Raises invalid_parameter_value (22023) for an empty or over-long (> 2,000 characters) query.$$;
 
-create or replace function payrail._name_path_matches(p_query text)
+-- Since preview_search: the record to count as enabled. Drop the old signature so a rerun
+-- never leaves two overloads behind.
+drop function if exists payrail._name_path_matches(text);
+
+create or replace function payrail._name_path_matches(p_query text, p_counted_draft_id bigint default null)
 returns setof payrail.provider_methods
 language sql
 stable
@@ -35,7 +40,7 @@ as $$
   select pm.*
   from payrail.provider_methods as pm,
        lateral (select payrail._normalize_name(p_query)) as q(name)
-  where pm.enabled
+  where (pm.enabled or pm.id = p_counted_draft_id)
     and (payrail._normalize_name(pm.provider) = q.name
          or payrail._normalize_name(pm.method) = q.name
          or payrail._normalize_name(pm.provider || ' ' || pm.method) = q.name
@@ -52,8 +57,10 @@ as $$
   limit 3
 $$;
 
-comment on function payrail._name_path_matches(text) is
+comment on function payrail._name_path_matches(text, bigint) is
 $$The name path: enabled records whose provider, method, or provider-and-method pair equals the query.
+
+p_counted_draft_id, when given, counts that record as enabled (payrail.preview_search).
 
 Names compare normalized (payrail._normalize_name). A pair is written "provider method" or
 "provider / method". Order: pair matches, then provider matches, then method matches; ties by
@@ -78,37 +85,40 @@ $$True when search_provider_methods answers this query by name alone, without a 
 Lets a caller skip the embedding service for exact provider or method names. Raises
 invalid_parameter_value (22023) for an empty or over-long query.$$;
 
-create or replace function payrail.search_provider_methods(
-  query text,
-  query_embedding vector default null,
-  query_embedding_model text default null
+create or replace function payrail._search(
+  p_query text,
+  p_query_embedding vector,
+  p_query_embedding_model text,
+  p_counted_draft_id bigint
 )
 returns table (provider text, method text, urls text[], docs_url text, guidance text)
 language plpgsql
 stable
-security definer
+security invoker
 set search_path from current
 as $$
 declare
   v_model payrail.embedding_model;
+  v_nearest_ids bigint[];
+  v_nearest_distances double precision[];
 begin
-  perform payrail._check_query(query);
+  perform payrail._check_query(p_query);
 
   return query
     select m.provider, m.method, m.urls, m.docs_url, m.guidance
-    from payrail._name_path_matches(query) as m;
+    from payrail._name_path_matches(p_query, p_counted_draft_id) as m;
   if found then
     return;
   end if;
 
-  if query_embedding is null then
+  if p_query_embedding is null then
     raise exception using
       errcode = 'PYE01',
       message = 'this query is not a provider or method name, so it needs a query embedding',
       hint = 'Embed the query with the model payrail.get_embedding_model() returns and pass it as query_embedding.';
   end if;
 
-  if vector_norm(query_embedding) = 0 then
+  if vector_norm(p_query_embedding) = 0 then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = 'query embedding is the zero vector, which has no cosine distance',
@@ -119,27 +129,70 @@ begin
     -- No model yet means no vectors, so no enabled record: the honest answer is none.
     return;
   end if;
-  if (query_embedding_model is not null and query_embedding_model <> v_model.name)
-     or vector_dims(query_embedding) <> v_model.dimensions then
+  if (p_query_embedding_model is not null and p_query_embedding_model <> v_model.name)
+     or vector_dims(p_query_embedding) <> v_model.dimensions then
     raise exception using
       errcode = 'PYE02',
       message = pg_catalog.format(
         'query embedding is from model %s (%s dimensions), but the registry uses %s (%s dimensions)',
-        coalesce(query_embedding_model, 'unnamed'), vector_dims(query_embedding), v_model.name, v_model.dimensions),
+        coalesce(p_query_embedding_model, 'unnamed'), vector_dims(p_query_embedding), v_model.name, v_model.dimensions),
       hint = 'Embed the query with the model payrail.get_embedding_model() returns.';
   end if;
 
   -- Exact cosine distance over every enabled record (no index, by design); the unique
   -- normalized name breaks ties so equal distances always come back in the same order.
+  -- The scan sorts by distance alone and keeps the 4 nearest: normalizing the names of every
+  -- row would make search about 3x slower, and carrying the returned columns through the sort
+  -- costs another 10-25% (benchmarks/search_speed.py). The 4th tells whether the cut is clean.
+  select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
+    into v_nearest_ids, v_nearest_distances
+  from (
+    select pm.id, pm.embedding <=> p_query_embedding as distance
+    from payrail.provider_methods as pm
+    where pm.enabled or pm.id = p_counted_draft_id
+    order by 2
+    limit 4
+  ) as n;
+
+  if pg_catalog.cardinality(v_nearest_distances) = 4 and v_nearest_distances[3] = v_nearest_distances[4] then
+    -- A tie at the cut: the names decide which of the records at the 3rd distance are shown.
+    return query
+      select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
+      from payrail.provider_methods as pm
+      where (pm.enabled or pm.id = p_counted_draft_id)
+        and pm.embedding <=> p_query_embedding <= v_nearest_distances[3]
+      order by pm.embedding <=> p_query_embedding, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
+      limit 3;
+    return;
+  end if;
+
+  -- The 3 nearest are exactly the records no farther than the 3rd; order them, ties by name.
   return query
     select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
-    from payrail.provider_methods as pm
-    where pm.enabled
-    order by pm.embedding <=> query_embedding,
-             payrail._normalize_name(pm.provider),
-             payrail._normalize_name(pm.method)
-    limit 3;
+    from rows from (pg_catalog.unnest(v_nearest_ids[1:3]), pg_catalog.unnest(v_nearest_distances[1:3])) as n(id, distance)
+    join payrail.provider_methods as pm on pm.id = n.id
+    order by n.distance, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method);
 end
+$$;
+
+comment on function payrail._search(text, vector, text, bigint) is
+$$Both search paths, for payrail.search_provider_methods and payrail.preview_search: one order.
+
+Enabled records, plus the record p_counted_draft_id (NULL: none) counted as enabled. See
+search_provider_methods for the paths, the order and the errors.$$;
+
+create or replace function payrail.search_provider_methods(
+  query text,
+  query_embedding vector default null,
+  query_embedding_model text default null
+)
+returns table (provider text, method text, urls text[], docs_url text, guidance text)
+language sql
+stable
+security definer
+set search_path from current
+as $$
+  select * from payrail._search(query, query_embedding, query_embedding_model, null)
 $$;
 
 comment on function payrail.search_provider_methods(text, vector, text) is

@@ -58,9 +58,11 @@ language sql
 immutable strict parallel safe
 set search_path from current
 -- An absolute https URL with a non-empty host; no white space or control character anywhere.
+-- White space as _trim_white_space counts it: \s alone follows the server's locale (no U+00A0,
+-- U+2007 or U+202F in C.UTF-8, ASCII only in C).
 return pg_catalog.char_length(p_url) <= 2048
    and p_url ~* '^https://[^/?#@\s]+(@[^/?#@\s]+)?([/?#]|$)'
-   and p_url !~ '[\s\u0001-\u001f\u007f-\u009f]';
+   and p_url !~ '[\s\u0001-\u001f\u007f-\u009f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]';
 
 comment on function payrail._is_https_url(text) is
 $$True for an absolute https:// URL of at most 2,048 characters with a host and no white space.$$;

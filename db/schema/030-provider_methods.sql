@@ -14,6 +14,18 @@ create table if not exists payrail.provider_methods (
   updated_at timestamptz not null default pg_catalog.now()
 );
 
+-- Search reads every enabled vector on every query, so vectors live in the table's own pages:
+-- MAIN storage moves a vector to TOAST only when its row cannot fit a page (above about 2,000
+-- dimensions), where pgvector's default (EXTERNAL) sends every vector over 2 kB there and search
+-- pays a TOAST lookup per row (3x slower at 10,000 records; benchmarks/search_speed.py).
+-- pglz never compresses float vectors (it wants 25% savings), so reads never decompress; lz4
+-- would shave a few bytes off some and make search decompress them.
+-- Storage applies to rows written afterwards; README "Production server" says how to move the
+-- vectors of an older registry inline (VACUUM FULL).
+alter table payrail.provider_methods
+  alter column embedding set storage main,
+  alter column embedding set compression pglz;
+
 -- One named constraint per rule, so a violation in psql names the rule that broke.
 alter table payrail.provider_methods
   drop constraint if exists provider_methods_provider_check,
@@ -22,7 +34,8 @@ alter table payrail.provider_methods
   add constraint provider_methods_method_check check (payrail._is_valid_name(method)),
   drop constraint if exists provider_methods_guidance_length_check,
   add constraint provider_methods_guidance_length_check
-    check (pg_catalog.char_length(guidance) <= 8000 and guidance ~ '\S'),
+    -- Not white space only, Unicode white space included (\S follows the server's locale).
+    check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> ''),
   drop constraint if exists provider_methods_guidance_characters_check,
   add constraint provider_methods_guidance_characters_check
     check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f]'),

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
 import click
 import psycopg
 
-from . import catalog, database
-from .embedders import BACKENDS, Embedder, EmbeddingUnavailable, make_embedder
+from . import catalog, database, evaluation, model_switch
+from . import history as history_module
+from . import preview as preview_module
+from .embedders import BACKENDS, OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, make_embedder
+from .mcp_server import mcp_command
 from .records import read_lines
 from .search import SearchError, SearchUnavailable, search_provider_methods
 
@@ -204,16 +207,37 @@ def export(settings: Settings, output):
             output.write(line + "\n")
 
 
+BATCH_SIZE_OPTION = click.option(
+    "--batch-size",
+    type=click.IntRange(min=1, max=OPENAI_MAX_BATCH),
+    help="Records per embedding request and per commit (default: the backend's batch, 2,048 for openai, 64 for local).",
+)
+
+
+def echo_pending(report) -> None:
+    """The records an interrupted run left without a vector, and why, on standard error."""
+    for name in report.pending:
+        click.echo(f"pending: {name}", err=True)
+    if report.error:
+        click.echo(f"Error: {report.error}", err=True)
+
+
 @cli.command("sync")
 @click.option("--dry-run", is_flag=True, help="List the records that would be embedded; change nothing.")
+@BATCH_SIZE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 @click.pass_obj
 @user_errors
-def sync(settings: Settings, dry_run, as_json):
-    """Embed every record whose vector is missing or stale."""
-    with settings.connect() as conn:
+def sync(settings: Settings, dry_run, batch_size, as_json):
+    """Embed every record whose vector is missing or stale.
+
+    Each batch commits on its own, and a vector is written only while its record still holds
+    the content it was made from, so an interrupted run keeps its work and a rerun finishes
+    it. Exits 1 and lists the records left pending when the embedder fails.
+    """
+    with settings.connect(autocommit=True) as conn:
         if dry_run:
-            pending = [f"{r['provider']} / {r['method']}" for r in catalog.records_to_sync(conn)]
+            pending = [catalog.record_name(r) for r in catalog.records_to_sync(conn)]
             if as_json:
                 click.echo(json.dumps({"would_embed": pending}))
             else:
@@ -221,11 +245,16 @@ def sync(settings: Settings, dry_run, as_json):
             return
         pending = catalog.records_to_sync(conn)
         with click.progressbar(length=len(pending), label="embedding", file=sys.stderr) as bar:
-            report = catalog.sync(conn, settings.embedder(), progress=bar.update)
+            report = catalog.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report.to_json()))
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
-        click.echo(f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile (left for the next sync)")
+        echo_pending(report)
+        click.echo(
+            f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending"
+        )
+    if report.pending:
+        sys.exit(1)
 
 
 @cli.command("search")
@@ -250,6 +279,10 @@ def search(settings: Settings, query, as_json):
         else:
             click.echo(f"{error.code}: {error.detail}", err=True)
         sys.exit(2 if error.code == "invalid_query" else 1)
+    echo_matches(matches, as_json)
+
+
+def echo_matches(matches: list[dict], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"matches": matches}, ensure_ascii=False))
         return
@@ -262,3 +295,163 @@ def search(settings: Settings, query, as_json):
             click.echo(f"   url:  {url}")
         for line in match["guidance"].splitlines():
             click.echo(f"   {line}")
+
+
+@cli.command("eval")
+@click.argument("queries_file", metavar="QUERIES.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help='Print {"queries", "metrics", "misses"}.')
+@click.pass_obj
+@user_errors
+def eval_(settings: Settings, queries_file, as_json):
+    """Measure retrieval quality: run labelled queries through search and score the answers.
+
+    Each line of QUERIES.jsonl: {"query": "...", "relevant": [[provider, method], ...]}. Every
+    query goes through the same search path as `search`, against the configured registry (the
+    queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
+    recall@3 and MRR@3, and the queries with no relevant method in the top 3.
+    """
+    try:
+        queries = evaluation.read_labelled_queries(queries_file)
+        with settings.connect(autocommit=True) as conn:
+            report = evaluation.evaluate(conn, settings.embedder, queries)
+    except evaluation.EvaluationError as error:
+        raise click.ClickException(str(error)) from error
+    if as_json:
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        return
+    click.echo(f"{report.queries} queries")
+    for name, value in report.metrics.items():
+        click.echo(f"{name:<16} {value:.3f}")
+    click.echo(f"{len(report.misses)} missed (no relevant method in the top 3):")
+    for miss in report.misses:
+        click.echo(f"line {miss['line']}: {miss['query']}")
+        click.echo("   relevant: " + "; ".join(f"{p} / {m}" for p, m in miss["relevant"]))
+        click.echo("   returned: " + ("; ".join(f"{p} / {m}" for p, m in miss["returned"]) or "-"))
+
+
+@cli.command("preview")
+@click.argument("query")
+@click.option(
+    "--draft",
+    required=True,
+    metavar='"PROVIDER / METHOD"',
+    help="The record to count as enabled, named as the name path writes a pair.",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"matches": [...]}, as search --json does.')
+@click.pass_obj
+@user_errors
+def preview(settings: Settings, query, draft, as_json):
+    """Show what search would answer for QUERY if the draft were enabled; changes nothing.
+
+    The same paths and order as search (payrail.preview_search). The draft needs a vector of
+    its current content: run `payrail-embedder sync` first.
+    """
+    with settings.connect(autocommit=True) as conn:
+        try:
+            provider, method = preview_module.resolve_draft(conn, draft)
+        except preview_module.UnknownDraft as error:
+            raise click.ClickException(str(error)) from error
+        matches = preview_module.preview_search(conn, settings.embedder, provider, method, query)
+    echo_matches(matches, as_json)
+
+
+@cli.command("history")
+@click.argument("provider")
+@click.argument("method")
+@click.option("--json", "as_json", is_flag=True, help='Print {"record": {...} | null, "history": [...]}.')
+@click.pass_obj
+@user_errors
+def history(settings: Settings, provider, method, as_json):
+    """Show the earlier versions of the provider method PROVIDER METHOD, newest first.
+
+    Every update and delete keeps the version it replaced, with who and when. Restore one in
+    psql with: select payrail.restore_provider_method(HISTORY_ID);
+    """
+    with settings.connect(autocommit=True) as conn:
+        found = history_module.provider_method_history(conn, provider, method)
+    if found["record"] is None and not found["history"]:
+        raise click.ClickException(f'no provider method "{provider} / {method}", now or in the history')
+    if as_json:
+        click.echo(json.dumps(found, ensure_ascii=False))
+        return
+    record = found["record"]
+    if record is None:
+        click.echo(f"{provider} / {method}: no such record now (deleted or renamed)")
+    else:
+        state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
+        click.echo(f"{record['provider']} / {record['method']}: record {record['recordId']}, {state}, saved {record['savedAt']}")
+    for version in found["history"]:
+        click.echo(
+            f"\nhistory {version['historyId']}: {version['operation']}d {version['changedAt']} by "
+            f"{version['changedBy']} (session {version['changedBySessionUser']}); this version of record "
+            f"{version['recordId']} was saved {version['savedAt']}"
+        )
+        click.echo(f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})")
+        click.echo(f"  docs: {version['docsUrl'] or '-'}")
+        for url in version["urls"]:
+            click.echo(f"  url:  {url}")
+        for line in version["guidance"].splitlines():
+            click.echo(f"  {line}")
+    if found["history"]:
+        click.echo("\nrestore one with: select payrail.restore_provider_method(HISTORY_ID);")
+
+
+@cli.group()
+def model():
+    """Show or switch the registry's embedding model."""
+
+
+@model.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print the details as JSON.")
+@click.pass_obj
+@user_errors
+def model_show(settings: Settings, as_json):
+    """Print the registry's embedding model and how many records carry a vector from it."""
+    with settings.connect(autocommit=True) as conn:
+        info = model_switch.describe(conn)
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    if info["model"] is None:
+        click.echo("no embedding model yet: the first import or sync sets it")
+    else:
+        click.echo(f"{info['model']} ({info['dimensions']} dimensions), since {info['setAt']}")
+    click.echo(f"{info['records']} records, {info['enabled']} enabled, {info['embedded']} with a vector")
+    for name, count in info["staged"].items():
+        click.echo(f"staged for a switch to {name}: {count} records")
+
+
+@model.command("switch")
+@click.argument("new_model")
+@BATCH_SIZE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+@click.pass_obj
+@user_errors
+def model_switch_command(settings: Settings, new_model, batch_size, as_json):
+    """Re-embed every record with NEW_MODEL, then make it the registry's model in one transaction.
+
+    NEW_MODEL runs on the backend of --embedder. Until the switch, search keeps answering with
+    the current model; staged vectors are kept batch by batch, so an interrupted run resumes.
+    Exits 1 and lists the records left pending when the embedder fails.
+    """
+    embedder = replace(settings, model=new_model).embedder()
+    with settings.connect(autocommit=True) as conn:
+        with click.progressbar(length=len(model_switch.records_to_stage(conn, new_model)), label="staging", file=sys.stderr) as bar:
+            report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=bar.update)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+    elif report.switched:
+        click.echo(
+            f"switched to {report.model} ({report.dimensions} dimensions): {report.staged} embedded now, "
+            f"{report.embedded} records moved, {report.drafts_cleared} drafts left without a vector"
+        )
+    elif report.error is None:
+        click.echo(f"the registry already uses {report.model} ({report.dimensions} dimensions)")
+    else:
+        echo_pending(report)
+        click.echo(f"not switched: the registry still uses {report.previous[0] if report.previous else 'no model'}; rerun to resume")
+    if report.error is not None:
+        sys.exit(1)
+
+
+cli.add_command(mcp_command)

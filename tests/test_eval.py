@@ -1,0 +1,153 @@
+"""payrail-embedder eval: labelled queries through the real search path, scored.
+
+The expected metrics are computed here from openai_fake.fake_embedding and numpy cosine (the
+semantic path) and from the name rules (the name path), with the metric definitions written out
+again below, never copied from a run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from openai_fake import fake_embedding
+from payrail_embedder.embedders import record_text
+
+CATALOG = [
+    ("Stripe", "Create a PaymentIntent", "Purpose: Charge a customer card in a chosen currency.", True),
+    ("Stripe", "Create a refund", "Purpose: Give money back to a customer for an earlier card charge.", True),
+    ("Twilio", "Send an SMS", "Purpose: Send a text message to a mobile phone number.", True),
+    ("Booking.com", "Get accommodation availability", "Purpose: Live hotel room availability and prices.", True),
+    ("OpenWeather", "Current weather data", "Purpose: Current weather conditions and temperature for a city.", True),
+    ("OpenWeather", "Daily forecast", "Purpose: Weather forecast for the next days in a city.", True),
+    ("Duffel", "Search flights", "Purpose: Find flight offers between two airports on a date.", True),
+    # Closest of all to the hotel question, but a disabled draft: it can never be returned.
+    ("Amadeus", "Hotel Search", "Purpose: Find live hotel room availability and prices through a paid API.", False),
+]
+
+LABELLED = [
+    {"query": "charge the customer card in euros", "relevant": [["Stripe", "Create a PaymentIntent"]]},
+    {"query": "what is the weather forecast in Paris for the next days and today temperature",
+     "relevant": [["OpenWeather", "Current weather data"], ["OpenWeather", "Daily forecast"]]},
+    # Labels compare as the registry compares names: case and runs of white space do not matter.
+    {"query": "text message to a phone", "relevant": [["twilio", "send  an sms"]]},
+    {"query": "find live hotel room availability through a paid API",
+     "relevant": [["Amadeus", "Hotel Search"], ["Booking.com", "Get accommodation availability"]]},
+    {"query": "book a train ticket between two cities",
+     "relevant": [["Amadeus", "Hotel Search"]]},
+    {"query": "give money back for an earlier charge, and send a text message about it",
+     "relevant": [["Stripe", "Create a refund"], ["Twilio", "Send an SMS"], ["Stripe", "Create a PaymentIntent"],
+                  ["Booking.com", "Get accommodation availability"]]},
+    # An exact provider name takes the name path: its methods by normalized method name.
+    {"query": "openweather", "relevant": [["OpenWeather", "Daily forecast"]]},
+]
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"\s+", " ", name.strip()).lower()
+
+
+def expected_top3(query: str) -> list[tuple[str, str]]:
+    enabled = [(p, m, g) for p, m, g, on in CATALOG if on]
+    name = normalize(query)
+    by_name = sorted(
+        (normalize(p), normalize(m), p, m) for p, m, _ in enabled if name in (normalize(p), normalize(m))
+    )
+    if by_name:
+        return [(p, m) for _, _, p, m in by_name[:3]]
+    q = fake_embedding(query)
+    scored = sorted(
+        ((1.0 - float(np.dot(fake_embedding(record_text(p, m, g)), q)), normalize(p), normalize(m), p, m) for p, m, g in enabled)
+    )
+    distances = [s[0] for s in scored[:4]]
+    assert all(b - a > 1e-4 for a, b in zip(distances, distances[1:])), f"near ties decide {query!r}: {distances}"
+    return [(p, m) for _, _, _, p, m in scored[:3]]
+
+
+def expected_report() -> tuple[dict[str, float], list[int]]:
+    totals = {"hit@1": 0.0, "hit@3": 0.0, "recall@1": 0.0, "recall@3": 0.0, "capped_recall@3": 0.0, "mrr@3": 0.0}
+    missed_lines = []
+    for line, labelled in enumerate(LABELLED, start=1):
+        relevant = {(normalize(p), normalize(m)) for p, m in labelled["relevant"]}
+        top = [(normalize(p), normalize(m)) for p, m in expected_top3(labelled["query"])]
+        ranks = [rank for rank, pair in enumerate(top, start=1) if pair in relevant]
+        totals["hit@1"] += 1 in ranks
+        totals["hit@3"] += bool(ranks)
+        totals["recall@1"] += (1 in ranks) / len(relevant)
+        totals["recall@3"] += len(ranks) / len(relevant)
+        totals["capped_recall@3"] += len(ranks) / min(len(relevant), 3)
+        totals["mrr@3"] += 1 / ranks[0] if ranks else 0.0
+        if not ranks:
+            missed_lines.append(line)
+    return {name: total / len(LABELLED) for name, total in totals.items()}, missed_lines
+
+
+@pytest.fixture
+def registry(cli_env, tmp_path):
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(
+        "".join(
+            json.dumps({"provider": p, "method": m, "urls": [], "docsUrl": None, "guidance": g, "enabled": on}) + "\n"
+            for p, m, g, on in CATALOG
+        )
+    )
+    result = run_cli(cli_env, "import", str(catalog))
+    assert result.returncode == 0, result.stderr
+    labelled = tmp_path / "labelled.jsonl"
+    labelled.write_text("".join(json.dumps(item) + "\n" for item in LABELLED))
+    return labelled
+
+
+def test_eval_reports_the_metrics_of_the_search_path(cli_env, openai_fake, registry):
+    metrics, missed_lines = expected_report()
+    # The fixture exercises every case: a miss, a hit below rank 1, several relevant pairs.
+    assert missed_lines and 0 < metrics["hit@1"] < metrics["hit@3"] < 1
+    assert metrics["recall@3"] < metrics["capped_recall@3"]
+    requests_before = len(openai_fake.requests)
+
+    result = run_cli(cli_env, "eval", "--json", str(registry))
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["queries"] == len(LABELLED)
+    assert report["metrics"] == pytest.approx(metrics, abs=1e-9)
+    assert [miss["line"] for miss in report["misses"]] == missed_lines
+    for miss in report["misses"]:
+        labelled = LABELLED[miss["line"] - 1]
+        assert miss["query"] == labelled["query"]
+        assert miss["relevant"] == labelled["relevant"]
+        assert [tuple(pair) for pair in miss["returned"]] == expected_top3(labelled["query"])
+    # All queries embedded in one request, not one request per query.
+    new_requests = openai_fake.requests[requests_before:]
+    assert [len(r["input"]) for r in new_requests] == [len(LABELLED)]
+
+    text = run_cli(cli_env, "eval", str(registry))
+    assert text.returncode == 0, text.stderr
+    assert f"hit@3            {metrics['hit@3']:.3f}" in text.stdout
+    assert f"{len(missed_lines)} missed" in text.stdout
+    for line in missed_lines:
+        assert f"line {line}: {LABELLED[line - 1]['query']}" in text.stdout
+
+
+def test_eval_refuses_a_malformed_labelled_file(cli_env, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(LABELLED[0]) + "\n" + json.dumps({"query": "no labels", "relevant": []}) + "\n")
+
+    result = run_cli(cli_env, "eval", "--json", str(path))
+
+    assert result.returncode == 1
+    assert f"{path}:2: relevant must be a non-empty array" in result.stderr
+
+
+def test_eval_fails_rather_than_scoring_without_the_embedder(cli_env, registry):
+    env = {**cli_env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "PAYRAIL_EMBEDDING_RETRIES": "0"}
+
+    result = run_cli(env, "eval", "--json", str(registry))
+
+    assert result.returncode == 1
+    assert "search_unavailable" in result.stderr
+    assert result.stdout == ""
