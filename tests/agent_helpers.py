@@ -1,5 +1,5 @@
-"""For the tests of the agents' interfaces (API, MCP, parity): a small catalog, the answers it
-must give, and an MCP client of the real `payrail-embedder mcp` subprocess.
+"""A small catalog that the openai-backend and agent-interface tests (API, MCP, parity) share, the
+answers it must give, and an MCP client of the real `payrail-embedder mcp` subprocess.
 
 Expected orders are computed from openai_fake.fake_embedding, never written down.
 """

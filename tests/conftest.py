@@ -85,20 +85,9 @@ def openai_fake():
 @pytest.fixture
 def cli_env(database_url, openai_fake, tmp_path) -> dict[str, str]:
     """Environment for a payrail-embedder subprocess: the test database and the fake OpenAI server."""
-    from openai_fake import FAKE_MODEL
+    from environments import cli_environment
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
-    env.update(
-        PAYRAIL_DATABASE_URL=database_url,
-        PAYRAIL_DATA_DIR=str(tmp_path / "unused-embedded-data"),
-        PAYRAIL_EMBEDDER="openai",
-        PAYRAIL_EMBEDDING_MODEL=FAKE_MODEL,
-        PAYRAIL_EMBEDDING_TIMEOUT="2",
-        PAYRAIL_EMBEDDING_RETRIES="1",
-        OPENAI_BASE_URL=openai_fake.base_url,
-        OPENAI_API_KEY="test-key",
-    )
-    return env
+    return cli_environment(database_url, openai_fake, tmp_path)
 
 
 def run_cli(env: dict[str, str], *args: str, input: str | None = None, timeout: float = 120):

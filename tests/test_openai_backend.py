@@ -16,6 +16,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from agent_helpers import CATALOG, SEMANTIC_QUERY
 from conftest import run_cli
 from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder import catalog, database
@@ -23,7 +24,6 @@ from payrail_embedder.embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable, O
 from payrail_embedder.records import read_lines
 
 MATCH_KEYS = {"provider", "method", "urls", "docsUrl", "guidance"}
-SEMANTIC_QUERY = "find live hotel availability through a paid API"
 # The cli_env fixture's PAYRAIL_EMBEDDING_TIMEOUT and PAYRAIL_EMBEDDING_RETRIES.
 EMBEDDING_TIMEOUT = 2.0
 EMBEDDING_RETRIES = 1
@@ -33,79 +33,6 @@ MAX_BACKOFF = sum(0.5 * 2**attempt for attempt in range(EMBEDDING_RETRIES))
 STARTUP_SLACK = 6.0
 FAILURE_WALL_TIME = (EMBEDDING_RETRIES + 1) * EMBEDDING_TIMEOUT + MAX_BACKOFF + STARTUP_SLACK
 
-CATALOG = [
-    {
-        "provider": "Stripe",
-        "method": "Create a PaymentIntent",
-        "urls": ["https://api.stripe.com/v1/payment_intents"],
-        "docsUrl": "https://docs.stripe.com/api/payment_intents/create",
-        "guidance": "Purpose: Charge a customer card in a chosen currency.\n"
-        "Instructions: POST /v1/payment_intents with amount and currency.\n"
-        "Notes: Payment requirements go to the payment agent.",
-        "enabled": True,
-    },
-    {
-        "provider": "Stripe",
-        "method": "Create a refund",
-        "urls": ["https://api.stripe.com/v1/refunds"],
-        "docsUrl": "https://docs.stripe.com/api/refunds/create",
-        "guidance": "Purpose: Give money back for an earlier charge.\n"
-        "Instructions: POST /v1/refunds with the payment intent.\n"
-        "Notes: Refunds settle in days.",
-        "enabled": True,
-    },
-    {
-        "provider": "Twilio",
-        "method": "Send an SMS",
-        "urls": ["https://api.twilio.com/2010-04-01/Accounts"],
-        "docsUrl": "https://www.twilio.com/docs/messaging/api/message-resource",
-        "guidance": "Purpose: Send a text message to a mobile phone number.\n"
-        "Instructions: POST the Messages resource with To, From and Body.\n"
-        "Notes: Billed per message segment.",
-        "enabled": True,
-    },
-    {
-        "provider": "Booking.com",
-        "method": "Get accommodation availability",
-        "urls": ["https://demandapi.booking.com/3.1/accommodations/availability"],
-        "docsUrl": "https://developers.booking.com/demand/docs/open-api/demand-api/accommodations",
-        "guidance": "Purpose: Live hotel availability and room prices for given dates.\n"
-        "Instructions: POST /accommodations/availability with hotel ids, checkin and checkout.\n"
-        "Notes: Paid partner API.",
-        "enabled": True,
-    },
-    {
-        "provider": "OpenWeather",
-        "method": "Current weather data",
-        "urls": [],
-        "docsUrl": None,
-        "guidance": "Purpose: Current weather conditions for a city or coordinates.\n"
-        "Instructions: GET /data/2.5/weather with q or lat and lon.\n"
-        "Notes: Free tier with a daily call limit.",
-        "enabled": True,
-    },
-    {
-        "provider": "Duffel",
-        "method": "Stays: Search accommodation",
-        "urls": ["https://api.duffel.com/stays/search"],
-        "docsUrl": "https://duffel.com/docs/api/v2/search",
-        "guidance": "Purpose: Search hotel rooms to book for a location and dates.\n"
-        "Instructions: POST /stays/search with check in date, check out date and guests.\n"
-        "Notes: Paid API with per-booking fees.",
-        "enabled": True,
-    },
-    {
-        # Closest of all to the query, but a disabled draft: search must never show it.
-        "provider": "Amadeus",
-        "method": "Hotel Search",
-        "urls": ["https://api.amadeus.com/v3/shopping/hotel-offers"],
-        "docsUrl": "https://developers.amadeus.com/self-service/category/hotels",
-        "guidance": "Purpose: Find live hotel availability through a paid API.\n"
-        "Instructions: GET hotel offers.\n"
-        "Notes: Disabled draft.",
-        "enabled": False,
-    },
-]
 NAME_QUERY = "Stripe"
 
 
