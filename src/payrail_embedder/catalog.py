@@ -271,6 +271,17 @@ def check_embedder_model(conn: psycopg.Connection, embedder: Embedder) -> None:
         )
 
 
+def embed_stored_records(embedder: Embedder, records: Sequence[dict]) -> list:
+    """Checked vectors for rows read from payrail.provider_methods (provider, method, guidance)."""
+    texts = [record_text(r["provider"], r["method"], r["guidance"]) for r in records]
+    return checked_vectors(embedder.embed(texts), len(records), embedder.model_name)
+
+
+def failure_reason(error: Exception) -> str:
+    """What stopped a sync or a staging run, for its report."""
+    return error_reason(error) if isinstance(error, psycopg.Error) else str(error)
+
+
 # Records edited while sync embedded them get this many further passes before they are left pending.
 SYNC_PASSES = 3
 
@@ -301,11 +312,7 @@ def sync(
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             try:
-                vectors = checked_vectors(
-                    embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in batch]),
-                    len(batch),
-                    embedder.model_name,
-                )
+                vectors = embed_stored_records(embedder, batch)
                 with conn.transaction():
                     ensure_registry_model(conn, embedder, len(vectors[0]))
                     for record, vector in zip(batch, vectors):
@@ -322,7 +329,7 @@ def sync(
                         else:
                             changed.append(record["id"])
             except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
-                report.error = error_reason(error) if isinstance(error, psycopg.Error) else str(error)
+                report.error = failure_reason(error)
                 report.pending = [record_name(r) for r in todo[start:]]
                 if changed and not conn.broken:
                     report.pending += [record_name(r) for r in records_to_sync(conn, changed)]

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.rows import dict_row
 
-from .catalog import SYNC_PASSES, default_batch_size, error_reason, record_name
-from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
+from .catalog import SYNC_PASSES, default_batch_size, embed_stored_records, failure_reason, record_name
+from .embedders import Embedder, EmbeddingUnavailable, checked_vectors
 
 MODEL_MISMATCH = "PYE02"
 
@@ -93,11 +93,7 @@ def stage(
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
         try:
-            vectors = checked_vectors(
-                embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in batch]),
-                len(batch),
-                embedder.model_name,
-            )
+            vectors = embed_stored_records(embedder, batch)
             if report.dimensions is not None and len(vectors[0]) != report.dimensions:
                 raise EmbeddingUnavailable(
                     f"{embedder.model_name} returned {len(vectors[0])} dimensions, earlier {report.dimensions}"
@@ -111,7 +107,7 @@ def stage(
                     else:
                         report.changed_meanwhile += 1
         except (EmbeddingUnavailable, psycopg.Error) as error:
-            report.error = error_reason(error) if isinstance(error, psycopg.Error) else str(error)
+            report.error = failure_reason(error)
             report.pending = [record_name(r) for r in todo[start:]]
             return False
         progress(len(batch))
