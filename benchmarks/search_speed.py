@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/search_speed.py [--sizes 1000,10000,100000] [--dimensions 1536,384]
 
 One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied; for each size N, N
-enabled records of random unit vectors (loaded with binary COPY), then, query by query and
+enabled records of random unit vectors (loaded with binary COPY), then, for each first pass
+(`half`: the schema's, over payrail.provider_method_half_vectors; `exact`: over the exact vectors,
+what db/ installs on pgvector before 0.7, measured by dropping that table), query by query and
 interleaved so both see the same machine load:
 - NumPy: M @ q over the same unit vectors (float32, one BLAS thread, like one backend), top 3;
 - the semantic path: payrail.search_provider_methods(query, vector, model), a new random vector each time;
@@ -81,6 +83,7 @@ def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
         conn.execute("set enable_seqscan = off")
         conn.execute("set enable_bitmapscan = off")
         conn.execute("select sum(pg_catalog.length(guidance)) from payrail.provider_methods where id > 0")
+        conn.execute("select sum(provider_method_id) from payrail.provider_method_half_vectors where provider_method_id > 0")
     return time.perf_counter() - started
 
 
@@ -170,7 +173,8 @@ def print_table(headers: list[str], rows: list[list]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated record counts")
-    parser.add_argument("--dimensions", default="1536", help="comma-separated, e.g. 1536,384")
+    parser.add_argument("--dimensions", default="1536,384", help="comma-separated")
+    parser.add_argument("--first-pass", default="half,exact", help="comma-separated: half, exact (see above)")
     parser.add_argument("--queries", type=int, default=60, help="timed queries per size")
     parser.add_argument("--clients", default="1,2,4", help="concurrent clients for the throughput columns")
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each throughput measurement")
@@ -180,6 +184,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     clients = [int(c) for c in args.clients.split(",")]
+    first_passes = args.first_pass.split(",")
     settings = {**DEFAULT_SETTINGS, **dict(item.split("=", 1) for item in args.set)}
 
     rows = []
@@ -196,25 +201,33 @@ def main() -> None:
                 url = server.registry(database)
                 matrix = np.ascontiguousarray(full[:size])
                 load_seconds = load(url, matrix, args.storage)
-                with psycopg.connect(url) as conn:
-                    table_mb = conn.execute("select pg_total_relation_size('payrail.provider_methods') / 1e6").fetchone()[0]
-                times = latencies(url, matrix, args.queries, np.random.default_rng(size))
-                qps = [throughput(url, dimensions, c, args.seconds) for c in clients]
-                numpy_p50 = statistics.median(times["numpy"])
-                semantic_p50 = statistics.median(times["semantic"])
-                rows.append(
-                    [dimensions, size, f"{float(table_mb):.0f}", f"{load_seconds:.1f}",
-                     numpy_p50, percentile(times["numpy"], 0.95),
-                     semantic_p50, percentile(times["semantic"], 0.95), f"{semantic_p50 / numpy_p50:.1f}x",
-                     statistics.median(times["name"]), percentile(times["name"], 0.95),
-                     statistics.median(times["name after semantic"]),
-                     *[f"{q:.1f}" for q in qps]]
-                )
-                print(f"  done: {dimensions} dimensions, {size} records", flush=True)
+                for first_pass in ["half", "exact"]:  # dropping the half-precision table cannot be undone
+                    if first_pass not in first_passes:
+                        continue
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        if first_pass == "exact":
+                            conn.execute("drop table payrail.provider_method_half_vectors")
+                        table_mb = conn.execute(
+                            "select (pg_total_relation_size('payrail.provider_methods') + coalesce(pg_total_relation_size("
+                            "to_regclass('payrail.provider_method_half_vectors')), 0)) / 1e6"
+                        ).fetchone()[0]
+                    times = latencies(url, matrix, args.queries, np.random.default_rng(size))
+                    qps = [throughput(url, dimensions, c, args.seconds) for c in clients]
+                    numpy_p50 = statistics.median(times["numpy"])
+                    semantic_p50 = statistics.median(times["semantic"])
+                    rows.append(
+                        [dimensions, size, first_pass, f"{float(table_mb):.0f}", f"{load_seconds:.1f}",
+                         numpy_p50, percentile(times["numpy"], 0.95),
+                         semantic_p50, percentile(times["semantic"], 0.95), f"{semantic_p50 / numpy_p50:.1f}x",
+                         statistics.median(times["name"]), percentile(times["name"], 0.95),
+                         statistics.median(times["name after semantic"]),
+                         *[f"{q:.1f}" for q in qps]]
+                    )
+                    print(f"  done: {dimensions} dimensions, {size} records, {first_pass} first pass", flush=True)
                 server.drop(database)
     print()
     print_table(
-        ["dims", "records", "table MB", "load s", "numpy p50 ms", "numpy p95 ms", "semantic p50 ms",
+        ["dims", "records", "first pass", "tables MB", "load s", "numpy p50 ms", "numpy p95 ms", "semantic p50 ms",
          "semantic p95 ms", "semantic/numpy p50", "name p50 ms", "name p95 ms", "name after semantic p50 ms",
          *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients]],
         rows,

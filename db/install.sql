@@ -8,11 +8,13 @@ set client_min_messages = warning;
 \ir schema/015-text_rules.sql
 \ir schema/020-embedding_model.sql
 \ir schema/030-provider_methods.sql
+\ir schema/035-provider_method_half_vectors.sql
 \ir schema/040-embedding_staging.sql
 \ir schema/050-provider_method_history.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
+\ir functions/130-provider_method_half_vectors.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

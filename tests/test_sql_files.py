@@ -182,3 +182,32 @@ def test_two_concurrent_db_apply_on_an_empty_database_both_succeed(server, tmp_p
         installed = fingerprint(url)
         assert_registry_installed(installed)
         assert installed == fingerprint(reference)
+
+
+def test_db_apply_rebuilds_the_half_precision_vectors_from_the_records(database_url, tmp_path):
+    """Search's first pass is derived data: a rerun of `db apply` repairs a row that is missing,
+    stale or left over (restored from a dump without triggers, or edited by a superuser)."""
+    derived = "select provider_method_id, unit_embedding::text from payrail.provider_method_half_vectors order by 1"
+    expected = (
+        "select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1"
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("select payrail.set_embedding_model('test-model', 2)")
+        for number, enabled in enumerate([True, True, True, False]):
+            conn.execute(
+                """insert into payrail.provider_methods
+                     (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash)
+                   values ('Acme', %(method)s, 'Purpose: test.', %(enabled)s, %(embedding)s::vector, 'test-model',
+                           payrail._content_hash('Acme', %(method)s, 'Purpose: test.'))""",
+                {"method": f"Method {number}", "enabled": enabled, "embedding": f"[{number + 1},1]"},
+            )
+        ids = [row[0] for row in conn.execute("select id from payrail.provider_methods order by id")]
+        conn.execute("delete from payrail.provider_method_half_vectors where provider_method_id = %s", (ids[0],))
+        conn.execute("update payrail.provider_method_half_vectors set unit_embedding = '[0,1]' where provider_method_id = %s", (ids[1],))
+        conn.execute("insert into payrail.provider_method_half_vectors values (%s, '[1,0]')", (ids[3],))
+        assert conn.execute(derived).fetchall() != conn.execute(expected).fetchall()
+
+        result = run_cli(apply_env(database_url, tmp_path), "db", "apply")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert conn.execute(derived).fetchall() == conn.execute(expected).fetchall()
+        assert len(conn.execute(derived).fetchall()) == 3

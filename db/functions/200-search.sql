@@ -85,6 +85,34 @@ $$True when search_provider_methods answers this query by name alone, without a 
 Lets a caller skip the embedding service for exact provider or method names. Raises
 invalid_parameter_value (22023) for an empty or over-long query.$$;
 
+create or replace function payrail._half_precision_error_bound(p_dimensions integer)
+returns double precision
+language sql
+immutable
+security invoker
+set search_path from current
+as $$
+  -- With n = dimensions, u = 2^-24 (float32 rounding), gamma = n u / (1 - n u) (a float32 sum
+  -- of n products), rho = 2^-11 + 2^-23 (rounding a unit vector's component to float32, then to
+  -- half precision) and tau = 2^-25 (half precision's absolute error below its normal range),
+  -- for unit vectors a, b of cosine c:
+  --   pgvector's cosine distance is 1 - c within 3 gamma (three float32 sums);
+  --   the inner product of the half-precision a', b' is c within
+  --   rho (2 + rho) + 2 tau sqrt(n) (1 + rho) + n tau^2 (rounding: sum |a_i b_i| <= 1 and
+  --   sum |a_i| <= sqrt(n)), plus gamma (1 + rho + tau sqrt(n))^2 for its float32 sum.
+  -- The sum of the two: 0.00135 at 1,536 dimensions, 0.00107 at 384 (db/SEARCH.md).
+  select 3 * g + rho * (2 + rho) + 2 * tau * sqrt(n) * (1 + rho) + n * tau ^ 2 + g * (1 + rho + tau * sqrt(n)) ^ 2
+  from (select p_dimensions::double precision, 2.0 ^ -11 + 2.0 ^ -23, 2.0 ^ -25) as c(n, rho, tau),
+       lateral (select n * 2.0 ^ -24 / (1 - n * 2.0 ^ -24)) as s(g)
+$$;
+
+comment on function payrail._half_precision_error_bound(integer) is
+$$How far 1 + the inner product of two unit vectors in half precision (halfvec <#>) can be from
+pgvector's exact cosine distance (vector <=>) of the originals, at this many dimensions.
+
+payrail._search re-ranks by exact distance every record whose first-pass distance is within twice
+this bound of the 3rd nearest, so no record that belongs in the top 3 can be missed.$$;
+
 create or replace function payrail._search(
   p_query text,
   p_query_embedding vector,
@@ -99,8 +127,15 @@ set search_path from current
 as $$
 declare
   v_model payrail.embedding_model;
+  -- pgvector 0.7 and later (db/schema/035): the first pass reads half-precision unit vectors.
+  v_half_precision boolean := pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null;
+  v_error_bound double precision;
+  -- Enough for the 3 nearest and every record the first pass could have misplaced, unless the
+  -- registry holds near-copies; then the scan repeats without a limit.
+  v_scan_limit integer := 64;
   v_nearest_ids bigint[];
   v_nearest_distances double precision[];
+  v_cutoff double precision;
 begin
   perform payrail._check_query(p_query);
 
@@ -141,37 +176,53 @@ begin
 
   -- Exact cosine distance over every enabled record (no index, by design); the unique
   -- normalized name breaks ties so equal distances always come back in the same order.
-  -- The scan sorts by distance alone and keeps the 4 nearest: normalizing the names of every
-  -- row would make search about 3x slower, and carrying the returned columns through the sort
-  -- costs another 10-25% (benchmarks/search_speed.py). The 4th tells whether the cut is clean.
-  select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
-    into v_nearest_ids, v_nearest_distances
-  from (
-    select pm.id, pm.embedding <=> p_query_embedding as distance
-    from payrail.provider_methods as pm
-    where pm.enabled or pm.id = p_counted_draft_id
-    order by 2
-    limit 4
-  ) as n;
+  -- First pass: a distance within v_error_bound of the exact one, sorted alone (normalizing
+  -- every row's names would make search about 3x slower), keeping the nearest v_scan_limit.
+  -- A record whose exact distance is at most the 3rd smallest is within 2 * v_error_bound of the
+  -- 3rd smallest first-pass distance, so every such record is kept unless the kept ones all are
+  -- that near; then the first pass runs again without a limit.
+  v_error_bound := case when v_half_precision then payrail._half_precision_error_bound(v_model.dimensions) else 0 end;
+  loop
+    if v_half_precision then
+      select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
+        into v_nearest_ids, v_nearest_distances
+      from (
+        -- The scalar subqueries run once per search, not once per row.
+        select hv.provider_method_id, 1 + (hv.unit_embedding <#> (select l2_normalize(p_query_embedding)::halfvec))
+        from payrail.provider_method_half_vectors as hv
+        union all
+        select pm.id, 1 + (l2_normalize(pm.embedding)::halfvec <#> (select l2_normalize(p_query_embedding)::halfvec))
+        from payrail.provider_methods as pm
+        where pm.id = p_counted_draft_id and not pm.enabled
+        order by 2
+        limit v_scan_limit
+      ) as n(id, distance);
+    else
+      select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
+        into v_nearest_ids, v_nearest_distances
+      from (
+        select pm.id, pm.embedding <=> p_query_embedding
+        from payrail.provider_methods as pm
+        where pm.enabled or pm.id = p_counted_draft_id
+        order by 2
+        limit v_scan_limit
+      ) as n(id, distance);
+    end if;
+    v_cutoff := v_nearest_distances[3] + 2 * v_error_bound;
+    exit when v_scan_limit is null
+      or coalesce(pg_catalog.cardinality(v_nearest_distances), 0) < v_scan_limit
+      or v_nearest_distances[v_scan_limit] > v_cutoff;
+    v_scan_limit := null;
+  end loop;
 
-  if pg_catalog.cardinality(v_nearest_distances) = 4 and v_nearest_distances[3] = v_nearest_distances[4] then
-    -- A tie at the cut: the names decide which of the records at the 3rd distance are shown.
-    return query
-      select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
-      from payrail.provider_methods as pm
-      where (pm.enabled or pm.id = p_counted_draft_id)
-        and pm.embedding <=> p_query_embedding <= v_nearest_distances[3]
-      order by pm.embedding <=> p_query_embedding, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
-      limit 3;
-    return;
-  end if;
-
-  -- The 3 nearest are exactly the records no farther than the 3rd; order them, ties by name.
+  -- Second pass: the exact order of the records the first pass could not tell apart.
   return query
     select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
-    from rows from (pg_catalog.unnest(v_nearest_ids[1:3]), pg_catalog.unnest(v_nearest_distances[1:3])) as n(id, distance)
+    from rows from (pg_catalog.unnest(v_nearest_ids), pg_catalog.unnest(v_nearest_distances)) as n(id, distance)
     join payrail.provider_methods as pm on pm.id = n.id
-    order by n.distance, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method);
+    where v_cutoff is null or n.distance <= v_cutoff
+    order by pm.embedding <=> p_query_embedding, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
+    limit 3;
 end
 $$;
 

@@ -55,8 +55,16 @@ grant execute on function
   payrail.preview_search(text, text, text, vector, text),
   payrail._search(text, vector, text, bigint),
   payrail._name_path_matches(text, bigint),
-  payrail._check_query(text)
+  payrail._check_query(text),
+  payrail._half_precision_error_bound(integer)
   to payrail_operator;
+do $$
+begin
+  if pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null then
+    grant select on payrail.provider_method_half_vectors to payrail_operator;
+  end if;
+end
+$$;
 
 -- Model switch: the embedder stages the next model's vectors and switches.
 grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;

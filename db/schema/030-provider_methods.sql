@@ -14,10 +14,11 @@ create table if not exists payrail.provider_methods (
   updated_at timestamptz not null default pg_catalog.now()
 );
 
--- Search reads every enabled vector on every query, so vectors live in the table's own pages:
--- MAIN storage moves a vector to TOAST only when its row cannot fit a page (above about 2,000
--- dimensions), where pgvector's default (EXTERNAL) sends every vector over 2 kB there and search
--- pays a TOAST lookup per row (3x slower at 10,000 records; benchmarks/search_speed.py).
+-- Search reads exact vectors in its second pass (a few rows per query), and in its first pass
+-- over every enabled record where pgvector predates halfvec (db/SEARCH.md), so they live in the
+-- table's own pages: MAIN storage moves a vector to TOAST only when its row cannot fit a page
+-- (above about 2,000 dimensions), where pgvector's default (EXTERNAL) sends every vector over
+-- 2 kB there and a full scan pays a TOAST lookup per row (3x slower at 10,000 records).
 -- pglz never compresses float vectors (it wants 25% savings), so reads never decompress; lz4
 -- would shave a few bytes off some and make search decompress them.
 -- Storage applies to rows written afterwards; README "Production server" says how to move the

@@ -1,7 +1,7 @@
 -- Roles and privileges (DESIGN.md, "PostgreSQL, everywhere real" and rule 4), and the house rules
 -- every object in schema payrail follows (STYLE.md: pinned search_path, comments everywhere).
 begin;
-select plan(44);
+select plan(46);
 
 -- The three group roles exist and cannot log in.
 select results_eq(
@@ -199,17 +199,30 @@ select cmp_ok(
   'the catalog checks above see the payrail functions');
 
 -- security definer is the agents' only door to the table: exactly the three read functions.
+-- Trigger functions cannot be called, only fired by a write the writer may make anyway.
 select results_eq(
   $$select p.proname::text collate "default" from pg_proc as p
-    where p.pronamespace = 'payrail'::regnamespace and p.prosecdef order by 1$$,
+    where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.prorettype <> 'trigger'::regtype
+    order by 1$$,
   $$values ('get_embedding_model'), ('query_takes_name_path'), ('search_provider_methods')$$,
-  'only get_embedding_model, query_takes_name_path and search_provider_methods are security definer');
+  'only get_embedding_model, query_takes_name_path and search_provider_methods are callable security definer functions');
+select results_eq(
+  $$select p.proname::text collate "default" from pg_proc as p
+    where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.prorettype = 'trigger'::regtype
+    order by 1$$,
+  $$values ('tg_provider_methods__keep_half_vector')$$,
+  'the one security definer trigger writes the derived half-precision vectors, which no role may write');
+select throws_ok(
+  'select payrail.tg_provider_methods__keep_half_vector()',
+  '0A000', NULL,
+  'the security definer trigger function cannot be called directly');
 select is(
   count(*)::int, 0,
   'the security definer functions are not volatile'
     || coalesce(' (volatile: ' || string_agg(p.oid::regprocedure::text, ', ' order by p.oid::regprocedure::text) || ')', ''))
 from pg_proc as p
-where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.provolatile = 'v';
+where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.provolatile = 'v'
+  and p.prorettype <> 'trigger'::regtype;
 
 select * from finish();
 rollback;
