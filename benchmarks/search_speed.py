@@ -76,7 +76,7 @@ def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
                 content = hashlib.sha256(f"{provider}\x1f{method}\x1f{guidance}".encode()).digest()
                 copy.write_row((provider, method, guidance, True, vector, MODEL, content))
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("vacuum (analyze) payrail.provider_methods")
+        conn.execute("vacuum (analyze)")  # as autovacuum would: pages all-visible, statistics
         # Bring every page into shared_buffers, as pg_prewarm would. A sequential scan of a table
         # over a quarter of shared_buffers reads through a small ring of buffers and leaves the
         # rest uncached; an index scan fills the buffers.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import click
@@ -41,6 +42,16 @@ def test_ci_runs_the_readme_commands_verbatim():
     assert main_command in ci
     assert test_command in ci
     assert "search" in main_command and "catalog/sample.jsonl" in main_command
+
+
+def test_every_benchmark_is_in_the_readme_and_the_runner_names_them_on_a_wrong_name():
+    benchmarks = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "throwaway_postgres")
+    missing = [name for name in benchmarks if f"./scripts/benchmark {name}" not in README]
+    assert not missing, f"benchmarks missing from README.md: {missing}"
+    # A wrong name fails before anything is installed, and says which names there are.
+    result = subprocess.run([REPO / "scripts" / "benchmark", "search-speed"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert f"NAME is one of: {' '.join(benchmarks)}" in result.stderr
 
 
 def test_sample_catalog():

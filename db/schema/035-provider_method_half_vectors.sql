@@ -4,7 +4,7 @@
 -- the rounding is bounded (payrail._half_precision_error_bound), so the second pass re-ranks by
 -- exact distance every record the first could have misplaced, and search stays exact.
 -- halfvec came with pgvector 0.7. On an older pgvector this table is not created and search
--- makes its first pass over the exact vectors instead: same answers, about 25% slower.
+-- makes its first pass over the exact vectors instead: same answers, 1.3-1.9x slower.
 -- tg_provider_methods__keep_half_vector (db/functions) keeps the rows in step with
 -- provider_methods; nobody else writes them.
 do $$
