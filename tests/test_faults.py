@@ -279,12 +279,18 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
     assert [valid(r) for r in records(database_url)] == [True] * 6 + [False] * 9
     embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, timeout=2, max_retries=0)
 
+    with psycopg.connect(database_url) as conn:
+        (catalog_draft,) = conn.execute(
+            "select provider || ' / ' || method from payrail.provider_methods where not enabled order by id limit 1"
+        ).fetchone()
+
     openai_fake.requests = FailFrom(openai_fake, len(openai_fake.requests) + 2, behaviour)
     with connect(database_url, autocommit=True) as conn:
         report = catalog.sync(conn, embedder, batch_size=4)
-    assert report.embedded == 4 and report.pending == names[3:] and report.error, report
-    # The first batch: the edited catalog draft and three fresh drafts.
-    assert [valid(r) for r in records(database_url)] == [True] * 10 + [False] * 5
+    # Sync embeds the shortest texts first: the fresh drafts (all of one length, so in id order),
+    # then the catalog draft. The first batch holds four fresh drafts; the failure leaves the rest.
+    assert report.embedded == 4 and report.pending == names[4:] + [catalog_draft] and report.error, report
+    assert [valid(r) for r in records(database_url)] == [True] * 6 + [False] + [True] * 4 + [False] * 4
 
     openai_fake.behaviour = "ok"
     with connect(database_url, autocommit=True) as conn:

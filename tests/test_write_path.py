@@ -344,7 +344,9 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     assert (report["switched"], report["staged"], report["previous"]) == (
         False, 2, {"model": FAKE_MODEL, "dimensions": FAKE_DIMENSIONS}
     )  # fmt: skip
-    assert report["pending"] == [f"{r['provider']} / {r['method']}" for r in CATALOG[2:]]
+    # Staging embeds the shortest texts first (sync's order): the first batch is the two shortest.
+    in_embedding_order = sorted(CATALOG, key=lambda r: len(r["provider"]) + len(r["method"]) + len(r["guidance"]))
+    assert report["pending"] == [f"{r['provider']} / {r['method']}" for r in in_embedding_order[2:]]
     assert "500" in report["error"]
 
     # Staged but not switched: the old model is in force and answers exactly as before.
@@ -366,7 +368,7 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
         True, len(CATALOG) - 2, len(CATALOG), 0, NEW_DIMENSIONS
     )  # fmt: skip
     assert sorted(text for r in openai_fake.requests for text in r["input"]) == sorted(
-        record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG[2:]
+        record_text(r["provider"], r["method"], r["guidance"]) for r in in_embedding_order[2:]
     )
     assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
     code, shown, _ = cli_json(cli_env, "model", "show", "--json")
@@ -546,3 +548,21 @@ def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env
 
     result = run_cli(cli_env, "history", "Nobody", "Nothing")
     assert result.returncode == 1 and "no provider method" in result.stderr
+
+
+def test_sync_embeds_the_shortest_texts_first_so_each_batch_pads_little(cli_env, database_url, openai_fake):
+    """A model pads a batch to its longest text; sync groups texts of similar lengths."""
+    rng = np.random.default_rng(5)
+    drafts = [
+        (f"Provider {n:02d}", f"Method {n:02d}", "Purpose: " + "lookup " * int(rng.integers(1, 60)))
+        for n in range(12)
+    ]
+    with psycopg.connect(database_url) as conn, conn.cursor() as cursor:
+        cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", drafts)
+    result = run_cli(cli_env, "sync", "--batch-size", "4")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    sent = [text for request in openai_fake.requests for text in request["input"]]
+    assert [len(request["input"]) for request in openai_fake.requests] == [4, 4, 4]
+    assert sorted(sent) == sorted(record_text(*draft) for draft in drafts)
+    assert [len(text) for text in sent] == sorted(len(text) for text in sent)

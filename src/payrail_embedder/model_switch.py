@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.rows import dict_row
 
-from .catalog import SYNC_PASSES, default_batch_size, embed_stored_records, failure_reason, record_name
+from .catalog import (
+    EMBEDDING_ORDER,
+    SYNC_PASSES,
+    default_batch_size,
+    embed_stored_records,
+    failure_reason,
+    record_name,
+)
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors
 
 MODEL_MISMATCH = "PYE02"
@@ -57,13 +64,13 @@ def records_to_stage(conn: psycopg.Connection, model: str) -> list[dict]:
     """Records without a staged vector of their current content by model."""
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
-        """
+        f"""
         select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
         from payrail.provider_methods as pm
         where not exists (
           select from payrail.embedding_staging as s
           where s.provider_method_id = pm.id and s.model = %s and s.content_hash = pm.content_hash)
-        order by pm.id
+        order by {EMBEDDING_ORDER}
         """,
         (model,),
     )
