@@ -183,7 +183,7 @@ begin
   -- every row's names would make search about 3x slower), keeping the nearest v_scan_limit.
   -- A record whose exact distance is at most the 3rd smallest is within 2 * v_error_bound of the
   -- 3rd smallest first-pass distance, so every such record is kept unless the kept ones all are
-  -- that near; then the first pass runs again without a limit.
+  -- that near; then the first pass runs again without a limit. Proof: db/SEARCH.md.
   v_error_bound := case when v_half_precision then payrail._half_precision_error_bound(v_model.dimensions) else 0 end;
   loop
     if v_half_precision then
