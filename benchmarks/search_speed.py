@@ -23,7 +23,6 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import argparse  # noqa: E402
-import hashlib  # noqa: E402
 import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -32,6 +31,7 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from pgvector.psycopg import register_vector  # noqa: E402
 
+from payrail_embedder.embedders import content_hash  # noqa: E402
 from throwaway_postgres import throwaway_postgres  # noqa: E402
 
 MODEL = "benchmark-model"
@@ -73,8 +73,7 @@ def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
                 provider = f"Benchmark Provider {number // METHODS_PER_PROVIDER:06d}"
                 method = f"Method {number:06d}"
                 guidance = GUIDANCE.format(number=number // METHODS_PER_PROVIDER)
-                content = hashlib.sha256(f"{provider}\x1f{method}\x1f{guidance}".encode()).digest()
-                copy.write_row((provider, method, guidance, True, vector, MODEL, content))
+                copy.write_row((provider, method, guidance, True, vector, MODEL, content_hash(provider, method, guidance)))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("vacuum (analyze)")  # as autovacuum would: pages all-visible, statistics
         # Bring every page into shared_buffers, as pg_prewarm would. A sequential scan of a table

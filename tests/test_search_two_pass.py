@@ -13,12 +13,12 @@ arithmetic.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
+
+from payrail_embedder.embedders import content_hash
 
 MODEL = "two-pass-test-model"
 PLAIN_EXACT_ORDER = """
@@ -63,10 +63,6 @@ def load(conn: psycopg.Connection, vectors: np.ndarray, enabled: np.ndarray) -> 
             provider, method = f"Provider {9999 - number // 7:04d}", f"method {number:05d}"
             copy.write_row((provider, method, guidance, bool(is_enabled), vector, MODEL, content_hash(provider, method, guidance)))
     conn.commit()
-
-
-def content_hash(provider: str, method: str, guidance: str) -> bytes:
-    return hashlib.sha256(f"{provider}\x1f{method}\x1f{guidance}".encode()).digest()
 
 
 def queries(rng: np.random.Generator, vectors: np.ndarray) -> list[np.ndarray]:

@@ -130,8 +130,7 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_model payrail.embedding_model;
-  -- pgvector 0.7 and later (db/schema/035): the first pass reads half-precision unit vectors.
-  v_half_precision boolean := pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null;
+  v_half_precision boolean;
   v_error_bound double precision;
   -- Enough for the 3 nearest and every record the first pass could have misplaced, unless the
   -- registry holds near-copies; then the scan repeats without a limit.
@@ -184,6 +183,9 @@ begin
   -- A record whose exact distance is at most the 3rd smallest is within 2 * v_error_bound of the
   -- 3rd smallest first-pass distance, so every such record is kept unless the kept ones all are
   -- that near; then the first pass runs again without a limit. Proof: db/SEARCH.md.
+  -- pgvector 0.7 and later (db/schema/035): the first pass reads half-precision unit vectors.
+  -- Looked up here, not for name-path queries, which never need it.
+  v_half_precision := pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null;
   v_error_bound := case when v_half_precision then payrail._half_precision_error_bound(v_model.dimensions) else 0 end;
   loop
     if v_half_precision then
