@@ -212,7 +212,7 @@ def main() -> None:
     try:
         database.apply_schema(url)
         embedder = LocalEmbedder()
-        with database.connect(url) as conn:
+        with database.connect(url, autocommit=True) as conn:
             report = catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))
         print(f"sample catalog: {report.created} records imported with {LOCAL_DEFAULT_MODEL}", file=sys.stderr)
         rng, np_rng = random.Random(42), np.random.default_rng(42)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from payrail_embedder import catalog, evaluation
+from payrail_embedder import catalog, evaluation, sync
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import LocalEmbedder, record_text
 from payrail_embedder.records import Line, read_lines
@@ -214,7 +214,7 @@ def main() -> None:
         # The write path, twice: import (new records embedded, then saved) and sync (drafts embedded).
         url = server.registry("quality")
         started = time.perf_counter()
-        with connect(url) as conn:
+        with connect(url, autocommit=True) as conn:
             report = catalog.import_records(conn, lambda: embedder, lines)
         import_seconds = time.perf_counter() - started
         assert report.saved and report.created == len(lines), report.to_json()
@@ -228,7 +228,7 @@ def main() -> None:
                     [(ln.record.provider, ln.record.method, ln.record.urls, ln.record.docs_url, ln.record.guidance) for ln in lines],
                 )
             started = time.perf_counter()
-            sync_report = catalog.sync(conn, embedder)
+            sync_report = sync.sync(conn, embedder)
             sync_seconds = time.perf_counter() - started
         assert sync_report.embedded == len(lines), sync_report.to_json()
         server.drop("sync")

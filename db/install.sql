@@ -15,6 +15,7 @@ set client_min_messages = warning;
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql
+\ir functions/140-save_provider_method.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

@@ -130,7 +130,7 @@ def import_catalog(database_url: str, openai_fake, directory: Path) -> None:
     def embedder():
         return OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url)
 
-    with database.connect(database_url) as conn:
+    with database.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, embedder, read_lines(path))
     assert (report.created, report.refused, report.saved) == (len(CATALOG), [], True)
 

@@ -507,13 +507,13 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
 
     code, dry = cli_json(cli_env, "sync", "--dry-run", "--json")
     assert code == 0, dry
-    assert list(dry) == ["would_embed"] and sorted(dry["would_embed"]) == sorted(pending)  # in the order sync embeds
+    assert list(dry) == ["wouldEmbed"] and sorted(dry["wouldEmbed"]) == sorted(pending)  # in the order sync embeds
     assert openai_fake.requests == []
     assert all(stored_row(database_url, r["provider"], r["method"])["embedding"] is None for r in DRAFTS)
 
     code, summary = cli_json(cli_env, "sync", "--json")
     assert code == 0, summary
-    assert (summary["embedded"], summary["changed_meanwhile"]) == (len(DRAFTS), 0), summary
+    assert (summary["embedded"], summary["changedMeanwhile"]) == (len(DRAFTS), 0), summary
     assert sorted(inputs_of(openai_fake.requests)) == sorted(
         record_text(r["provider"], r["method"], r["guidance"]) for r in DRAFTS
     )
@@ -522,10 +522,10 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
         assert row["enabled"] is False
         assert_embedded_from(row, r)
 
-    assert cli_json(cli_env, "sync", "--dry-run", "--json") == (0, {"would_embed": []})
+    assert cli_json(cli_env, "sync", "--dry-run", "--json") == (0, {"wouldEmbed": []})
     requests_after_sync = len(openai_fake.requests)
     code, summary = cli_json(cli_env, "sync", "--json")
-    assert (code, summary["embedded"], summary["changed_meanwhile"]) == (0, 0, 0), summary
+    assert (code, summary["embedded"], summary["changedMeanwhile"]) == (0, 0, 0), summary
     assert len(openai_fake.requests) == requests_after_sync
 
     with psycopg.connect(database_url) as conn:

@@ -23,7 +23,7 @@ from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_m
 from conftest import CLI, REPO, run_cli
 from environments import cli_environment
 from openai_fake import FAKE_MODEL, fake_embedding
-from payrail_embedder import SearchUnavailable, catalog
+from payrail_embedder import SearchUnavailable, sync
 from payrail_embedder.api import Registry
 from payrail_embedder.database import apply_schema, connect
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
@@ -117,7 +117,8 @@ def records(url: str) -> list[dict]:
             select pm.provider, pm.method, pm.guidance, pm.enabled, pm.embedding, pm.embedding_model,
                    pm.embedding_content_hash = pm.content_hash as hash_current, m.name as registry_model
             from payrail.provider_methods as pm left join payrail.get_embedding_model() as m on true
-            order by pm.id
+            -- Enabled first: an import numbers its new records in name order, not file order.
+            order by not pm.enabled, pm.id
             """
         ).fetchall()
 
@@ -200,7 +201,7 @@ def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_resta
     # The catalog's records kept their vectors; the drafts have the vector of their content or none.
     assert [valid(r) for r in records(registry_url)] == [True] * 7 + [True] * 10 + [False] * 10
     code, summary, _, _ = cli_json(env, "sync", "--json")
-    assert (code, summary) == (0, {"embedded": 10, "changed_meanwhile": 0, "pending": []})
+    assert (code, summary) == (0, {"embedded": 10, "changedMeanwhile": 0, "pending": []})
     assert all(valid(r) for r in records(registry_url))
 
 
@@ -286,7 +287,7 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
 
     openai_fake.requests = FailFrom(openai_fake, len(openai_fake.requests) + 2, behaviour)
     with connect(database_url, autocommit=True) as conn:
-        report = catalog.sync(conn, embedder, batch_size=4)
+        report = sync.sync(conn, embedder, batch_size=4)
     # Sync embeds the shortest texts first: the fresh drafts (all of one length, so in id order),
     # then the catalog draft. The first batch holds four fresh drafts; the failure leaves the rest.
     assert report.embedded == 4 and report.pending == names[4:] + [catalog_draft] and report.error, report
@@ -294,8 +295,8 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
 
     openai_fake.behaviour = "ok"
     with connect(database_url, autocommit=True) as conn:
-        report = catalog.sync(conn, embedder, batch_size=4)
-    assert report.to_json() == {"embedded": 5, "changed_meanwhile": 0, "pending": []}
+        report = sync.sync(conn, embedder, batch_size=4)
+    assert report.to_json() == {"embedded": 5, "changedMeanwhile": 0, "pending": []}
     assert all(valid(r) for r in records(database_url))
 
 

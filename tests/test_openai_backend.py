@@ -120,7 +120,7 @@ def loaded_catalog(database_url, openai_fake, tmp_path):
     (the CLI import itself is what test_import_then_search_through_the_cli covers)."""
     path = tmp_path / "catalog.jsonl"
     write_jsonl(path, CATALOG)
-    with database.connect(database_url) as conn:
+    with database.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, lambda: direct_embedder(openai_fake), read_lines(path))
     assert (report.created, report.refused, report.saved) == (len(CATALOG), [], True)
     return str(path)

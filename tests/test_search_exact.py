@@ -17,7 +17,7 @@ from pgvector.psycopg import register_vector
 
 DIMENSIONS = 24
 MODEL = "random-test-model"
-PROVIDERS = ["Acme", "  bravo", "CHARLIE", "delta   Works", "Echo", "foxtrot  Labs"]
+PROVIDERS = ["Acme", "bravo", "CHARLIE", "delta   Works", "Echo", "foxtrot  Labs"]
 
 
 def normalize(name: str) -> str:

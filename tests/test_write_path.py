@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 
 from conftest import CLI, REPO, run_cli
 from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
-from payrail_embedder import catalog, model_switch
+from payrail_embedder import model_switch, sync
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import OPENAI_MAX_BATCH, OpenAIEmbedder, record_text
 
@@ -147,7 +147,7 @@ def fake_embedder(openai_fake, model=FAKE_MODEL, **kwargs) -> OpenAIEmbedder:
 def test_sync_sends_up_to_2048_inputs_per_request_and_batch_size_overrides(cli_env, database_url, openai_fake):
     insert_drafts(database_url, OPENAI_MAX_BATCH + 1)
     code, summary, _ = cli_json(cli_env, "sync", "--json")
-    assert (code, summary) == (0, {"embedded": OPENAI_MAX_BATCH + 1, "changed_meanwhile": 0, "pending": []})
+    assert (code, summary) == (0, {"embedded": OPENAI_MAX_BATCH + 1, "changedMeanwhile": 0, "pending": []})
     assert [len(r["input"]) for r in openai_fake.requests] == [OPENAI_MAX_BATCH, 1]
 
     with psycopg.connect(database_url) as conn:
@@ -166,7 +166,7 @@ def test_sync_stops_when_the_embedder_fails_midway_keeps_what_it_committed_and_l
     code, summary, stderr = cli_json(cli_env, "sync", "--batch-size", "4", "--json")
 
     assert code == 1, summary
-    assert (summary["embedded"], summary["changed_meanwhile"]) == (8, 0), summary
+    assert (summary["embedded"], summary["changedMeanwhile"]) == (8, 0), summary
     assert summary["pending"] == names[8:]
     assert "500" in summary["error"], summary
     stored = rows(database_url)
@@ -180,7 +180,7 @@ def test_sync_stops_when_the_embedder_fails_midway_keeps_what_it_committed_and_l
 
     openai_fake.behaviour = "ok"
     code, summary, _ = cli_json(cli_env, "sync", "--json")
-    assert (code, summary) == (0, {"embedded": 4, "changed_meanwhile": 0, "pending": []})
+    assert (code, summary) == (0, {"embedded": 4, "changedMeanwhile": 0, "pending": []})
     assert all(assert_whole_or_nothing(row) for row in rows(database_url))
 
 
@@ -237,13 +237,13 @@ def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_an
     requests_before_rerun = len(openai_fake.requests)
 
     code, summary, _ = cli_json(cli_env, "sync", "--batch-size", "5", "--json")
-    assert (code, summary) == (0, {"embedded": 10, "changed_meanwhile": 0, "pending": []})
+    assert (code, summary) == (0, {"embedded": 10, "changedMeanwhile": 0, "pending": []})
     assert [r["input"] for r in openai_fake.requests[requests_before_rerun:]] == [
         [record_text(row["provider"], row["method"], row["guidance"]) for row in stored[start : start + 5]]
         for start in (10, 15)
     ]
     assert all(assert_whole_or_nothing(row) for row in rows(database_url))
-    assert cli_json(cli_env, "sync", "--dry-run", "--json")[1] == {"would_embed": []}
+    assert cli_json(cli_env, "sync", "--dry-run", "--json")[1] == {"wouldEmbed": []}
     assert len(names) == 20
 
 
@@ -268,8 +268,8 @@ def test_sync_embeds_the_new_content_of_a_record_edited_while_it_was_embedded(da
             return vectors
 
     with connect(database_url, autocommit=True) as conn:
-        report = catalog.sync(conn, EditingEmbedder())
-    assert report.to_json() == {"embedded": 3, "changed_meanwhile": 1, "pending": []}
+        report = sync.sync(conn, EditingEmbedder())
+    assert report.to_json() == {"embedded": 3, "changedMeanwhile": 1, "pending": []}
     stored = rows(database_url)
     assert all(assert_whole_or_nothing(row) for row in stored)
     assert stored[1]["guidance"] == edited_guidance
@@ -295,7 +295,7 @@ def test_sync_refuses_nan_zero_and_infinite_vectors_and_changes_nothing(database
 
     before = rows(database_url)
     with connect(database_url, autocommit=True) as conn:
-        report = catalog.sync(conn, BadEmbedder())
+        report = sync.sync(conn, BadEmbedder())
     assert message in report.error
     assert report.embedded == 0 and len(report.pending) == 3
     assert rows(database_url) == before
@@ -344,9 +344,12 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     assert (report["switched"], report["staged"], report["previous"]) == (
         False, 2, {"model": FAKE_MODEL, "dimensions": FAKE_DIMENSIONS}
     )  # fmt: skip
-    # Staging embeds the shortest texts first (sync's order): the first batch is the two shortest.
-    in_embedding_order = sorted(CATALOG, key=lambda r: len(r["provider"]) + len(r["method"]) + len(r["guidance"]))
-    assert report["pending"] == [f"{r['provider']} / {r['method']}" for r in in_embedding_order[2:]]
+    # Staging embeds the shortest texts first (sync's order): the first batch is two of the shortest,
+    # and the rest are pending, shortest first.
+    length = {f"{r['provider']} / {r['method']}": len(r["provider"]) + len(r["method"]) + len(r["guidance"]) for r in CATALOG}
+    staged_names = set(length) - set(report["pending"])
+    assert len(staged_names) == 2 and max(length[n] for n in staged_names) <= min(length[n] for n in report["pending"])
+    assert [length[n] for n in report["pending"]] == sorted(length[n] for n in report["pending"]), report
     assert "500" in report["error"]
 
     # Staged but not switched: the old model is in force and answers exactly as before.
@@ -364,11 +367,11 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     openai_fake.requests = []
     code, report, _ = cli_json(cli_env, "model", "switch", NEW_MODEL, "--batch-size", "2", "--json")
     assert code == 0, report
-    assert (report["switched"], report["staged"], report["embedded"], report["drafts_cleared"], report["dimensions"]) == (
+    assert (report["switched"], report["staged"], report["moved"], report["draftsCleared"], report["dimensions"]) == (
         True, len(CATALOG) - 2, len(CATALOG), 0, NEW_DIMENSIONS
     )  # fmt: skip
     assert sorted(text for r in openai_fake.requests for text in r["input"]) == sorted(
-        record_text(r["provider"], r["method"], r["guidance"]) for r in in_embedding_order[2:]
+        record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG if f"{r['provider']} / {r['method']}" not in staged_names
     )
     assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
     code, shown, _ = cli_json(cli_env, "model", "show", "--json")
@@ -428,7 +431,7 @@ def test_model_switch_restages_a_record_edited_after_it_was_staged(cli_env, data
         report = model_switch.switch_model(conn, EditingEmbedder(), batch_size=len(CATALOG))
     assert (report.switched, report.changed_meanwhile, report.staged) == (True, 1, len(CATALOG)), report
     assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
-    assert rows(database_url)[0]["guidance"] == edited["guidance"]
+    assert [r["guidance"] for r in rows(database_url) if r["provider"] == edited["provider"]] == [edited["guidance"]]
 
 
 def test_a_vector_writer_waits_for_a_switch_in_progress_then_is_refused(database_url):

@@ -67,20 +67,63 @@ create or replace trigger tg_provider_methods__keep_embedding_current
   before insert or update on payrail.provider_methods
   for each row execute function payrail.tg_provider_methods__keep_embedding_current();
 
-create or replace function payrail.tg_provider_methods__set_updated_at()
+create or replace function payrail.tg_provider_methods__canonicalize_names()
 returns trigger
 language plpgsql
 security invoker
 set search_path from current
 as $$
 begin
-  new.updated_at := pg_catalog.now();
+  -- Before the vector rules (triggers fire in name order): the content hash covers stored text.
+  new.provider := payrail._canonical_name(new.provider);
+  new.method := payrail._canonical_name(new.method);
   return new;
 end
 $$;
 
-comment on function payrail.tg_provider_methods__set_updated_at() is 'Stamps provider_methods.updated_at on every update.';
+comment on function payrail.tg_provider_methods__canonicalize_names() is
+$$Stores provider and method trimmed and in Unicode NFC (payrail._canonical_name).$$;
 
-create or replace trigger tg_provider_methods__set_updated_at
-  before update on payrail.provider_methods
-  for each row execute function payrail.tg_provider_methods__set_updated_at();
+create or replace trigger tg_provider_methods__canonicalize_names
+  before insert or update of provider, method on payrail.provider_methods
+  for each row execute function payrail.tg_provider_methods__canonicalize_names();
+
+-- Replaced by tg_provider_methods__stamp_version, which leaves vector-only writes alone.
+drop trigger if exists tg_provider_methods__set_updated_at on payrail.provider_methods;
+drop function if exists payrail.tg_provider_methods__set_updated_at();
+
+create or replace function payrail.tg_provider_methods__stamp_version()
+returns trigger
+language plpgsql
+security invoker
+set search_path from current
+as $$
+begin
+  if tg_op = 'INSERT' then
+    new.version := 1;
+    new.created_at := pg_catalog.now();
+    new.updated_at := pg_catalog.now();
+  elsif (new.provider, new.method, new.urls, new.docs_url, new.guidance, new.enabled)
+        is distinct from (old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled) then
+    new.version := old.version + 1;
+    new.created_at := old.created_at;
+    new.updated_at := pg_catalog.now();
+  else
+    -- A vector-only write (sync, model switch) is not a new version.
+    new.version := old.version;
+    new.created_at := old.created_at;
+    new.updated_at := old.updated_at;
+  end if;
+  return new;
+end
+$$;
+
+comment on function payrail.tg_provider_methods__stamp_version() is
+$$Numbers the versions of a record and stamps when each was saved.
+
+A change of a public field or enabled is a new version (version + 1, updated_at now); a
+vector-only write keeps both. Nobody sets version, created_at or updated_at by hand.$$;
+
+create or replace trigger tg_provider_methods__stamp_version
+  before insert or update on payrail.provider_methods
+  for each row execute function payrail.tg_provider_methods__stamp_version();

@@ -1,22 +1,25 @@
 create or replace function payrail.tg_provider_methods__record_history()
 returns trigger
 language plpgsql
-security invoker
+-- Definer: no role may write the history, so entries come from this trigger alone.
+security definer
 set search_path from current
 as $$
 begin
-  if tg_op = 'UPDATE'
-     and (new.provider, new.method, new.urls, new.docs_url, new.guidance, new.enabled)
-         is not distinct from (old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled) then
+  if tg_op = 'UPDATE' and new.version = old.version then
     -- A vector-only write (sync, model switch) is not a new version.
     return null;
   end if;
-  -- changed_at, changed_by and changed_by_session_user come from their column defaults.
   insert into payrail.provider_method_history
-    (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version_saved_at)
+    (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version, version_saved_at,
+     changed_by, changed_by_session_user)
   values
     (old.id, pg_catalog.lower(tg_op), old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled,
-     old.updated_at);
+     old.version, old.updated_at,
+     -- current_user is this function's owner here. The role setting is what SET ROLE chose, which
+     -- only a member of that role can set; 'none' means the login itself.
+     coalesce(nullif(pg_catalog.current_setting('role'), 'none'), session_user),
+     session_user);
   return null;
 end
 $$;
@@ -24,7 +27,8 @@ $$;
 comment on function payrail.tg_provider_methods__record_history() is
 $$Keeps the version an update or delete replaces in payrail.provider_method_history.
 
-Only changes of a public field or enabled make a version; vector-only writes do not.$$;
+Only a new version (a change of a public field or enabled) is kept; vector-only writes are not.
+Security definer: the history is written by this trigger alone, never by a role directly.$$;
 
 create or replace trigger tg_provider_methods__record_history
   after update or delete on payrail.provider_methods

@@ -1,6 +1,8 @@
 -- Functions are executable by PUBLIC by default; in this schema only the grants below apply.
-revoke all on all functions in schema payrail from public;
-revoke all on all tables in schema payrail from public;
+-- Revoked from the registry's roles too, so a rerun also takes back what an earlier version
+-- granted (revoking a table's privileges revokes its column privileges as well).
+revoke all on all functions in schema payrail from public, payrail_agent, payrail_operator, payrail_embedder;
+revoke all on all tables in schema payrail from public, payrail_agent, payrail_operator, payrail_embedder;
 
 grant usage on schema payrail to payrail_agent, payrail_operator, payrail_embedder;
 
@@ -16,6 +18,7 @@ grant execute on function
 -- triggers call with the writer's privileges.
 grant execute on function
   payrail._trim_white_space(text),
+  payrail._canonical_name(text),
   payrail._normalize_name(text),
   payrail._content_hash(text, text, text),
   payrail._is_valid_name(text),
@@ -37,13 +40,15 @@ grant update (embedding, embedding_model, embedding_content_hash) on payrail.pro
 grant insert, update on payrail.embedding_model to payrail_embedder;
 grant execute on function payrail.set_embedding_model(text, integer) to payrail_embedder;
 
--- History: operators read it and restore from it. Their edits write it through the
--- tg_provider_methods__record_history trigger, which runs with their privileges: they may insert
--- the version columns, never who or when (changed_at, changed_by, changed_by_session_user come
--- from the column defaults), and never update or delete an entry.
+-- The write path: one statement saves the public fields, and the vector when the caller has the
+-- embedder's column privileges too (import, edit and the backoffice need both roles).
+grant execute on function
+  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text)
+  to payrail_operator;
+
+-- History: operators read it and restore from it. Only the security-definer trigger
+-- tg_provider_methods__record_history writes it: no role inserts, updates or deletes an entry.
 grant select on payrail.provider_method_history to payrail_operator;
-grant insert (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version_saved_at)
-  on payrail.provider_method_history to payrail_operator;
 grant execute on function
   payrail.get_provider_method_history(text, text),
   payrail.restore_provider_method(bigint, boolean)

@@ -15,6 +15,26 @@ return pg_catalog.regexp_replace(
 comment on function payrail._trim_white_space(text) is
 $$Removes leading and trailing white space, Unicode white space included.$$;
 
+create or replace function payrail._canonical_name(p_name text)
+returns text
+language sql
+immutable strict parallel safe
+set search_path from current
+-- Spaces only, not _trim_white_space's \s: a tab or line break in a name is refused by
+-- _is_valid_name, never silently dropped.
+return pg_catalog.normalize(
+  pg_catalog.regexp_replace(
+    p_name,
+    '^[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+|[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$',
+    '', 'g'),
+  'NFC');
+
+comment on function payrail._canonical_name(text) is
+$$A provider or method name as it is stored: without leading or trailing spaces (Unicode ones too) and in Unicode NFC.
+
+Applied by the trigger tg_provider_methods__canonicalize_names, and by the write path before it
+embeds, so a vector is always made from the text that is stored.$$;
+
 create or replace function payrail._normalize_name(p_name text)
 returns text
 language sql
@@ -57,15 +77,16 @@ returns boolean
 language sql
 immutable strict parallel safe
 set search_path from current
--- An absolute https URL with a non-empty host; no white space or control character anywhere.
+-- An absolute https URL with a non-empty host and no user info (https://docs.example@evil.example/
+-- goes to evil.example); no white space or control character anywhere.
 -- White space as _trim_white_space counts it: \s alone follows the server's locale (no U+00A0,
 -- U+2007 or U+202F in C.UTF-8, ASCII only in C).
 return pg_catalog.char_length(p_url) <= 2048
-   and p_url ~* '^https://[^/?#@\s]+(@[^/?#@\s]+)?([/?#]|$)'
+   and p_url ~* '^https://[^/?#@\s]+([/?#]|$)'
    and p_url !~ '[\s\u0001-\u001f\u007f-\u009f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]';
 
 comment on function payrail._is_https_url(text) is
-$$True for an absolute https:// URL of at most 2,048 characters with a host and no white space.$$;
+$$True for an absolute https:// URL of at most 2,048 characters with a host, no user info and no white space.$$;
 
 create or replace function payrail._are_https_urls(p_urls text[])
 returns boolean

@@ -14,6 +14,9 @@ create table if not exists payrail.provider_methods (
   updated_at timestamptz not null default pg_catalog.now()
 );
 
+-- Optimistic concurrency: a writer passes back the version it read (payrail.save_provider_method).
+alter table payrail.provider_methods add column if not exists version integer not null default 1;
+
 -- Search reads exact vectors in its second pass (a few rows per query), and in its first pass
 -- over every enabled record where pgvector predates halfvec (db/SEARCH.md), so they live in the
 -- table's own pages: MAIN storage moves a vector to TOAST only when its row cannot fit a page
@@ -29,6 +32,8 @@ alter table payrail.provider_methods
 
 -- One named constraint per rule, so a violation in psql names the rule that broke.
 alter table payrail.provider_methods
+  drop constraint if exists provider_methods_version_check,
+  add constraint provider_methods_version_check check (version >= 1),
   drop constraint if exists provider_methods_provider_check,
   add constraint provider_methods_provider_check check (payrail._is_valid_name(provider)),
   drop constraint if exists provider_methods_method_check,
@@ -78,7 +83,7 @@ Operators edit the public fields (provider, method, urls, docs_url, guidance) an
 Everything else is internal. Only enabled rows are searchable, and an enabled row always
 carries an embedding of its current provider, method and guidance made by the registry's model.$$;
 comment on column payrail.provider_methods.id is 'Internal key.';
-comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control characters. Unique with method, ignoring case and runs of white space.';
+comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case and runs of white space.';
 comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control characters.';
 comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates.';
 comment on column payrail.provider_methods.docs_url is 'The official documentation URL (https://), or NULL.';
@@ -91,5 +96,10 @@ comment on column payrail.provider_methods.content_hash is 'SHA-256 of provider,
 comment on column payrail.provider_methods.embedding is 'Embedding of provider, method and guidance by the registry''s model; NULL until embedded or after a draft''s content changes.';
 comment on column payrail.provider_methods.embedding_model is 'Model that made the embedding; always the registry''s model (payrail.embedding_model).';
 comment on column payrail.provider_methods.embedding_content_hash is 'content_hash of the content the embedding was made from; equal to content_hash whenever embedding is set.';
+comment on column payrail.provider_methods.version is
+$$Version of the public fields and enabled: 1 when created, one more on every change of them.
+
+Vector-only writes (sync, model switch) keep it. A writer that read version n saves with
+payrail.save_provider_method(..., p_expected_version => n), which refuses (PYE03) if it moved.$$;
 comment on column payrail.provider_methods.created_at is 'When the record was created.';
-comment on column payrail.provider_methods.updated_at is 'When the record was last changed.';
+comment on column payrail.provider_methods.updated_at is 'When this version was saved: the last change of a public field or enabled; vector-only writes keep it.';

@@ -11,13 +11,22 @@ create table if not exists payrail.provider_method_history (
   guidance text not null,
   enabled boolean not null,
   version_saved_at timestamptz not null,
-  -- Filled by their defaults: writers may not set them (see 900-grants.sql), so who and when
-  -- are always the database's own account of the change.
+  -- Only the trigger tg_provider_methods__record_history writes entries (no role may), so who
+  -- and when are always the database's own account of the change.
   changed_at timestamptz not null default pg_catalog.now(),
-  changed_by text not null default current_user,
-  changed_by_session_user text not null default session_user,
+  changed_by text not null,
+  changed_by_session_user text not null,
   constraint provider_method_history_pkey primary key (id)
 );
+
+-- The version number of the entry (provider_methods.version); NULL for entries written before
+-- records had versions.
+alter table payrail.provider_method_history add column if not exists version integer;
+-- Registries applied before the trigger wrote who itself had these as defaults, which named the
+-- trigger's owner once it became security definer.
+alter table payrail.provider_method_history
+  alter column changed_by drop default,
+  alter column changed_by_session_user drop default;
 
 alter table payrail.provider_method_history
   drop constraint if exists provider_method_history_operation_check,
@@ -46,8 +55,10 @@ comment on column payrail.provider_method_history.urls is 'URLs of this version.
 comment on column payrail.provider_method_history.docs_url is 'Docs URL of this version.';
 comment on column payrail.provider_method_history.guidance is 'Guidance of this version.';
 comment on column payrail.provider_method_history.enabled is 'Whether this version was enabled (searchable).';
-comment on column payrail.provider_method_history.version_saved_at is 'When this version was saved (the record''s updated_at then).';
+comment on column payrail.provider_method_history.version is 'Version number of this version (provider_methods.version then).';
+comment on column payrail.provider_method_history.version_saved_at is
+  'When this version was saved (the record''s updated_at then): its public fields or enabled, not a later vector-only write.';
 comment on column payrail.provider_method_history.changed_at is 'When this version was replaced or deleted (start of that transaction).';
 comment on column payrail.provider_method_history.changed_by is
-  'Role that replaced or deleted it (current_user: the group role after SET ROLE, else the login).';
+  'Role that replaced or deleted it: the role set with SET ROLE, else the login (session_user).';
 comment on column payrail.provider_method_history.changed_by_session_user is 'Login role of that session (session_user).';

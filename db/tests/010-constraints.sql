@@ -1,7 +1,7 @@
 -- Field rules of payrail.provider_methods (DESIGN.md, "One record = one provider method"):
 -- every rule is a named constraint, so the error message names the rule that broke.
 begin;
-select plan(82);
+select plan(84);
 
 -- The exact message PostgreSQL gives for a check violation on provider_methods.
 create function pg_temp.violates(p_constraint text)
@@ -19,7 +19,8 @@ select results_eq(
            ('provider_methods_enabled_needs_embedding_check'), ('provider_methods_guidance_characters_check'),
            ('provider_methods_guidance_length_check'), ('provider_methods_method_check'),
            ('provider_methods_provider_check'), ('provider_methods_urls_count_check'),
-           ('provider_methods_urls_https_check'), ('provider_methods_urls_unique_check')$$,
+           ('provider_methods_urls_https_check'), ('provider_methods_urls_unique_check'),
+           ('provider_methods_version_check')$$,
   'provider_methods has one named check constraint per rule');
 select index_is_unique('payrail', 'provider_methods', 'provider_methods_provider_method_key',
   'provider_methods_provider_method_key is a unique index');
@@ -118,7 +119,9 @@ from (values
   (12, 'one bad URL among good ones', array['https://a.example.com', 'ftp://b.example.com'], 'provider_methods_urls_https_check'),
   (13, '11 URLs', array(select 'https://example.com/' || i from generate_series(1, 11) as i), 'provider_methods_urls_count_check'),
   (14, 'a two-dimensional array', '{{https://a.example.com},{https://b.example.com}}'::text[], 'provider_methods_urls_count_check'),
-  (15, 'a duplicate URL', array['https://a.example.com', 'https://b.example.com', 'https://a.example.com'], 'provider_methods_urls_unique_check')
+  (15, 'a duplicate URL', array['https://a.example.com', 'https://b.example.com', 'https://a.example.com'], 'provider_methods_urls_unique_check'),
+  (16, 'user info (the host is evil.example)', array['https://docs.example@evil.example/'], 'provider_methods_urls_https_check'),
+  (17, 'user and password', array['https://user:secret@api.example.com/v1'], 'provider_methods_urls_https_check')
 ) as v(n, label, value, rule)
 order by v.n;
 

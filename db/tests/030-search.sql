@@ -9,8 +9,8 @@ select is_empty(
 
 -- Fixtures. Vectors are chosen so cosine distances can be worked out by hand; for the query
 -- [1,0,0] the exact order differs from the order by inner product or by L2 distance.
--- "  beta" is stored with leading spaces and in lower case so that its raw and its normalized
--- sort positions differ ("  beta" < "Acme" < "Globex" < "Pay" byte-wise, but acme < beta < globex).
+-- "beta" is stored in lower case so that its raw and its normalized
+-- sort positions differ ("Acme" < "Globex" < "Pay" < "beta" byte-wise, but acme < beta < globex < pay).
 select payrail.set_embedding_model('test-model', 3);
 insert into payrail.provider_methods
   (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash)
@@ -28,7 +28,7 @@ from (values
                                    E'Purpose: issue invoices.\nInstructions:\n\tPOST /v1/invoices.\nNotes: none.',
                                                                         true,  '[0,1,1]'),
   ('Hotel',        'Search',       '{}',         null, 'Search hotels.',  true,  '[1,1,1]'),
-  ('  beta',       'Pay',          '{}',         null, 'Pay beta.',       true,  '[0,-1,0]'),
+  ('beta',       'Pay',          '{}',         null, 'Pay beta.',       true,  '[0,-1,0]'),
   ('Hotel Search', 'Bookings',     '{}',         null, 'Book rooms.',     true,  '[0,0,-1]'),
   -- Disabled drafts: one sorts first among the "pay" methods and is nearest to [1,0,0].
   ('Aardvark',     'Pay',          '{}',         null, 'Pay Aardvark.',   false, '[1,0,0]'),
@@ -46,13 +46,13 @@ select results_eq(
   'name path: case and surrounding white space of the query do not matter');
 select results_eq(
   $$select provider, method from payrail.search_provider_methods('BETA')$$,
-  $$values ('  beta', 'Pay')$$,
+  $$values ('beta', 'Pay')$$,
   'name path: stored names compare normalized too');
 
 -- Name path: method names; a provider match comes before method matches; disabled records never.
 select results_eq(
   $$select provider, method from payrail.search_provider_methods('pay')$$,
-  $$values ('Pay', 'Invoices'), ('Acme', 'Pay'), ('  beta', 'Pay')$$,
+  $$values ('Pay', 'Invoices'), ('Acme', 'Pay'), ('beta', 'Pay')$$,
   'name path: provider match first, then method matches by normalized provider (drafts skipped)');
 select results_eq(
   $$select provider, method from payrail.search_provider_methods('invoices')$$,
@@ -124,7 +124,7 @@ select results_eq(
 -- acme/hotel search, acme/pay, beta/pay, hotel search/bookings, pay/invoices.
 select results_eq(
   $$select provider, method from payrail.search_provider_methods('something else', '[-1,0,0]')$$,
-  $$values ('Acme', 'Hotel Search'), ('Acme', 'Pay'), ('  beta', 'Pay')$$,
+  $$values ('Acme', 'Hotel Search'), ('Acme', 'Pay'), ('beta', 'Pay')$$,
   'semantic path: a five-way tie is broken by normalized provider, then normalized method');
 -- Query [0,1,1]: Pay/Invoices 0; Hotel/Search 1-2/sqrt(6); Acme/Hotel Search and Acme/Pay 1-1/sqrt(2) (tie).
 select results_eq(
@@ -156,9 +156,9 @@ update payrail.provider_methods set enabled = false
 where (provider, method) in (('Hotel', 'Search'), ('Acme', 'Hotel Search'), ('Acme', 'Pay'));
 select results_eq(
   $$select provider, method from payrail.search_provider_methods('find cheap flights', '[1,0,0]')$$,
-  $$values ('  beta', 'Pay'), ('Hotel Search', 'Bookings'), ('Pay', 'Invoices')$$,
+  $$values ('beta', 'Pay'), ('Hotel Search', 'Bookings'), ('Pay', 'Invoices')$$,
   'semantic path: ranks 7-9 of the exact order once ranks 1-6 are disabled');
-update payrail.provider_methods set enabled = false where (provider, method) = ('  beta', 'Pay');
+update payrail.provider_methods set enabled = false where (provider, method) = ('beta', 'Pay');
 select results_eq(
   $$select provider, method from payrail.search_provider_methods('find cheap flights', '[1,0,0]')$$,
   $$values ('Hotel Search', 'Bookings'), ('Pay', 'Invoices')$$,

@@ -1,7 +1,7 @@
 -- Roles and privileges (DESIGN.md, "PostgreSQL, everywhere real" and rule 4), and the house rules
 -- every object in schema payrail follows (STYLE.md: pinned search_path, comments everywhere).
 begin;
-select plan(46);
+select plan(47);
 
 -- The three group roles exist and cannot log in.
 select results_eq(
@@ -210,12 +210,16 @@ select results_eq(
   $$select p.proname::text collate "default" from pg_proc as p
     where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.prorettype = 'trigger'::regtype
     order by 1$$,
-  $$values ('tg_provider_methods__keep_half_vector')$$,
-  'the one security definer trigger writes the derived half-precision vectors, which no role may write');
+  $$values ('tg_provider_methods__keep_half_vector'), ('tg_provider_methods__record_history')$$,
+  'the security definer triggers write what no role may: the derived half-precision vectors and the history');
 select throws_ok(
   'select payrail.tg_provider_methods__keep_half_vector()',
   '0A000', NULL,
-  'the security definer trigger function cannot be called directly');
+  'the half-vector trigger function cannot be called directly');
+select throws_ok(
+  'select payrail.tg_provider_methods__record_history()',
+  '0A000', NULL,
+  'the history trigger function cannot be called directly');
 select is(
   count(*)::int, 0,
   'the security definer functions are not volatile'

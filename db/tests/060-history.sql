@@ -1,7 +1,7 @@
 -- History of provider methods: every update and delete keeps the version it replaced, with who
 -- and when; payrail.restore_provider_method brings a version back under the embedding rules.
 begin;
-select plan(36);
+select plan(37);
 
 create function pg_temp.error_of(
   p_sql text,
@@ -82,6 +82,11 @@ select throws_ok(
       (provider_method_id, operation, provider, method, urls, guidance, enabled, version_saved_at, changed_at)
     values (1, 'update', 'Forged', 'Entry', '{}', 'x', false, now(), now() - interval '1 year')$$,
   '42501', null, 'history: an operator cannot write changed_at');
+select throws_ok(
+  $$insert into payrail.provider_method_history
+      (provider_method_id, operation, provider, method, urls, guidance, enabled, version_saved_at)
+    values (1, 'update', 'Forged', 'Entry', '{}', 'x', false, now())$$,
+  '42501', null, 'history: an operator cannot add an entry, even without who or when');
 select throws_ok(
   $$update payrail.provider_method_history set guidance = 'Rewritten.'$$,
   '42501', null, 'history: an operator cannot change an entry');

@@ -13,16 +13,14 @@
 
 A `Registry` keeps one connection pool and one embedder for its lifetime, so every call after
 the first costs one database round trip (plus one query embedding off the name path). The
-module-level function uses a default Registry configured like the CLI, from the environment:
-PAYRAIL_DATABASE_URL (unset: the embedded PostgreSQL), PAYRAIL_DATA_DIR, PAYRAIL_EMBEDDER,
-PAYRAIL_EMBEDDING_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY, PAYRAIL_EMBEDDING_TIMEOUT and
-PAYRAIL_EMBEDDING_RETRIES. The ordering, the name path and the input rules stay in the database
-(payrail.search_provider_methods); this module only pools what the CLI opens per call.
+module-level function uses a default Registry configured like the CLI, from the environment
+(settings.Settings.from_env: PAYRAIL_DATABASE_URL, unset for the embedded PostgreSQL, and the
+rest of the CLI's variables). The ordering, the name path and the input rules stay in the
+database (payrail.search_provider_methods); this module only pools what the CLI opens per call.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
@@ -33,9 +31,10 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import database, search
-from .embedders import Embedder, LocalEmbedder, make_embedder
+from . import search
+from .embedders import Embedder, LocalEmbedder
 from .search import InvalidQuery, SearchUnavailable
+from .settings import Settings
 
 __all__ = ["InvalidQuery", "Match", "Registry", "SearchResult", "SearchUnavailable", "search_provider_methods"]
 
@@ -70,29 +69,20 @@ class SearchResult(TypedDict):
     matches: list[Match]
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
-
-
 class Registry:
     """A long-lived handle on the registry for the agent path: one pool, one embedder.
 
-    Every argument left as None falls back to the environment variable the CLI reads, then to the
-    CLI's default. `embedder` overrides the backend settings with a ready Embedder. Nothing is
-    opened until the first search: the pool then, and the embedder only for the first query that
-    is not an exact provider or method name. Safe to share between threads.
+    `settings` defaults to Settings.from_env(), the CLI's configuration; every other argument
+    left as None keeps that setting. `embedder` overrides the backend settings with a ready
+    Embedder. Nothing is opened until the first search: the pool then, and the embedder only for
+    the first query that is not an exact provider or method name. Safe to share between threads.
     """
 
     def __init__(
         self,
         database_url: str | None = None,
         *,
+        settings: Settings | None = None,
         data_dir: Path | str | None = None,
         embedder: Embedder | None = None,
         backend: str | None = None,
@@ -103,17 +93,14 @@ class Registry:
         pool_size: int = 4,
         connect_timeout: float = 5.0,
     ) -> None:
-        self._database_url = database_url or os.environ.get("PAYRAIL_DATABASE_URL") or None
-        data_dir = data_dir or os.environ.get("PAYRAIL_DATA_DIR")
-        self._data_dir = Path(data_dir) if data_dir else None
-        self._backend = backend or os.environ.get("PAYRAIL_EMBEDDER") or "local"
-        self._model = model or os.environ.get("PAYRAIL_EMBEDDING_MODEL") or None
-        self._openai_base_url = openai_base_url or os.environ.get("OPENAI_BASE_URL") or None
-        self._embedding_timeout = (
-            embedding_timeout if embedding_timeout is not None else _env_float("PAYRAIL_EMBEDDING_TIMEOUT", 10.0)
-        )
-        self._embedding_retries = (
-            embedding_retries if embedding_retries is not None else _env_int("PAYRAIL_EMBEDDING_RETRIES", 2)
+        self._settings = (settings or Settings.from_env()).with_overrides(
+            database_url=database_url,
+            data_dir=Path(data_dir) if data_dir else None,
+            backend=backend,
+            model=model,
+            openai_base_url=openai_base_url,
+            embedding_timeout=embedding_timeout,
+            embedding_retries=embedding_retries,
         )
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
@@ -196,7 +183,7 @@ class Registry:
 
     def _new_pool(self) -> ConnectionPool:
         try:
-            url = database.resolve_database_url(self._database_url, self._data_dir)
+            url = self._settings.resolved_database_url
         except Exception as error:  # the embedded server did not start: no answer either way
             raise SearchUnavailable(f"cannot start the embedded database: {error}") from error
         # The pool would retry a refused connection until its timeout; one direct attempt fails at
@@ -253,13 +240,7 @@ class Registry:
 
     def _get_embedder_locked(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = make_embedder(
-                self._backend,
-                self._model,
-                openai_base_url=self._openai_base_url,
-                timeout=self._embedding_timeout,
-                max_retries=self._embedding_retries,
-            )
+            self._embedder = self._settings.embedder()
         return self._embedder
 
 
@@ -272,7 +253,10 @@ def default_registry() -> Registry:
     global _default_registry
     with _default_lock:
         if _default_registry is None:
-            _default_registry = Registry()
+            try:
+                _default_registry = Registry()
+            except ValueError as error:  # a setting in the environment the CLI would refuse too
+                raise SearchUnavailable(f"configuration: {error}") from error
         return _default_registry
 
 

@@ -4,47 +4,22 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import replace
 from pathlib import Path
 
 import click
 import psycopg
 
-from . import catalog, database, evaluation, model_switch
+from . import catalog, database, edit as edit_module, evaluation, model_switch, stored
 from . import history as history_module
 from . import preview as preview_module
-from .embedders import BACKENDS, OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, make_embedder
-from .mcp_server import mcp_command
+from . import sync as sync_module
+from .embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable
 from .records import read_lines
+from .registry_model import RegistryModelMismatch
 from .search import SearchError, SearchUnavailable, search_provider_methods
-
-
-@dataclass
-class Settings:
-    database_url: str | None
-    data_dir: Path | None
-    backend: str
-    model: str | None
-    openai_base_url: str | None
-    embedding_timeout: float
-    embedding_retries: int
-
-    @cached_property
-    def resolved_database_url(self) -> str:
-        return database.resolve_database_url(self.database_url, self.data_dir)
-
-    def connect(self, *, autocommit: bool = False) -> psycopg.Connection:
-        return database.connect(self.resolved_database_url, autocommit=autocommit)
-
-    def embedder(self) -> Embedder:
-        return make_embedder(
-            self.backend,
-            self.model,
-            openai_base_url=self.openai_base_url,
-            timeout=self.embedding_timeout,
-            max_retries=self.embedding_retries,
-        )
+from .settings import Settings, settings_options
+from .write import TransientFailure, error_reason
 
 
 def user_errors(function):
@@ -53,10 +28,10 @@ def user_errors(function):
     def wrapper(*args, **kwargs):
         try:
             return function(*args, **kwargs)
-        except (EmbeddingUnavailable, catalog.RegistryModelMismatch) as error:
+        except (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, stored.UnknownRecord) as error:
             raise click.ClickException(str(error)) from error
         except psycopg.Error as error:
-            raise click.ClickException(f"database: {catalog.error_reason(error)}") from error
+            raise click.ClickException(f"database: {error_reason(error)}") from error
 
     wrapper.__name__ = function.__name__
     wrapper.__doc__ = function.__doc__
@@ -65,67 +40,15 @@ def user_errors(function):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="payrail-agent-search")
-@click.option(
-    "--database-url",
-    envvar="PAYRAIL_DATABASE_URL",
-    show_envvar=True,
-    help="PostgreSQL with pgvector. Unset: the embedded PostgreSQL 18 under the data directory.",
-)
-@click.option(
-    "--data-dir",
-    envvar="PAYRAIL_DATA_DIR",
-    show_envvar=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the embedded PostgreSQL keeps its data (default: the user's data directory).",
-)
-@click.option(
-    "--embedder",
-    "backend",
-    envvar="PAYRAIL_EMBEDDER",
-    show_envvar=True,
-    type=click.Choice(BACKENDS),
-    default="local",
-    show_default=True,
-    help="Embedding backend: local sentence-transformers, or the OpenAI API (any compatible server).",
-)
-@click.option(
-    "--model",
-    envvar="PAYRAIL_EMBEDDING_MODEL",
-    show_envvar=True,
-    help="Embedding model (default: all-MiniLM-L6-v2 for local, text-embedding-3-small for openai).",
-)
-@click.option(
-    "--openai-base-url",
-    envvar="OPENAI_BASE_URL",
-    show_envvar=True,
-    help="OpenAI-compatible API base URL. The key is read from OPENAI_API_KEY.",
-)
-@click.option(
-    "--embedding-timeout",
-    envvar="PAYRAIL_EMBEDDING_TIMEOUT",
-    show_envvar=True,
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    help="Seconds to wait for one embedding request.",
-)
-@click.option(
-    "--embedding-retries",
-    envvar="PAYRAIL_EMBEDDING_RETRIES",
-    show_envvar=True,
-    type=click.IntRange(min=0, max=10),
-    default=2,
-    show_default=True,
-    help="Retries of a failed embedding request (429, 5xx, connection errors), with backoff.",
-)
+@settings_options
 @click.pass_context
-def cli(ctx, database_url, data_dir, backend, model, openai_base_url, embedding_timeout, embedding_retries):
+def cli(ctx, **settings):
     """Payrail Agent Search: the registry's embedder and command line.
 
     Agents ask in plain words and get back at most three provider methods;
     operators import, edit and sync the catalog.
     """
-    ctx.obj = Settings(database_url, data_dir, backend, model, openai_base_url, embedding_timeout, embedding_retries)
+    ctx.obj = Settings(**settings)
 
 
 @cli.group()
@@ -235,17 +158,17 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
     the content it was made from, so an interrupted run keeps its work and a rerun finishes
     it. Exits 1 and lists the records left pending when the embedder fails.
     """
-    with settings.connect(autocommit=True) as conn:
+    with settings.connect() as conn:
         if dry_run:
-            pending = [catalog.record_name(r) for r in catalog.records_to_sync(conn)]
+            pending = [sync_module.record_name(r) for r in sync_module.records_to_sync(conn)]
             if as_json:
-                click.echo(json.dumps({"would_embed": pending}))
+                click.echo(json.dumps({"wouldEmbed": pending}, ensure_ascii=False))
             else:
                 click.echo("\n".join(pending + [f"{len(pending)} records would be embedded"]))
             return
-        pending = catalog.records_to_sync(conn)
+        pending = sync_module.records_to_sync(conn)
         with click.progressbar(length=len(pending), label="embedding", file=sys.stderr) as bar:
-            report = catalog.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
+            report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
@@ -268,7 +191,7 @@ def search(settings: Settings, query, as_json):
     """
     try:
         try:
-            conn = settings.connect(autocommit=True)
+            conn = settings.connect()
         except Exception as error:  # the embedded server or the connection: either way no answer
             raise SearchUnavailable(f"cannot reach the database: {error}") from error
         with conn:
@@ -312,7 +235,7 @@ def eval_(settings: Settings, queries_file, as_json):
     """
     try:
         queries = evaluation.read_labelled_queries(queries_file)
-        with settings.connect(autocommit=True) as conn:
+        with settings.connect() as conn:
             report = evaluation.evaluate(conn, settings.embedder, queries)
     except evaluation.EvaluationError as error:
         raise click.ClickException(str(error)) from error
@@ -346,13 +269,42 @@ def preview(settings: Settings, query, draft, as_json):
     The same paths and order as search (payrail.preview_search). The draft needs a vector of
     its current content: run `payrail-embedder sync` first.
     """
-    with settings.connect(autocommit=True) as conn:
+    with settings.connect() as conn:
         try:
             provider, method = preview_module.resolve_draft(conn, draft)
         except preview_module.UnknownDraft as error:
             raise click.ClickException(str(error)) from error
         matches = preview_module.preview_search(conn, settings.embedder, provider, method, query)
     echo_matches(matches, as_json)
+
+
+@cli.command("edit")
+@click.argument("name", nargs=-1, metavar="PROVIDER METHOD")
+@click.option("--new", "new", is_flag=True, help="Start a new record (a draft unless you enable it).")
+@click.pass_obj
+@user_errors
+def edit(settings: Settings, name, new):
+    """Edit one record in $EDITOR, saved through the same write path as import and the backoffice.
+
+    Name it as PROVIDER METHOD (two arguments) or as one "Provider / Method". The record opens
+    as a pretty-printed catalog line; content changes are embedded before they are saved and an
+    enabled record stays enabled. A refusal opens the editor again with the message on top and
+    your text kept; so does a save that someone else's save got ahead of.
+    """
+    if new == bool(name):
+        raise click.UsageError("name one record to edit (PROVIDER METHOD), or pass --new")
+    with settings.connect() as conn:
+        row = None if new else stored.find_by_name(conn, name)
+        saved = edit_module.edit_record(conn, settings.embedder, row)
+        if saved is None:
+            click.echo("nothing saved")
+            return
+        record = stored.get(conn, saved.record_id)
+    vector = "embedded now" if saved.embedded else ("vector kept" if record["embedded"] else "no vector")
+    click.echo(
+        f'{saved.outcome} "{record["provider"]} / {record["method"]}": record {saved.record_id}, '
+        f'version {saved.version}, {"enabled" if record["enabled"] else "draft"}, {vector}'
+    )
 
 
 @cli.command("history")
@@ -367,7 +319,7 @@ def history(settings: Settings, provider, method, as_json):
     Every update and delete keeps the version it replaced, with who and when. Restore one in
     psql with: select payrail.restore_provider_method(HISTORY_ID);
     """
-    with settings.connect(autocommit=True) as conn:
+    with settings.connect() as conn:
         found = history_module.provider_method_history(conn, provider, method)
     if found["record"] is None and not found["history"]:
         raise click.ClickException(f'no provider method "{provider} / {method}", now or in the history')
@@ -407,7 +359,7 @@ def model():
 @user_errors
 def model_show(settings: Settings, as_json):
     """Print the registry's embedding model and how many records carry a vector from it."""
-    with settings.connect(autocommit=True) as conn:
+    with settings.connect() as conn:
         info = model_switch.describe(conn)
     if as_json:
         click.echo(json.dumps(info))
@@ -435,7 +387,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     Exits 1 and lists the records left pending when the embedder fails.
     """
     embedder = replace(settings, model=new_model).embedder()
-    with settings.connect(autocommit=True) as conn:
+    with settings.connect() as conn:
         with click.progressbar(length=len(model_switch.records_to_stage(conn, new_model)), label="staging", file=sys.stderr) as bar:
             report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=bar.update)
     if as_json:
@@ -443,15 +395,33 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     elif report.switched:
         click.echo(
             f"switched to {report.model} ({report.dimensions} dimensions): {report.staged} embedded now, "
-            f"{report.embedded} records moved, {report.drafts_cleared} drafts left without a vector"
+            f"{report.moved} records moved, {report.drafts_cleared} drafts left without a vector"
         )
     elif report.error is None:
         click.echo(f"the registry already uses {report.model} ({report.dimensions} dimensions)")
     else:
         echo_pending(report)
-        click.echo(f"not switched: the registry still uses {report.previous[0] if report.previous else 'no model'}; rerun to resume")
+        click.echo(f"not switched: the registry still uses {report.previous.name if report.previous else 'no model'}; rerun to resume")
     if report.error is not None:
         sys.exit(1)
 
 
-cli.add_command(mcp_command)
+
+@cli.command("mcp")
+@click.option(
+    "--http",
+    "http_port",
+    type=click.IntRange(1, 65535),
+    help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.",
+)
+@click.pass_obj
+def mcp(settings: Settings, http_port: int | None):
+    """Serve the search as an MCP server (one tool: search_provider_methods).
+
+    Speaks stdio by default, for an agent host that starts this command; takes the same
+    database and embedder settings as every other command. See README, "Over MCP".
+    """
+    from .api import Registry
+    from .mcp_server import serve  # the MCP SDK loads only for this command
+
+    serve(Registry(settings=settings), http_port)

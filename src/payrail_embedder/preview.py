@@ -7,7 +7,8 @@ from collections.abc import Callable
 import psycopg
 
 from .embedders import Embedder
-from .search import QUERY_EMBEDDING_REQUIRED, _as_match
+from . import errcodes
+from .search import _as_match
 
 PREVIEW_SQL = "select provider, method, urls, docs_url, guidance from payrail.preview_search(%s, %s, %s, %s, %s)"
 
@@ -44,7 +45,7 @@ def preview_search(
     try:
         return [_as_match(row) for row in conn.execute(PREVIEW_SQL, (provider, method, query, None, None)).fetchall()]
     except psycopg.Error as error:
-        if error.sqlstate != QUERY_EMBEDDING_REQUIRED:
+        if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
             raise
     embedder = embedder_factory()
     vector = embedder.embed([query])[0]

@@ -9,6 +9,15 @@ from pathlib import Path
 
 FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled")
 REQUIRED = ("provider", "method", "guidance")
+# The JSON name of each column of payrail.provider_methods that a record carries.
+JSON_NAME_OF_COLUMN = {
+    "provider": "provider",
+    "method": "method",
+    "urls": "urls",
+    "docs_url": "docsUrl",
+    "guidance": "guidance",
+    "enabled": "enabled",
+}
 
 
 @dataclass(frozen=True)
@@ -71,25 +80,45 @@ def parse_record(data: object) -> ProviderMethod:
     enabled = data.get("enabled")
     if enabled is not None and not isinstance(enabled, bool):
         raise ValueError("enabled must be true or false")
-    for name, value in [*((name, data[name]) for name in REQUIRED), *(("urls", url) for url in urls), ("docsUrl", docs_url)]:
-        if value is not None:
-            _check_storable(name, value)
-    return ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled)
+    record = ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled)
+    problems = unstorable_fields(record)
+    if problems:
+        raise ValueError(problems[0][1])
+    return record
 
 
-def _check_storable(name: str, value: str) -> None:
-    """JSON's \\u escapes spell what PostgreSQL text cannot hold: NUL, and lone surrogates (not Unicode).
+def unstorable_fields(record: ProviderMethod) -> list[tuple[str, str]]:
+    """(JSON field name, reason) for each value PostgreSQL text cannot hold: NUL, and lone surrogates.
 
-    Refused here, with the line's number, rather than failing the whole import in the driver.
+    JSON's \\u escapes and Python strings can spell both; refused here, naming the field, rather
+    than failing a whole import in the driver.
     """
-    if "\x00" in value:
-        raise ValueError(f"{name} contains the NUL character (\\u0000), which PostgreSQL text cannot hold")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"{name} contains a lone surrogate (\\u{ord(value[error.start]):04x}), which is not a Unicode character"
-        ) from None
+    values = [("provider", record.provider), ("method", record.method), ("guidance", record.guidance)]
+    values += [("urls", url) for url in record.urls] + [("docsUrl", record.docs_url)]
+    problems = []
+    for name, value in values:
+        if value is None:
+            continue
+        if "\x00" in value:
+            problems.append((name, f"{name} contains the NUL character (\\u0000), which PostgreSQL text cannot hold"))
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            problems.append(
+                (name, f"{name} contains a lone surrogate (\\u{ord(value[error.start]):04x}), which is not a Unicode character")
+            )
+    return problems
+
+
+def refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json.loads keeps the last of two equal keys; a catalog line that says two things is refused."""
+    seen = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"field {key!r} appears twice in the line")
+        seen.add(key)
+    return dict(pairs)
 
 
 def read_lines(path: Path) -> Iterator[Line | Refusal]:
@@ -98,14 +127,15 @@ def read_lines(path: Path) -> Iterator[Line | Refusal]:
     with path.open("rb") as file:
         for number, raw in enumerate(file, start=1):
             try:
-                text = raw.decode("utf-8")
+                # A byte order mark is allowed where a file begins (editors on Windows write one).
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
                 yield Refusal(source, number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
                 continue
             if not text.strip():
                 continue
             try:
-                yield Line(source, number, parse_record(json.loads(text)))
+                yield Line(source, number, parse_record(json.loads(text, object_pairs_hook=refuse_duplicate_keys)))
             except json.JSONDecodeError as error:
                 yield Refusal(source, number, f"malformed JSON: {error.msg} at column {error.colno}")
             except ValueError as error:

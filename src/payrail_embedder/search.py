@@ -7,11 +7,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import psycopg
 
+from . import errcodes
 from .embedders import Embedder, EmbeddingUnavailable
-
-# SQLSTATEs of db/ERRCODES.md.
-INVALID_PARAMETER_VALUE = "22023"
-QUERY_EMBEDDING_REQUIRED = "PYE01"
+from .registry_model import registry_model
 
 
 class SearchError(Exception):
@@ -47,11 +45,6 @@ def _as_match(row: tuple) -> dict:
     return {"provider": provider, "method": method, "urls": list(urls), "docsUrl": docs_url, "guidance": guidance}
 
 
-def _registry_model(conn: psycopg.Connection) -> tuple[str, int] | None:
-    row = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchone()
-    return (row[0], row[1]) if row else None
-
-
 def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray]:
     """The query embeddings search uses, in one batch: the single definition of how a query is embedded."""
     return embedder.embed(list(queries))
@@ -77,13 +70,13 @@ def search_provider_methods(
         try:
             return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, None, None)).fetchall()]
         except psycopg.Error as error:
-            if error.sqlstate != QUERY_EMBEDDING_REQUIRED:
+            if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
                 raise
-        model = _registry_model(conn)
+        model = registry_model(conn)
         embedder = embedder_factory()
-        if model is not None and model[0] != embedder.model_name:
+        if model is not None and model.name != embedder.model_name:
             raise SearchUnavailable(
-                f"the registry's vectors come from model {model[0]}, but this client embeds with "
+                f"the registry's vectors come from model {model.name}, but this client embeds with "
                 f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model"
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
@@ -91,7 +84,7 @@ def search_provider_methods(
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}") from error
     except psycopg.Error as error:
-        if error.sqlstate == INVALID_PARAMETER_VALUE:
+        if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE:
             raise InvalidQuery(error.diag.message_primary or str(error)) from error
         raise SearchUnavailable(f"database error: {_describe(error)}") from error
 

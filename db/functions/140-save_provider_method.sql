@@ -1,0 +1,118 @@
+create or replace function payrail.save_provider_method(
+  p_id bigint,
+  p_expected_version integer,
+  p_provider text,
+  p_method text,
+  p_urls text[],
+  p_docs_url text,
+  p_guidance text,
+  p_enabled boolean default null,
+  p_embedding vector default null,
+  p_embedding_model text default null
+)
+returns table (record_id bigint, record_version integer, outcome text)
+language plpgsql
+volatile
+security invoker
+set search_path from current
+as $$
+declare
+  v_current payrail.provider_methods;
+  v_provider text := payrail._canonical_name(p_provider);
+  v_method text := payrail._canonical_name(p_method);
+  v_embedding_content_hash bytea;
+begin
+  if p_id is not null then
+    select * into v_current from payrail.provider_methods as pm where pm.id = p_id for update;
+    if not found then
+      raise exception using
+        errcode = 'PYE03',
+        message = pg_catalog.format('provider method %s was deleted since it was read', p_id),
+        hint = 'Save it as a new record, or restore it from its history.';
+    end if;
+  else
+    select * into v_current
+    from payrail.provider_methods as pm
+    where payrail._normalize_name(pm.provider) = payrail._normalize_name(v_provider)
+      and payrail._normalize_name(pm.method) = payrail._normalize_name(v_method)
+    for update;
+  end if;
+
+  if p_expected_version = 0 and v_current.id is not null then
+    raise exception using
+      errcode = 'unique_violation',
+      constraint = 'provider_methods_provider_method_key',
+      schema = 'payrail',
+      table = 'provider_methods',
+      message = pg_catalog.format('provider method "%s / %s" already exists', v_current.provider, v_current.method),
+      hint = 'Edit that record instead, or choose another provider or method name.';
+  end if;
+  if p_expected_version is distinct from v_current.version and p_expected_version <> 0 then
+    raise exception using
+      errcode = 'PYE03',
+      message = pg_catalog.format(
+        'provider method "%s / %s" changed since it was read: version %s was read, version %s is saved now',
+        v_current.provider, v_current.method, p_expected_version, v_current.version),
+      hint = 'Read the record again, merge your change into it, and save with its new version.';
+  end if;
+
+  if p_embedding is not null then
+    -- The caller embedded this very content (the write path embeds the canonical names).
+    v_embedding_content_hash := payrail._content_hash(v_provider, v_method, p_guidance);
+  end if;
+
+  if v_current.id is null then
+    insert into payrail.provider_methods as pm
+      (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash)
+    values
+      (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false),
+       p_embedding, p_embedding_model, v_embedding_content_hash)
+    returning pm.id, pm.version into record_id, record_version;
+    outcome := 'created';
+    return next;
+    return;
+  end if;
+
+  if p_embedding is null
+     and (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, v_current.enabled))
+         is not distinct from
+         (v_current.provider, v_current.method, v_current.urls, v_current.docs_url, v_current.guidance, v_current.enabled) then
+    return query select v_current.id, v_current.version, 'unchanged'::text;
+    return;
+  end if;
+
+  -- Without a vector the statement leaves the vector columns alone, so an operator without
+  -- payrail_embedder can still make URL-only edits; the vector rules (triggers) decide the rest.
+  if p_embedding is null then
+    update payrail.provider_methods as pm
+    set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
+        enabled = coalesce(p_enabled, pm.enabled)
+    where pm.id = v_current.id
+    returning pm.id, pm.version into record_id, record_version;
+  else
+    update payrail.provider_methods as pm
+    set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
+        enabled = coalesce(p_enabled, pm.enabled),
+        embedding = p_embedding, embedding_model = p_embedding_model, embedding_content_hash = v_embedding_content_hash
+    where pm.id = v_current.id
+    returning pm.id, pm.version into record_id, record_version;
+  end if;
+  outcome := 'updated';
+  return next;
+end
+$$;
+
+comment on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text) is
+$$Saves one record's public fields and enabled, with the vector of its content when one is given; one statement.
+
+The write path of import, `payrail-embedder edit` and the backoffice. p_id names the record;
+NULL means the record named p_provider / p_method (names compare as the unique key does), or a
+new one. p_expected_version is the version the caller read: the save is refused with PYE03 if
+the record has another version now (or was deleted); 0 means the record must be new
+(unique_violation otherwise); NULL skips the check. p_enabled NULL keeps the record's state (a
+new record starts disabled). p_embedding must be the embedding of p_provider, p_method and
+p_guidance (as payrail._canonical_name stores the names) by the registry's model p_embedding_model;
+without one, the vector rules apply as to any edit: URL-only edits and enabling keep the
+current vector, a content edit of an enabled record is refused and a draft's is cleared.
+Returns the record's id, its version after the save, and created, updated or unchanged
+(nothing differed, so nothing was written and no version was made).$$;

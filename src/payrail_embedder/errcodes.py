@@ -1,0 +1,23 @@
+"""The SQLSTATEs the package branches on: a mirror of db/ERRCODES.md (tests/test_docs.py checks it)."""
+
+INVALID_PARAMETER_VALUE = "22023"
+QUERY_EMBEDDING_REQUIRED = "PYE01"
+EMBEDDING_MODEL_MISMATCH = "PYE02"
+RECORD_CHANGED = "PYE03"
+CHECK_VIOLATION = "23514"
+UNIQUE_VIOLATION = "23505"
+NO_DATA_FOUND = "P0002"
+OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
+INSUFFICIENT_PRIVILEGE = "42501"
+
+# PostgreSQL's own, not the registry's: another transaction got in the way, and redoing the
+# whole unit of work succeeds. Never a refusal of the caller's input.
+SERIALIZATION_FAILURE = "40001"
+DEADLOCK_DETECTED = "40P01"
+TRANSIENT = frozenset({SERIALIZATION_FAILURE, DEADLOCK_DETECTED})
+
+
+def refuses_input(sqlstate: str | None) -> bool:
+    """Whether an error is the database refusing what was written (a data exception or an
+    integrity rule), rather than the database failing (connection, privileges, resources)."""
+    return sqlstate is not None and sqlstate[:2] in ("22", "23")

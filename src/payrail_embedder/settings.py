@@ -1,0 +1,154 @@
+"""Settings: where the registry is and which embedder to use, for every face of the package.
+
+One table of settings gives both the CLI's options (each with its environment variable) and
+Settings.from_env() for the Python API, the MCP server and the backoffice, so a setting is
+named, parsed and defaulted in one place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from functools import cached_property
+from pathlib import Path
+
+import click
+
+from . import database
+from .embedders import BACKENDS, Embedder, make_embedder
+
+
+@dataclass(frozen=True)
+class Setting:
+    field: str
+    option: str
+    envvar: str
+    type: click.ParamType
+    default: object
+    help: str
+
+
+SETTINGS = (
+    Setting(
+        "database_url",
+        "--database-url",
+        "PAYRAIL_DATABASE_URL",
+        click.STRING,
+        None,
+        "PostgreSQL with pgvector. Unset: the embedded PostgreSQL 18 under the data directory.",
+    ),
+    Setting(
+        "data_dir",
+        "--data-dir",
+        "PAYRAIL_DATA_DIR",
+        click.Path(file_okay=False, path_type=Path),
+        None,
+        "Where the embedded PostgreSQL keeps its data (default: the user's data directory).",
+    ),
+    Setting(
+        "backend",
+        "--embedder",
+        "PAYRAIL_EMBEDDER",
+        click.Choice(BACKENDS),
+        "local",
+        "Embedding backend: local sentence-transformers, or the OpenAI API (any compatible server).",
+    ),
+    Setting(
+        "model",
+        "--model",
+        "PAYRAIL_EMBEDDING_MODEL",
+        click.STRING,
+        None,
+        "Embedding model (default: all-MiniLM-L6-v2 for local, text-embedding-3-small for openai).",
+    ),
+    Setting(
+        "openai_base_url",
+        "--openai-base-url",
+        "OPENAI_BASE_URL",
+        click.STRING,
+        None,
+        "OpenAI-compatible API base URL. The key is read from OPENAI_API_KEY.",
+    ),
+    Setting(
+        "embedding_timeout",
+        "--embedding-timeout",
+        "PAYRAIL_EMBEDDING_TIMEOUT",
+        click.FloatRange(min=0.1),
+        10.0,
+        "Seconds to wait for one embedding request.",
+    ),
+    Setting(
+        "embedding_retries",
+        "--embedding-retries",
+        "PAYRAIL_EMBEDDING_RETRIES",
+        click.IntRange(min=0, max=10),
+        2,
+        "Retries of a failed embedding request (429, 5xx, connection errors), with backoff.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    data_dir: Path | None = None
+    backend: str = "local"
+    model: str | None = None
+    openai_base_url: str | None = None
+    embedding_timeout: float = 10.0
+    embedding_retries: int = 2
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides) -> Settings:
+        """The settings the CLI would use in this environment; overrides that are not None win.
+
+        Raises ValueError naming the variable when one holds a value the CLI would refuse.
+        """
+        values = {}
+        for setting in SETTINGS:
+            raw = environ.get(setting.envvar)
+            try:
+                values[setting.field] = setting.type.convert(raw, None, None) if raw else setting.default
+            except click.BadParameter as error:
+                raise ValueError(f"{setting.envvar}: {error.message}") from None
+        return cls(**values).with_overrides(**overrides)
+
+    def with_overrides(self, **overrides) -> Settings:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return replace(self, **{name: value for name, value in overrides.items() if value is not None})
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        return database.resolve_database_url(self.database_url, self.data_dir)
+
+    def connect(self, *, autocommit: bool = True):
+        return database.connect(self.resolved_database_url, autocommit=autocommit)
+
+    def embedder(self) -> Embedder:
+        return make_embedder(
+            self.backend,
+            self.model,
+            openai_base_url=self.openai_base_url,
+            timeout=self.embedding_timeout,
+            max_retries=self.embedding_retries,
+        )
+
+
+def settings_options(command: Callable) -> Callable:
+    """Adds every setting as a click option (with its environment variable) to command."""
+    for setting in reversed(SETTINGS):
+        command = click.option(
+            setting.option,
+            setting.field,
+            envvar=setting.envvar,
+            show_envvar=True,
+            type=setting.type,
+            default=setting.default,
+            show_default=setting.default is not None,
+            help=setting.help,
+        )(command)
+    return command

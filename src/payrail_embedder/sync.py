@@ -1,0 +1,182 @@
+"""Embedding stored records batch by batch: sync (missing or stale vectors) and the staging of a model switch.
+
+Both read the records to embed, embed them a batch at a time (one embedding request each) and
+commit each batch on its own, writing a vector only while its record still holds the content
+it was made from. A record edited meanwhile is embedded again with its new content, a few
+passes at most; a failing embedder stops the run and leaves the rest listed as pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import database
+from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
+from .registry_model import RegistryModelMismatch, adopt_embedder_model, require_embedder_model
+from .write import error_reason
+
+# Records to embed, shortest texts first: a batch is padded to its longest text, so batches of
+# similar lengths spare the local model most of its work (sync of the 2,479 benchmark records:
+# 2.4x faster than in id order).
+EMBEDDING_ORDER = "char_length(pm.provider) + char_length(pm.method) + char_length(pm.guidance), pm.id"
+
+# Records edited while they were embedded get this many further passes before they are left pending.
+PASSES = 3
+
+
+@dataclass
+class BatchRun:
+    """What one run of embed_in_batches did."""
+
+    # Vectors written.
+    done: int = 0
+    # Edited after they were read: the edit wins and its new content is embedded in a further pass.
+    changed_meanwhile: int = 0
+    # "Provider / Method" of every record still without a vector when the run stopped.
+    pending: list[str] = field(default_factory=list)
+    # Why the run stopped early (the embedder or the database failed); None when it ran to the end.
+    error: str | None = None
+
+
+# Reads the records to embed: all of them (None), or those of these ids still needing a vector.
+ReadRecords = Callable[[Sequence[int] | None], list[dict]]
+# Writes one batch's vectors inside a transaction; returns the ids it did not write (changed meanwhile).
+WriteBatch = Callable[[Sequence[dict], Sequence], list[int]]
+
+
+def record_name(record: dict) -> str:
+    return f"{record['provider']} / {record['method']}"
+
+
+def default_batch_size(embedder: Embedder) -> int:
+    """One embedding request per batch: the backend's own batch (2,048 inputs for OpenAI, 64 locally)."""
+    return getattr(embedder, "batch_size", 256)
+
+
+def failure_reason(error: Exception) -> str:
+    return error_reason(error) if isinstance(error, psycopg.Error) else str(error)
+
+
+def embed_in_batches(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    read_records: ReadRecords,
+    write_batch: WriteBatch,
+    *,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] = lambda done: None,
+) -> BatchRun:
+    """Embeds what read_records returns and writes it with write_batch, a transaction per batch.
+
+    conn must be in autocommit mode, so each batch is its own transaction: a crash or a failing
+    embedder keeps what was committed, and the next run embeds only the rest. Each batch's
+    writes lock records in id order, like every writer of the registry, and a batch that
+    another transaction deadlocked is written again (its vectors are kept).
+    """
+    if not conn.autocommit:
+        raise ValueError("embedding in batches needs a connection in autocommit mode, so each batch commits on its own")
+    batch_size = batch_size or default_batch_size(embedder)
+    run = BatchRun()
+    todo = read_records(None)
+    for _ in range(PASSES):
+        changed: list[int] = []
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            try:
+                texts = [record_text(r["provider"], r["method"], r["guidance"]) for r in batch]
+                vectors = checked_vectors(embedder.embed(texts), len(batch), embedder.model_name)
+                unwritten = database.retry_transient(lambda: _write(conn, write_batch, batch, vectors))
+            except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
+                run.error = failure_reason(error)
+                run.pending = [record_name(r) for r in todo[start:]]
+                if changed and not conn.broken:
+                    run.pending += [record_name(r) for r in read_records(changed)]
+                return run
+            run.done += len(batch) - len(unwritten)
+            changed += unwritten
+            progress(len(batch))
+        run.changed_meanwhile += len(changed)
+        todo = read_records(changed)
+        if not todo:
+            return run
+    run.pending = [record_name(r) for r in todo]
+    run.error = f"{len(todo)} record(s) were edited again during each of {PASSES} passes; run again to embed them"
+    return run
+
+
+def _write(conn: psycopg.Connection, write_batch: WriteBatch, batch: Sequence[dict], vectors: Sequence) -> list[int]:
+    """One batch in one transaction, its records in id order (embedded shortest first)."""
+    by_id = sorted(zip(batch, vectors), key=lambda pair: pair[0]["id"])
+    with conn.transaction():
+        return write_batch([record for record, _ in by_id], [vector for _, vector in by_id])
+
+
+def records_to_sync(conn: psycopg.Connection, ids: Sequence[int] | None = None) -> list[dict]:
+    """Records whose vector is missing or from another model than the registry's (of ids, when given)."""
+    cursor = conn.cursor(row_factory=dict_row)
+    cursor.execute(
+        f"""
+        select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
+        from payrail.provider_methods as pm
+        left join payrail.get_embedding_model() as m on true
+        where (pm.embedding is null or pm.embedding_model is distinct from m.name)
+          and (%(ids)s::bigint[] is null or pm.id = any(%(ids)s::bigint[]))
+        order by {EMBEDDING_ORDER}
+        """,
+        {"ids": list(ids) if ids is not None else None},
+    )
+    return cursor.fetchall()
+
+
+@dataclass
+class SyncReport:
+    embedded: int
+    changed_meanwhile: int
+    pending: list[str]
+    error: str | None
+
+    def to_json(self) -> dict:
+        report = {"embedded": self.embedded, "changedMeanwhile": self.changed_meanwhile, "pending": self.pending}
+        if self.error is not None:
+            report["error"] = self.error
+        return report
+
+
+def sync(
+    conn: psycopg.Connection,
+    embedder: Embedder,
+    *,
+    batch_size: int | None = None,
+    progress: Callable[[int], None] = lambda done: None,
+) -> SyncReport:
+    """Embeds every record whose vector is missing or stale, committing batch by batch.
+
+    A vector is written only while the record still holds the content it was made from. When
+    the embedder fails, sync stops and the report lists every record still pending, with the error.
+    """
+    require_embedder_model(conn, embedder)
+
+    def write_vectors(batch: Sequence[dict], vectors: Sequence) -> list[int]:
+        adopt_embedder_model(conn, embedder, len(vectors[0]))
+        unwritten = []
+        for record, vector in zip(batch, vectors):
+            written = conn.execute(
+                """
+                update payrail.provider_methods
+                set embedding = %s, embedding_model = %s, embedding_content_hash = content_hash
+                where id = %s and content_hash = %s
+                """,
+                (vector, embedder.model_name, record["id"], record["content_hash"]),
+            ).rowcount
+            if not written:
+                unwritten.append(record["id"])
+        return unwritten
+
+    run = embed_in_batches(
+        conn, embedder, lambda ids: records_to_sync(conn, ids), write_vectors, batch_size=batch_size, progress=progress
+    )
+    return SyncReport(run.done, run.changed_meanwhile, run.pending, run.error)

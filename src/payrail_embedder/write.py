@@ -1,0 +1,382 @@
+"""The write path: save records' public fields and enabled state, embedding changed content first.
+
+`import`, `payrail-embedder edit` and the backoffice all save through save_changes. The rules are
+the database's: payrail.save_provider_method writes a record, the table's constraints and triggers
+judge it, and SQL says which record a change is for, how its names are stored and whether its
+content changed. This module orders the work so that
+
+1. every change is checked against every rule, in a transaction that is rolled back, before
+   anything is embedded (a bad last line of a long file costs no embedding request);
+2. content that changes, and records enabled without a current vector, are embedded with the
+   registry's model, outside any transaction (no lock is held while the embedding service works);
+3. fields and vectors are saved in one transaction, records locked in id order (so concurrent
+   writers never deadlock each other), each checked against the version that was read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import errcodes
+from .embedders import Embedder, checked_vectors, record_text
+from .records import JSON_NAME_OF_COLUMN, ProviderMethod, unstorable_fields
+from .registry_model import adopt_embedder_model, require_embedder_model
+
+# How often one change is planned and saved again when another writer changes its record meanwhile.
+SAVE_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Change:
+    """Save these public fields (and enabled, None: keep it) for one record."""
+
+    record: ProviderMethod
+    # None: the record with the same provider and method (compared as the unique key compares), or a new one.
+    record_id: int | None = None
+    # The version the caller read and showed: a save over another version is a Conflict. 0: the
+    # record must be new. None: the write path reads the version itself and, when another writer
+    # changes the record meanwhile, plans the change again (import).
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Saved:
+    record_id: int
+    version: int
+    outcome: str  # "created", "updated" or "unchanged"
+    embedded: bool
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A rule refused the change; nothing of it was saved."""
+
+    reason: str
+    # The JSON names of the fields the rule is about (empty when it is about none in particular).
+    fields: tuple[str, ...] = ()
+    # For a change of the same record as an earlier change in the same save: that change's position.
+    same_as: int | None = None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """The record is not at the version the caller read: saved by someone else meanwhile, or deleted."""
+
+    reason: str
+
+
+Outcome = Saved | Refused | Conflict
+
+
+@dataclass
+class _Plan:
+    """What SQL says about one change before it is saved."""
+
+    change: Change
+    record_id: int | None
+    version: int | None
+    # The names as the database stores them (payrail._canonical_name): what is embedded and saved.
+    provider: str
+    method: str
+    key: tuple[str, str]
+    needs_embedding: bool
+    vector: object = None
+    embedder: Embedder | None = None
+    attempts: int = 0
+    outcome: Outcome | None = None
+
+    @property
+    def text(self) -> str:
+        return record_text(self.provider, self.method, self.change.record.guidance)
+
+
+class TransientFailure(Exception):
+    """Another transaction kept getting in the way (deadlock, serialization); rerun later. Never a refusal."""
+
+
+PLAN = """
+select pm.id, pm.version,
+       payrail._canonical_name(c.provider) as provider, payrail._canonical_name(c.method) as method,
+       payrail._normalize_name(c.provider) as provider_key, payrail._normalize_name(c.method) as method_key,
+       -- Content that changes is embedded; so is a record that will be enabled without a current vector.
+       pm.id is null
+         or pm.content_hash <> payrail._content_hash(
+              payrail._canonical_name(c.provider), payrail._canonical_name(c.method), c.guidance)
+         or (coalesce(c.enabled, pm.enabled)
+             and not (pm.embedding is not null and pm.embedding_model is not distinct from m.name))
+         as needs_embedding
+from unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::boolean[])
+       with ordinality as c(id, provider, method, guidance, enabled, position)
+left join payrail.get_embedding_model() as m on true
+left join lateral (
+  select p.id, p.version, p.content_hash, p.enabled, p.embedding is not null as embedding, p.embedding_model
+  from payrail.provider_methods as p
+  where case when c.id is not null then p.id = c.id
+             else payrail._normalize_name(p.provider) = payrail._normalize_name(c.provider)
+                  and payrail._normalize_name(p.method) = payrail._normalize_name(c.method) end
+) as pm on true
+order by c.position
+"""
+
+SAVE = """
+select record_id, record_version, outcome
+from payrail.save_provider_method(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+
+
+def _plan(conn: psycopg.Connection, changes: Sequence[Change]) -> list[_Plan]:
+    # Text PostgreSQL cannot hold is not sent: _check_rules refuses such a change, naming the field.
+    storable = [not unstorable_fields(c.record) for c in changes]
+    columns = [
+        [c.record_id for c in changes],
+        [c.record.provider if ok else None for c, ok in zip(changes, storable)],
+        [c.record.method if ok else None for c, ok in zip(changes, storable)],
+        [c.record.guidance if ok else None for c, ok in zip(changes, storable)],
+        [c.record.enabled for c in changes],
+    ]
+    rows = conn.cursor(row_factory=dict_row).execute(PLAN, columns).fetchall()
+    return [
+        _Plan(
+            change,
+            row["id"],
+            row["version"],
+            row["provider"],
+            row["method"],
+            (row["provider_key"], row["method_key"]),
+            row["needs_embedding"],
+        )
+        for change, row in zip(changes, rows)
+    ]
+
+
+def refused_fields(conn: psycopg.Connection, error: psycopg.Error) -> tuple[str, ...]:
+    """The public fields a refusal is about, as the database records them: the columns its
+    constraint or unique index depends on (pg_depend), or the column it names."""
+    diag = error.diag
+    if diag.column_name:
+        return tuple(JSON_NAME_OF_COLUMN[c] for c in [diag.column_name] if c in JSON_NAME_OF_COLUMN)
+    if not diag.constraint_name or conn.broken:
+        return ()
+    columns = conn.execute(
+        """
+        select a.attname::text
+        from pg_catalog.pg_depend as d
+        join pg_catalog.pg_attribute as a on a.attrelid = d.refobjid and a.attnum = d.refobjsubid
+        where d.refobjid = 'payrail.provider_methods'::regclass
+          and d.objid in (
+            select c.oid from pg_catalog.pg_constraint as c
+            where c.conrelid = 'payrail.provider_methods'::regclass and c.conname = %(name)s
+            union all
+            select i.indexrelid from pg_catalog.pg_index as i
+            where i.indrelid = 'payrail.provider_methods'::regclass and i.indexrelid::regclass::text = 'payrail.' || %(name)s)
+        order by a.attnum
+        """,
+        {"name": diag.constraint_name},
+    ).fetchall()
+    return tuple(dict.fromkeys(JSON_NAME_OF_COLUMN[c] for (c,) in columns if c in JSON_NAME_OF_COLUMN))
+
+
+def error_reason(error: psycopg.Error) -> str:
+    """The database's message, the constraint it names and its hint, in one line."""
+    diag = error.diag
+    reason = diag.message_primary or str(error).strip()
+    if diag.constraint_name and diag.constraint_name not in reason:
+        reason += f" ({diag.constraint_name})"
+    if diag.message_hint:
+        reason += f". Hint: {diag.message_hint}"
+    return reason
+
+
+def _refusal(conn: psycopg.Connection, error: psycopg.Error) -> Refused:
+    return Refused(error_reason(error), refused_fields(conn, error))
+
+
+def _save_one(conn: psycopg.Connection, plan: _Plan, *, as_draft_check: bool = False) -> Saved:
+    """payrail.save_provider_method for one planned change, in a savepoint.
+
+    as_draft_check: only to see whether every field rule holds (the caller rolls back): saved as
+    a draft without a vector, so the vector rules, which the write path satisfies by embedding,
+    do not get in the way.
+    """
+    record = plan.change.record
+    expected = plan.change.expected_version
+    if as_draft_check:
+        expected = 0 if expected == 0 else None
+    elif expected is None:
+        expected = plan.version or 0
+    vector = None if as_draft_check else plan.vector
+    enabled = False if as_draft_check else record.enabled
+    model = plan.embedder.model_name if vector is not None else None
+    with conn.transaction():
+        record_id, version, outcome = conn.execute(
+            SAVE,
+            (
+                plan.record_id,
+                expected,
+                plan.provider,
+                plan.method,
+                list(record.urls),
+                record.docs_url,
+                record.guidance,
+                enabled,
+                vector,
+                model,
+            ),
+        ).fetchone()
+    return Saved(record_id, version, outcome, vector is not None)
+
+
+def _check_rules(conn: psycopg.Connection, plans: Sequence[_Plan]) -> None:
+    """Sets the outcome of every change some rule refuses, checking all of them as drafts in a
+    transaction that is rolled back: nothing is written, nothing is embedded."""
+    first_of_key: dict[tuple, int] = {}
+    for position, plan in enumerate(plans):
+        problems = unstorable_fields(plan.change.record)
+        if problems:
+            plan.outcome = Refused("; ".join(reason for _, reason in problems), tuple(dict.fromkeys(f for f, _ in problems)))
+            continue
+        key = ("id", plan.record_id) if plan.change.record_id is not None else ("name", plan.key)
+        if key in first_of_key:
+            plan.outcome = Refused("the same record as an earlier change", ("provider", "method"), first_of_key[key])
+            continue
+        first_of_key[key] = position
+        if plan.change.record_id is not None and plan.record_id is None:
+            plan.outcome = Conflict(f"provider method {plan.change.record_id} was deleted since it was read")
+        elif plan.change.expected_version not in (None, 0, plan.version):
+            plan.outcome = Conflict(
+                f'provider method "{plan.provider} / {plan.method}" changed since it was read: version '
+                f"{plan.change.expected_version} was read, version {plan.version} is saved now"
+            )
+    with conn.transaction(force_rollback=True):
+        for plan in plans:
+            if plan.outcome is None:
+                try:
+                    _save_one(conn, plan, as_draft_check=True)
+                except psycopg.Error as error:
+                    if not errcodes.refuses_input(error.sqlstate):
+                        raise
+                    plan.outcome = _refusal(conn, error)
+
+
+def _embed(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plans: Sequence[_Plan]) -> None:
+    """Vectors for every plan that needs one, in one request batch; refuses before any request
+    when the embedder is not the registry's model."""
+    todo = [p for p in plans if p.needs_embedding and p.vector is None]
+    if not todo:
+        return
+    embedder = embedder_factory()
+    require_embedder_model(conn, embedder)
+    vectors = checked_vectors(embedder.embed([p.text for p in todo]), len(todo), embedder.model_name)
+    for plan, vector in zip(todo, vectors):
+        plan.vector = vector
+        plan.embedder = embedder
+
+
+def _replan(conn: psycopg.Connection, plan: _Plan) -> _Plan:
+    """The same change planned against the record as it is now, keeping the vector if its text is the same."""
+    fresh = _plan(conn, [plan.change])[0]
+    fresh.attempts = plan.attempts
+    if plan.vector is not None and fresh.text == plan.text:
+        fresh.vector, fresh.embedder = plan.vector, plan.embedder
+    return fresh
+
+
+def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plans: list[_Plan], all_or_nothing: bool) -> None:
+    """Saves every plan without an outcome in one transaction, records locked in id order."""
+    todo = [p for p in plans if p.outcome is None]
+    # Existing records by id, new ones by name after them: every writer locks in this order.
+    todo.sort(key=lambda p: (p.record_id is None, p.record_id or 0, p.key))
+    with conn.transaction():
+        vectors = [p for p in todo if p.vector is not None]
+        if vectors:
+            adopt_embedder_model(conn, vectors[0].embedder, len(vectors[0].vector))
+        for index, plan in enumerate(todo):
+            while plan.outcome is None:
+                plan.attempts += 1
+                try:
+                    plan.outcome = _save_one(conn, plan)
+                except psycopg.Error as error:
+                    if not _redo(conn, plan, error):
+                        plan.outcome = _outcome_of_failure(conn, plan, error)
+                        break
+                    plan = todo[index] = _replan(conn, plan)
+                    _embed(conn, embedder_factory, [plan])
+                    if plan.vector is not None:
+                        adopt_embedder_model(conn, plan.embedder, len(plan.vector))
+            _copy_outcome(plans, plan)
+        if all_or_nothing and any(not isinstance(p.outcome, Saved) for p in plans):
+            raise psycopg.Rollback()
+
+
+def _redo(conn: psycopg.Connection, plan: _Plan, error: psycopg.Error) -> bool:
+    """Whether the change should be planned and saved again: another writer got in the way of a
+    change whose version the write path read itself. A change that cannot get through is a
+    TransientFailure, never a refusal."""
+    raced = error.sqlstate == errcodes.RECORD_CHANGED or (
+        error.sqlstate == errcodes.UNIQUE_VIOLATION and plan.record_id is None
+    )
+    if error.sqlstate in errcodes.TRANSIENT or (raced and plan.change.expected_version is None):
+        if plan.attempts >= SAVE_ATTEMPTS:
+            raise TransientFailure(
+                f'"{plan.provider} / {plan.method}" kept changing while it was saved ({error_reason(error)}); '
+                "nothing was saved, run it again"
+            ) from error
+        return True
+    return False
+
+
+def _outcome_of_failure(conn: psycopg.Connection, plan: _Plan, error: psycopg.Error) -> Outcome:
+    if error.sqlstate == errcodes.RECORD_CHANGED:
+        return Conflict(error.diag.message_primary or str(error))
+    if not errcodes.refuses_input(error.sqlstate):
+        raise error
+    return _refusal(conn, error)
+
+
+def _copy_outcome(plans: list[_Plan], saved: _Plan) -> None:
+    """A replanned change is a new _Plan object; the caller's list keeps the original order."""
+    for position, plan in enumerate(plans):
+        if plan.change is saved.change:
+            plans[position] = saved
+
+
+def check_changes(conn: psycopg.Connection, changes: Sequence[Change]) -> list[Refused | Conflict | None]:
+    """What save_changes would refuse, checked the same way; nothing is embedded or written."""
+    plans = _plan(conn, changes)
+    _check_rules(conn, plans)
+    return [p.outcome for p in plans]
+
+
+def save_changes(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    changes: Sequence[Change],
+    *,
+    all_or_nothing: bool = True,
+) -> list[Outcome | None]:
+    """Saves changes through payrail.save_provider_method, embedding changed content first; one outcome per change, in order.
+
+    all_or_nothing: one refused change or conflict saves nothing (and embeds nothing when a rule
+    refuses it), and the changes nothing refused have no outcome (None); otherwise the others
+    are saved. conn must be in autocommit mode: the checks,
+    the embedding and the save are separate steps. Raises EmbeddingUnavailable and
+    RegistryModelMismatch (nothing saved), TransientFailure, and psycopg errors that are not a
+    refusal of a change (the database went away).
+    """
+    if not conn.autocommit:
+        raise ValueError("save_changes needs a connection in autocommit mode")
+    embedder_factory = functools.cache(embedder_factory)  # one embedder (one model load) per save
+    plans = _plan(conn, changes)
+    _check_rules(conn, plans)
+    if not (all_or_nothing and any(p.outcome is not None for p in plans)):
+        _embed(conn, embedder_factory, [p for p in plans if p.outcome is None])
+        _save_all(conn, embedder_factory, plans, all_or_nothing)
+    if all_or_nothing and not all(isinstance(p.outcome, Saved) for p in plans):
+        # Nothing was saved; a change no rule refused has no outcome of its own.
+        return [None if p.outcome is None or isinstance(p.outcome, Saved) else p.outcome for p in plans]
+    return [p.outcome for p in plans]

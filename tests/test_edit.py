@@ -1,0 +1,247 @@
+"""`payrail-embedder edit` in a real subprocess, with $EDITOR a program that edits as an operator would.
+
+Every save goes through the write path: vectors are checked against the fake OpenAI server's
+embedding of the stored text, history against what the database recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from conftest import run_cli
+from openai_fake import fake_embedding
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import record_text
+
+FAKE_EDITOR = Path(__file__).with_name("fake_editor.py")
+
+ENABLED = {
+    "provider": "Acme Maps",
+    "method": "Geocode an address",
+    "urls": ["https://api.acme.example/v1/geocode"],
+    "docsUrl": "https://docs.acme.example/geocode",
+    "guidance": "Purpose: turn an address into coordinates.\nNotes: paid per call.",
+    "enabled": True,
+}
+DRAFT = {**ENABLED, "method": "Reverse geocode", "guidance": "Purpose: turn coordinates into an address.", "enabled": False}
+
+
+@pytest.fixture
+def registry(cli_env, tmp_path):
+    path = tmp_path / "catalog.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (ENABLED, DRAFT)), encoding="utf-8")
+    result = run_cli(cli_env, "import", str(path))
+    assert result.returncode == 0, result.stderr
+    return cli_env
+
+
+def edit(env: dict, tmp_path: Path, steps: list[dict], *args: str):
+    """Runs `payrail-embedder edit ARGS` with the fake editor doing steps; returns the result and
+    the texts the editor was shown, in order."""
+    directory = tmp_path / f"editor-{len(list(tmp_path.glob('editor-*')))}"
+    directory.mkdir()
+    (directory / "steps.json").write_text(json.dumps(steps), encoding="utf-8")
+    env = {**env, "EDITOR": f"{sys.executable} {FAKE_EDITOR}", "FAKE_EDITOR_DIR": str(directory)}
+    result = run_cli(env, "edit", *args)
+    return result, [p.read_text(encoding="utf-8") for p in sorted(directory.glob("shown-*.txt"))]
+
+
+def stored(database_url: str, method: str) -> dict:
+    with connect(database_url) as conn:
+        conn.row_factory = dict_row
+        return conn.execute(
+            """
+            select id, version, provider, method, urls, docs_url, guidance, enabled, embedding,
+                   embedding_content_hash = content_hash as current_vector
+            from payrail.provider_methods where method = %s
+            """,
+            (method,),
+        ).fetchone()
+
+
+def body_of(shown: str) -> dict:
+    return json.loads("".join(line for line in shown.splitlines(keepends=True) if not line.startswith("#")))
+
+
+def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_stays_enabled(registry, database_url, tmp_path):
+    before = stored(database_url, ENABLED["method"])
+    result, shown = edit(registry, tmp_path, [{"replace": ["paid per call", "paid per request"]}], "Acme Maps / Geocode an address")
+    assert result.returncode == 0, result.stderr
+    assert "updated" in result.stdout and "embedded now" in result.stdout and "enabled" in result.stdout, result.stdout
+
+    # The editor showed the record as a pretty-printed catalog line, with instructions as comments.
+    assert body_of(shown[0]) == ENABLED
+    assert shown[0].startswith("# payrail-embedder edit:") and '  "provider": "Acme Maps",' in shown[0]
+
+    after = stored(database_url, ENABLED["method"])
+    guidance = ENABLED["guidance"].replace("paid per call", "paid per request")
+    assert (after["guidance"], after["enabled"], after["current_vector"]) == (guidance, True, True)
+    assert after["version"] == before["version"] + 1
+    assert after["embedding"].to_numpy().tolist() == pytest.approx(
+        fake_embedding(record_text(ENABLED["provider"], ENABLED["method"], guidance)).tolist(), abs=1e-6
+    )
+    with connect(database_url) as conn:
+        history = conn.execute(
+            "select guidance, changed_by, version from payrail.provider_method_history where provider_method_id = %s",
+            (after["id"],),
+        ).fetchall()
+    user = psycopg.conninfo.conninfo_to_dict(database_url).get("user", "postgres")
+    assert history == [(ENABLED["guidance"], user, before["version"])]
+
+    # Agents get the new text at once.
+    code = run_cli(registry, "search", "--json", "Acme Maps / Geocode an address")
+    assert json.loads(code.stdout)["matches"][0]["guidance"] == guidance
+
+
+def test_a_url_only_edit_keeps_the_vector_byte_for_byte(registry, database_url, tmp_path):
+    before = stored(database_url, ENABLED["method"])
+    result, _ = edit(
+        registry, tmp_path, [{"replace": ["https://docs.acme.example/geocode", "https://docs.acme.example/v2/geocode"]}],
+        "Acme Maps", "Geocode an address",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "vector kept" in result.stdout, result.stdout
+    after = stored(database_url, ENABLED["method"])
+    assert after["docs_url"] == "https://docs.acme.example/v2/geocode"
+    assert after["embedding"].to_numpy().tobytes() == before["embedding"].to_numpy().tobytes()
+
+
+def test_a_refused_value_reopens_the_editor_with_the_reason_and_the_operators_text(registry, database_url, tmp_path, openai_fake):
+    before = stored(database_url, ENABLED["method"])
+    requests = len(openai_fake.requests)
+    steps = [
+        {"replace": ["https://api.acme.example/v1/geocode", "http://api.acme.example/v1/geocode"]},
+        # The second time round, the operator's own text is there: fix the URL and save.
+        {"replace": ["http://api.acme.example", "https://api.acme.example/v3"]},
+    ]
+    result, shown = edit(registry, tmp_path, steps, "acme maps / geocode an address")
+    assert result.returncode == 0, result.stderr
+
+    assert len(shown) == 2
+    message = shown[1].splitlines()[0]
+    assert message.startswith("# NOT SAVED, refused (urls): ") and "provider_methods_urls_https_check" in message, shown[1]
+    assert body_of(shown[1])["urls"] == ["http://api.acme.example/v1/geocode"]  # what the operator typed
+    assert stored(database_url, ENABLED["method"])["urls"] == ["https://api.acme.example/v3/v1/geocode"]
+    # A URL is not content: neither the refused nor the saved edit asked for an embedding.
+    assert len(openai_fake.requests) == requests
+    assert stored(database_url, ENABLED["method"])["version"] == before["version"] + 1
+
+
+def test_someone_elses_save_meanwhile_is_shown_beside_the_operators_text_and_never_overwritten(registry, database_url, tmp_path):
+    other = "Purpose: turn an address into coordinates, edited in psql meanwhile.\nNotes: paid per call."
+    steps = [
+        {
+            "meanwhile_sql": f"update payrail.provider_methods set enabled = false, guidance = '{other}' "
+            f"where method = '{ENABLED['method']}'",
+            "replace": ["paid per call", "paid per request"],
+        },
+        {"quit": True},
+    ]
+    result, shown = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
+    assert result.returncode == 0 and "nothing saved" in result.stdout, result.stdout + result.stderr
+    assert stored(database_url, ENABLED["method"])["guidance"] == other  # not overwritten
+
+    notes = [line for line in shown[1].splitlines() if line.startswith("#")]
+    assert notes[0].startswith("# NOT SAVED: ") and "changed since it was read" in notes[0], notes
+    assert any("edited in psql meanwhile" in line for line in notes), notes  # their version, shown
+    assert "paid per request" in body_of(shown[1])["guidance"]  # the operator's text, kept
+
+
+def test_after_a_conflict_the_operator_saves_their_merged_text_over_the_version_they_saw(registry, database_url, tmp_path):
+    steps = [
+        {
+            "meanwhile_sql": f"update payrail.provider_methods set docs_url = 'https://docs.acme.example/new' "
+            f"where method = '{ENABLED['method']}'",
+            "replace": ["paid per call", "paid per request"],
+        },
+        {"replace": ["https://docs.acme.example/geocode", "https://docs.acme.example/new"]},
+    ]
+    result, _ = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
+    assert result.returncode == 0, result.stderr
+    after = stored(database_url, ENABLED["method"])
+    assert (after["docs_url"], after["guidance"].endswith("paid per request."), after["current_vector"]) == (
+        "https://docs.acme.example/new", True, True
+    )  # fmt: skip
+
+
+def test_a_failing_embedding_service_saves_nothing_and_keeps_the_text(registry, database_url, tmp_path, openai_fake):
+    openai_fake.behaviour = "500"
+    before = stored(database_url, ENABLED["method"])
+    result, shown = edit(registry, tmp_path, [{"replace": ["paid per call", "paid per request"]}], "Acme Maps / Geocode an address")
+    assert result.returncode == 0 and "nothing saved" in result.stdout, result.stdout + result.stderr
+    assert shown[1].startswith("# NOT SAVED: the embedding service is unavailable"), shown[1]
+    assert "paid per request" in body_of(shown[1])["guidance"]
+    after = stored(database_url, ENABLED["method"])
+    assert (after["version"], after["guidance"]) == (before["version"], before["guidance"])
+
+
+def test_text_that_is_not_a_record_reopens_the_editor_naming_the_problem(registry, database_url, tmp_path):
+    steps = [{"replace": ['"enabled": true', '"enabled": "yes"']}, {"replace": ['"enabled": "yes"', '"enabled": false']}]
+    result, shown = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
+    assert result.returncode == 0, result.stderr
+    assert shown[1].splitlines()[0] == "# NOT SAVED: enabled must be true or false"
+    assert stored(database_url, ENABLED["method"])["enabled"] is False  # disabling keeps the vector
+    assert stored(database_url, ENABLED["method"])["current_vector"] is True
+
+    broken = [{"write": "{not json"}, {"quit": True}]
+    result, shown = edit(registry, tmp_path, broken, "Acme Maps / Geocode an address")
+    assert "nothing saved" in result.stdout
+    assert shown[1].startswith("# NOT SAVED: not valid JSON") and shown[1].rstrip().endswith("{not json"), shown[1]
+
+
+def test_closing_without_saving_changes_nothing(registry, database_url, tmp_path):
+    before = stored(database_url, ENABLED["method"])
+    result, shown = edit(registry, tmp_path, [{"quit": True}], "Acme Maps / Geocode an address")
+    assert (result.returncode, result.stdout.strip(), len(shown)) == (0, "nothing saved", 1)
+    assert stored(database_url, ENABLED["method"]) == before
+
+
+def test_new_starts_a_draft_which_is_refused_until_it_has_a_name_and_is_embedded_when_saved(registry, database_url, tmp_path):
+    steps = [
+        {"replace": ['"guidance": "Purpose: ', '"guidance": "Purpose: look up a parcel by its tracking number.']},
+        {"replace": ['"provider": ""', '"provider": "Parcelly"']},
+        {"replace": ['"method": ""', '"method": "Track a parcel"']},
+    ]
+    result, shown = edit(registry, tmp_path, steps, "--new")
+    assert result.returncode == 0, result.stderr
+    assert "created" in result.stdout and "draft" in result.stdout and "embedded now" in result.stdout, result.stdout
+    # One rule at a time, each naming a field still empty then.
+    assert any(f"refused ({field})" in shown[1].splitlines()[0] for field in ("provider", "method")), shown[1]
+    assert "refused (method)" in shown[2].splitlines()[0], shown[2]
+    record = stored(database_url, "Track a parcel")
+    assert (record["provider"], record["enabled"], record["current_vector"], record["version"]) == ("Parcelly", False, True, 1)
+
+
+def test_new_refuses_a_name_that_exists(registry, database_url, tmp_path):
+    text = json.dumps({**ENABLED, "provider": " acme  MAPS", "guidance": "Another."}, indent=2)
+    result, shown = edit(registry, tmp_path, [{"write": text}, {"quit": True}], "--new")
+    assert "nothing saved" in result.stdout
+    assert "already exists" in shown[1].splitlines()[0] and "(provider, method)" in shown[1].splitlines()[0], shown[1]
+    assert stored(database_url, ENABLED["method"])["guidance"] == ENABLED["guidance"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("Nobody / Nothing",), 'no provider method is named "Nobody / Nothing"'),
+        ((), "name one record to edit"),
+        (("--new", "Acme Maps / Geocode an address"), "name one record to edit"),
+        (("a", "b", "c"), "name a record as PROVIDER METHOD"),
+    ],
+)
+def test_edit_refuses_a_name_that_names_no_record(registry, tmp_path, args, message):
+    result, shown = edit(registry, tmp_path, [], *args)
+    assert result.returncode == 2 if not args or args[0] == "--new" else result.returncode == 1
+    assert message in result.stderr and shown == [], result.stderr
+
+
+def test_edit_accepts_the_name_paths_pair_without_a_slash(registry, database_url, tmp_path):
+    result, _ = edit(registry, tmp_path, [{"replace": ["paid per call", "paid per use"]}], "acme maps geocode an address")
+    assert result.returncode == 0, result.stderr
+    assert stored(database_url, ENABLED["method"])["guidance"].endswith("paid per use.")
