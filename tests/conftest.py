@@ -26,6 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "payrail-embedder"
 
 
+def pytest_configure(config):
+    """A temporary directory of this session's own unless --basetemp names one: pytest's shared
+    numbered directories are pruned by whichever session starts next, and with them the data
+    directories of PostgreSQL servers another session still runs."""
+    if not config.option.basetemp:
+        config.option.basetemp = tempfile.mkdtemp(prefix="payrail-pytest-")
+
+
 def server_names() -> list[str]:
     names = ["pg18", "pg16"]
     if docker_available():

@@ -40,6 +40,9 @@ class FakeOpenAI:
     dimensions: int = FAKE_DIMENSIONS
     hang_seconds: float = 30.0
     requests: list[dict] = field(default_factory=list)
+    # Requests the fake is hanging on right now: a client that returned while this is not 0 gave up
+    # on its own (its timeout), not because the fake answered.
+    hanging: int = 0
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -62,7 +65,9 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append(body)
                 if fake.behaviour == "hang":
+                    fake.hanging += 1
                     time.sleep(fake.hang_seconds)
+                    fake.hanging -= 1
                     return
                 if fake.behaviour in ("429", "500"):
                     self._send(int(fake.behaviour), {"error": {"message": f"fake {fake.behaviour}", "type": "fake"}})

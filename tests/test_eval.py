@@ -139,8 +139,9 @@ def test_eval_refuses_a_malformed_labelled_file(cli_env, tmp_path):
 
     result = run_cli(cli_env, "eval", "--json", str(path))
 
-    assert result.returncode == 1
-    assert f"{path}:2: relevant must be a non-empty array" in result.stderr
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["error"] == "invalid_input"
+    assert f"{path}:2: relevant must be a non-empty array" in json.loads(result.stdout)["detail"]
 
 
 def test_eval_fails_rather_than_scoring_without_the_embedder(cli_env, registry):
@@ -149,5 +150,6 @@ def test_eval_fails_rather_than_scoring_without_the_embedder(cli_env, registry):
     result = run_cli(env, "eval", "--json", str(registry))
 
     assert result.returncode == 1
-    assert "search_unavailable" in result.stderr
-    assert result.stdout == ""
+    failure = json.loads(result.stdout)
+    assert failure["error"] == "search_unavailable" and "embedding the queries failed" in failure["detail"], failure
+    assert "metrics" not in failure

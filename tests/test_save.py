@@ -44,7 +44,7 @@ def embedder(openai_fake):
 def test_a_bad_last_line_of_a_long_file_costs_no_embedding_request(cli_env, database_url, openai_fake, tmp_path):
     lines = [record(n) for n in range(1, 200)] + [record(200, urls=["http://api.example/200"])]
     code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "long.jsonl", lines))
-    assert (code, report["saved"], [r["line"] for r in report["refused"]]) == (1, False, [200]), report
+    assert (code, report["saved"], [r["line"] for r in report["refused"]]) == (2, False, [200]), report
     assert "provider_methods_urls_https_check" in report["refused"][0]["reason"]
     assert openai_fake.requests == []
     assert rows(database_url) == []
@@ -68,7 +68,7 @@ def test_import_reports_every_refused_line_in_file_order_whichever_rule_refused_
         encoding="utf-8",
     )
     code, report, _ = cli_json(cli_env, "import", "--json", str(path))
-    assert code == 1 and report["saved"] is False, report
+    assert code == 2 and report["saved"] is False, report
     refused = [(r["line"], r["reason"]) for r in report["refused"]]
     assert [line for line, _ in refused] == [2, 3, 4, 5, 6], refused
     assert "provider_methods_docs_url_check" in refused[0][1]
@@ -80,7 +80,7 @@ def test_import_reports_every_refused_line_in_file_order_whichever_rule_refused_
 
     # --skip-invalid saves the good lines, embedding only them.
     code, report, _ = cli_json(cli_env, "import", "--json", "--skip-invalid", str(path))
-    assert (code, report["created"], len(report["refused"])) == (1, 2, 5), report
+    assert (code, report["created"], len(report["refused"])) == (2, 2, 5), report
     assert sum(len(r["input"]) for r in openai_fake.requests) == 2
 
 

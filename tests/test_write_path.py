@@ -316,8 +316,9 @@ def test_sync_with_another_model_than_the_registrys_is_refused_before_any_reques
     insert_drafts(database_url, 2)
     requests = len(openai_fake.requests)
     result = run_cli({**cli_env, "PAYRAIL_EMBEDDING_MODEL": NEW_MODEL}, "sync", "--json")
-    assert result.returncode == 1
-    assert f"the registry uses model {FAKE_MODEL}" in result.stderr and "model switch" in result.stderr
+    failure = json.loads(result.stdout)
+    assert (result.returncode, failure["error"]) == (2, "misconfigured"), failure
+    assert f"the registry uses model {FAKE_MODEL}" in failure["detail"] and "model switch" in failure["detail"]
     assert len(openai_fake.requests) == requests
 
 
@@ -513,10 +514,10 @@ def test_preview_counts_the_draft_as_enabled_and_changes_nothing(cli_env, databa
     with psycopg.connect(database_url) as conn:
         conn.execute("update payrail.provider_methods set guidance = 'Purpose: edited.' where provider = 'Amadeus'")
     result = run_cli(cli_env, "preview", QUERY, "--draft", "Amadeus / Hotel offers")
-    assert result.returncode == 1
-    assert "has no embedding of its current content" in result.stderr and "payrail-embedder sync" in result.stderr
+    assert result.returncode == 2
+    assert "draft_not_embedded: " in result.stderr and "payrail-embedder sync" in result.stderr
     result = run_cli(cli_env, "preview", QUERY, "--draft", "Nobody / Nothing")
-    assert result.returncode == 1 and 'no provider method is named "Nobody / Nothing"' in result.stderr
+    assert result.returncode == 2 and 'unknown_record: no provider method is named "Nobody / Nothing"' in result.stderr
 
 
 def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env, database_url, openai_fake, tmp_path):
@@ -550,7 +551,7 @@ def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env
     assert public(found["history"][0]) == public(original)
 
     result = run_cli(cli_env, "history", "Nobody", "Nothing")
-    assert result.returncode == 1 and "no provider method" in result.stderr
+    assert result.returncode == 2 and "unknown_record: no provider method" in result.stderr
 
 
 def test_sync_embeds_the_shortest_texts_first_so_each_batch_pads_little(cli_env, database_url, openai_fake):

@@ -21,9 +21,9 @@ database (payrail.search_provider_methods); this module only pools what the CLI 
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypedDict
 
@@ -39,28 +39,58 @@ from .settings import Settings
 __all__ = ["InvalidQuery", "Match", "Registry", "SearchResult", "SearchUnavailable", "search_provider_methods"]
 
 APPLICATION_NAME = "payrail-agent-search"
+# How long a search waits for a pooled connection before it asks the server directly whether it is up.
+FIRST_WAIT_SECONDS = 0.25
 
 
-@dataclass(frozen=True)
-class Match:
+class _QuietReconnects(logging.Filter):
+    """psycopg_pool logs each failed reconnection of our pool on standard error (agent hosts log
+    it, line after line, during an outage); the search that meets the outage says so instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"'{APPLICATION_NAME}'" not in record.getMessage()
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
+
+
+class Match(dict):
     """One provider method the registry suggests: an advisory guide, not an approval or a callable
     capability. Read docsUrl before calling the provider; payment requirements go to Payrail Agent.
 
-    Field names are the JSON names of the contract, so `to_json()` is the CLI's `--json` match.
+    A read-only dict of the contract's JSON fields (provider, method, urls, docsUrl, guidance), so
+    json.dumps of an answer is the CLI's `--json`; the same fields read as attributes too
+    (match.provider, match.docsUrl). urls is a tuple.
     """
 
-    provider: str
-    method: str
-    urls: tuple[str, ...]
-    docsUrl: str | None  # noqa: N815 (the contract's JSON name)
-    guidance: str
+    __slots__ = ()
+
+    def __init__(self, provider: str, method: str, urls, docsUrl: str | None, guidance: str) -> None:  # noqa: N803
+        super().__init__(provider=provider, method=method, urls=tuple(urls), docsUrl=docsUrl, guidance=guidance)
 
     @classmethod
     def from_json(cls, match: dict) -> Match:
-        return cls(match["provider"], match["method"], tuple(match["urls"]), match["docsUrl"], match["guidance"])
+        return cls(match["provider"], match["method"], match["urls"], match["docsUrl"], match["guidance"])
 
     def to_json(self) -> dict:
-        return asdict(self) | {"urls": list(self.urls)}
+        return {**self, "urls": list(self["urls"])}
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"a Match has no field {name!r}") from None
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError("a Match is read-only: an answer cannot be edited by accident")
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a Match is read-only: an answer cannot be edited by accident")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self):
+        return Match.from_json, (self.to_json(),)
 
 
 class SearchResult(TypedDict):
@@ -117,14 +147,22 @@ class Registry:
         Raises InvalidQuery (empty, over 2,000 characters, not a string) or SearchUnavailable
         (the database or the embedding service failed); never an empty or partial answer instead.
         """
-        if not isinstance(query, str):
-            raise InvalidQuery(f"query must be a string, not {type(query).__name__}")
+        search.check_query(query)  # a bad query is invalid_query even while the database is down
         pool = self._open_pool()
         try:
-            with pool.connection(timeout=self._connect_timeout) as conn:
-                matches = search.search_provider_methods(conn, self._get_embedder, query)
-        except PoolTimeout as error:  # the server went away after the pool opened
+            return self._search(pool, query, FIRST_WAIT_SECONDS)
+        except PoolTimeout:
+            # No connection at once: a busy pool, or a server that went away (the pool then keeps
+            # trying to reconnect). One direct attempt tells which, at once.
+            self._probe(pool.conninfo)
+        try:
+            return self._search(pool, query, self._connect_timeout)
+        except PoolTimeout as error:
             raise self._unreachable(pool.conninfo, error) from error
+
+    def _search(self, pool: ConnectionPool, query: str, wait_seconds: float) -> SearchResult:
+        with pool.connection(timeout=wait_seconds) as conn:
+            matches = search.search_provider_methods(conn, self._get_embedder, query)
         return {"matches": [Match.from_json(match) for match in matches]}
 
     def warm_up(self) -> None:

@@ -39,6 +39,7 @@ def import_records(
     items: Iterable[Line | Refusal],
     *,
     skip_invalid: bool = False,
+    progress: Callable[[int], None] = lambda done: None,
 ) -> ImportReport:
     """Upserts records by (provider, method) through the write path (write.save_changes).
 
@@ -50,7 +51,9 @@ def import_records(
     lines = [item for item in items if isinstance(item, Line)]
     changes = [Change(line.record) for line in lines]
     if skip_invalid or len(lines) == len(items):
-        outcomes = save_changes(conn, embedder_factory, changes, all_or_nothing=not skip_invalid) if lines else []
+        outcomes = (
+            save_changes(conn, embedder_factory, changes, all_or_nothing=not skip_invalid, progress=progress) if lines else []
+        )
     else:
         # A line the file format refuses already decides: check the others too, embed and save nothing.
         outcomes = check_changes(conn, changes)

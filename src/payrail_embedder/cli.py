@@ -1,4 +1,9 @@
-"""payrail-embedder: the command line of Payrail Agent Search."""
+"""payrail-embedder: the command line of Payrail Agent Search.
+
+Every command parses its options, calls the package's functions and prints text for people or,
+with --json, JSON for scripts. Failures have a code scripts branch on (FAILURE_EXIT_STATUS); with
+--json they are printed as {"error": CODE, "detail": "..."} on standard output, usage errors too.
+"""
 
 from __future__ import annotations
 
@@ -10,35 +15,100 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, edit as edit_module, evaluation, model_switch, stored
+from . import catalog, database, errcodes, evaluation, model_switch, stored
+from . import edit as edit_module
 from . import history as history_module
-from . import preview as preview_module
 from . import sync as sync_module
-from .embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable
+from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
 from .records import read_lines
 from .registry_model import RegistryModelMismatch
 from .search import SearchError, SearchUnavailable, search_provider_methods
 from .settings import Settings, settings_options
 from .write import TransientFailure, error_reason
 
+# Exit 2: the caller must fix something (the query, a name, a file, the configuration, a grant).
+# Exit 1: the database or the embedding service failed; the same command may work later.
+FAILURE_EXIT_STATUS = {
+    "invalid_query": 2,
+    "invalid_input": 2,
+    "unknown_record": 2,
+    "draft_not_embedded": 2,
+    "misconfigured": 2,
+    "not_permitted": 2,
+    "search_unavailable": 1,
+    "unavailable": 1,
+}
 
-def user_errors(function):
-    """Turns the failures a user can act on into click errors instead of tracebacks."""
 
-    def wrapper(*args, **kwargs):
+class Failure(click.ClickException):
+    """A failure with a code: `{"error": code, "detail": ...}` with --json, "Error: code: detail" without."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.exit_code = FAILURE_EXIT_STATUS[code]
+
+    def format_message(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_json(self) -> dict:
+        return {"error": self.code, "detail": self.message}
+
+
+def as_failure(error: BaseException, command: str | None) -> Failure | None:
+    """The Failure a known error means, or None for one that is not the user's to act on (a bug)."""
+    if isinstance(error, Failure):
+        return error
+    if isinstance(error, click.ClickException):  # usage errors, unreadable files
+        return Failure("invalid_query" if command == "search" else "invalid_input", error.format_message())
+    if isinstance(error, SearchError):
+        return Failure(error.code, error.detail)
+    if isinstance(error, (stored.UnknownRecord, evaluation.EvaluationError)):
+        return Failure("unknown_record" if isinstance(error, stored.UnknownRecord) else "invalid_input", str(error))
+    if isinstance(error, (EmbedderMisconfigured, RegistryModelMismatch)):
+        return Failure("misconfigured", str(error))
+    if isinstance(error, (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable)):
+        return Failure("unavailable", str(error))
+    if isinstance(error, psycopg.Error):
+        code = "not_permitted" if error.sqlstate == errcodes.INSUFFICIENT_PRIVILEGE else "unavailable"
+        return Failure(code, f"database: {error_reason(error)}")
+    return None
+
+
+def wants_json(args: list[str]) -> bool:
+    return "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+
+
+class Commands(click.Group):
+    """The command group; its main turns every known failure into a Failure, printed as JSON with --json."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        args = list(sys.argv[1:] if args is None else args)
         try:
-            return function(*args, **kwargs)
-        except (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, stored.UnknownRecord) as error:
-            raise click.ClickException(str(error)) from error
-        except psycopg.Error as error:
-            raise click.ClickException(f"database: {error_reason(error)}") from error
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except Exception as error:
+            ctx = getattr(error, "ctx", None) or click.get_current_context(silent=True)
+            failure = as_failure(error, ctx.command.name if ctx else None)
+            if failure is None:
+                raise
+            if wants_json(args):
+                click.echo(json.dumps(failure.to_json(), ensure_ascii=False))
+            elif isinstance(error, click.UsageError):
+                error.show()
+            else:
+                failure.show()
+            sys.exit(failure.exit_code)
 
-    wrapper.__name__ = function.__name__
-    wrapper.__doc__ = function.__doc__
-    return wrapper
+
+def progress_bar(length: int, label: str):
+    """A progress bar on standard error, only when it is a terminal (nothing for scripts and logs)."""
+    return click.progressbar(length=length, label=label, file=sys.stderr, hidden=not sys.stderr.isatty())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="payrail-agent-search")
 @settings_options
 @click.pass_context
@@ -51,14 +121,16 @@ def cli(ctx, **settings):
     ctx.obj = Settings(**settings)
 
 
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help='Print JSON; a failure prints {"error", "detail"}.')
+
+
 @cli.group()
 def db():
-    """Apply the schema, find or stop the database."""
+    """Apply the schema, find, inspect or stop the database."""
 
 
 @db.command("apply")
 @click.pass_obj
-@user_errors
 def db_apply(settings: Settings):
     """Apply db/ (schema, rules, search function, roles) to the database.
 
@@ -78,6 +150,24 @@ def db_url(settings: Settings):
     click.echo(settings.resolved_database_url)
 
 
+@db.command("status")
+@JSON_OPTION
+@click.pass_obj
+def db_status(settings: Settings, as_json):
+    """Say which database is configured, whether the embedded one runs and where, and what the registry holds.
+
+    Never starts the embedded PostgreSQL. Exits 1 when the configured database cannot be reached.
+    """
+    status = database.status(settings.database_url, settings.data_dir)
+    if as_json:
+        click.echo(json.dumps(status, ensure_ascii=False))
+    else:
+        for line in database.describe_status(status):
+            click.echo(line)
+    if status["error"] is not None:
+        sys.exit(1)
+
+
 @db.command("stop")
 @click.pass_obj
 def db_stop(settings: Settings):
@@ -92,21 +182,22 @@ def db_stop(settings: Settings):
 @cli.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--skip-invalid", is_flag=True, help="Save the valid lines even when some are refused.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@JSON_OPTION
 @click.pass_obj
-@user_errors
 def import_(settings: Settings, files, skip_invalid, as_json):
     """Upsert records from JSON Lines FILES, by (provider, method).
 
-    Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. New or changed
-    content is embedded before the rows are saved, in the same transaction. One refused line
-    refuses the whole import unless --skip-invalid.
+    Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. Every line is
+    checked against every rule first; new or changed content is then embedded and saved with the
+    fields in one transaction. One refused line saves nothing unless --skip-invalid; exits 2 when
+    a line was refused.
     """
     items = [item for path in files for item in read_lines(path)]
     with settings.connect() as conn:
-        report = catalog.import_records(conn, settings.embedder, items, skip_invalid=skip_invalid)
+        with progress_bar(len(items), "embedding") as bar:
+            report = catalog.import_records(conn, settings.embedder, items, skip_invalid=skip_invalid, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report.to_json()))
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
         for refusal in report.refused:
             click.echo(f"refused {refusal}", err=True)
@@ -116,13 +207,12 @@ def import_(settings: Settings, files, skip_invalid, as_json):
             f"{len(report.refused)} refused: {outcome}"
         )
     if report.refused:
-        sys.exit(1)
+        sys.exit(FAILURE_EXIT_STATUS["invalid_input"])
 
 
 @cli.command("export")
 @click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-", help="File to write (default: standard output).")
 @click.pass_obj
-@user_errors
 def export(settings: Settings, output):
     """Write every record as JSON Lines, in the format `import` reads (enabled included)."""
     with settings.connect() as conn:
@@ -146,11 +236,10 @@ def echo_pending(report) -> None:
 
 
 @cli.command("sync")
-@click.option("--dry-run", is_flag=True, help="List the records that would be embedded; change nothing.")
+@click.option("--dry-run", is_flag=True, help="List the records that would be embedded, in the order sync embeds them; change nothing.")
 @BATCH_SIZE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+@JSON_OPTION
 @click.pass_obj
-@user_errors
 def sync(settings: Settings, dry_run, batch_size, as_json):
     """Embed every record whose vector is missing or stale.
 
@@ -159,15 +248,15 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
     it. Exits 1 and lists the records left pending when the embedder fails.
     """
     with settings.connect() as conn:
-        if dry_run:
-            pending = [sync_module.record_name(r) for r in sync_module.records_to_sync(conn)]
-            if as_json:
-                click.echo(json.dumps({"wouldEmbed": pending}, ensure_ascii=False))
-            else:
-                click.echo("\n".join(pending + [f"{len(pending)} records would be embedded"]))
-            return
         pending = sync_module.records_to_sync(conn)
-        with click.progressbar(length=len(pending), label="embedding", file=sys.stderr) as bar:
+        if dry_run:
+            names = [sync_module.record_name(r) for r in pending]
+            if as_json:
+                click.echo(json.dumps({"wouldEmbed": names}, ensure_ascii=False))
+            else:
+                click.echo("\n".join(names + [f"{len(names)} records would be embedded"]))
+            return
+        with progress_bar(len(pending), "embedding") as bar:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
@@ -177,31 +266,43 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending"
         )
     if report.pending:
-        sys.exit(1)
+        sys.exit(FAILURE_EXIT_STATUS["unavailable"])
+
+
+QUERY_ARGUMENT = click.argument("query", metavar="QUERY")
+
+
+def read_query(query: str) -> str:
+    """QUERY, or standard input for "-" (a query with quotes or newlines needs no shell quoting)."""
+    if query != "-":
+        return query
+    data = click.get_binary_stream("stdin").read()
+    try:
+        return data.decode("utf-8").removesuffix("\n")
+    except UnicodeDecodeError as error:
+        raise Failure("invalid_query", f"standard input is not UTF-8 text (byte {error.start + 1})") from None
+
+
+def connect_for_search(settings: Settings) -> psycopg.Connection:
+    try:
+        return settings.connect()
+    except (psycopg.Error, database.DatabaseUnavailable) as error:
+        raise SearchUnavailable(f"cannot reach the database: {error}") from error
 
 
 @cli.command("search")
-@click.argument("query")
+@QUERY_ARGUMENT
 @click.option("--json", "as_json", is_flag=True, help='Print {"matches": [...]} or {"error", "detail"}.')
 @click.pass_obj
 def search(settings: Settings, query, as_json):
-    """Find at most three provider methods for QUERY, a need in plain words.
+    """Find at most three provider methods for QUERY, a need in plain words ("-": read it from standard input).
 
-    An exact provider or method name is answered by name, without the embedder.
+    An exact provider or method name is answered by name, without the embedder. Exits 2 for
+    invalid_query (fix the query) and 1 for search_unavailable (try again later).
     """
-    try:
-        try:
-            conn = settings.connect()
-        except Exception as error:  # the embedded server or the connection: either way no answer
-            raise SearchUnavailable(f"cannot reach the database: {error}") from error
-        with conn:
-            matches = search_provider_methods(conn, settings.embedder, query)
-    except SearchError as error:
-        if as_json:
-            click.echo(json.dumps(error.to_json()))
-        else:
-            click.echo(f"{error.code}: {error.detail}", err=True)
-        sys.exit(2 if error.code == "invalid_query" else 1)
+    query = read_query(query)
+    with connect_for_search(settings) as conn:
+        matches = search_provider_methods(conn, settings.embedder, query)
     echo_matches(matches, as_json)
 
 
@@ -222,26 +323,25 @@ def echo_matches(matches: list[dict], as_json: bool) -> None:
 
 @cli.command("eval")
 @click.argument("queries_file", metavar="QUERIES.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help='Print {"queries", "metrics", "misses"}.')
+@click.option("--json", "as_json", is_flag=True, help='Print {"queries", "metrics", "misses", "labelWarnings"}.')
 @click.pass_obj
-@user_errors
 def eval_(settings: Settings, queries_file, as_json):
     """Measure retrieval quality: run labelled queries through search and score the answers.
 
     Each line of QUERIES.jsonl: {"query": "...", "relevant": [[provider, method], ...]}. Every
     query goes through the same search path as `search`, against the configured registry (the
     queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
-    recall@3 and MRR@3, and the queries with no relevant method in the top 3.
+    recall@3 and MRR@3, and the queries with no relevant method in the top 3. Labels naming a
+    record the registry lacks, or holds only as a draft, are warned about.
     """
-    try:
-        queries = evaluation.read_labelled_queries(queries_file)
-        with settings.connect() as conn:
-            report = evaluation.evaluate(conn, settings.embedder, queries)
-    except evaluation.EvaluationError as error:
-        raise click.ClickException(str(error)) from error
+    queries = evaluation.read_labelled_queries(queries_file)
+    with connect_for_search(settings) as conn:
+        report = evaluation.evaluate(conn, settings.embedder, queries)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
         return
+    for warning in report.label_warnings:
+        click.echo(f"warning: line {warning['line']}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True)
     click.echo(f"{report.queries} queries")
     for name, value in report.metrics.items():
         click.echo(f"{name:<16} {value:.3f}")
@@ -253,36 +353,35 @@ def eval_(settings: Settings, queries_file, as_json):
 
 
 @cli.command("preview")
-@click.argument("query")
+@QUERY_ARGUMENT
 @click.option(
     "--draft",
     required=True,
     metavar='"PROVIDER / METHOD"',
-    help="The record to count as enabled, named as the name path writes a pair.",
+    help='The record to count as enabled: "Provider / Method" or "Provider Method", as the name path writes a pair.',
 )
-@click.option("--json", "as_json", is_flag=True, help='Print {"matches": [...]}, as search --json does.')
+@click.option("--json", "as_json", is_flag=True, help='Print {"matches": [...]} or {"error", "detail"}, as search --json does.')
 @click.pass_obj
-@user_errors
 def preview(settings: Settings, query, draft, as_json):
     """Show what search would answer for QUERY if the draft were enabled; changes nothing.
 
-    The same paths and order as search (payrail.preview_search). The draft needs a vector of
-    its current content: run `payrail-embedder sync` first.
+    The same paths, order, errors and exit statuses as search (payrail.preview_search). The draft
+    needs a vector of its current content: run `payrail-embedder sync` first.
     """
-    with settings.connect() as conn:
-        try:
-            provider, method = preview_module.resolve_draft(conn, draft)
-        except preview_module.UnknownDraft as error:
-            raise click.ClickException(str(error)) from error
-        matches = preview_module.preview_search(conn, settings.embedder, provider, method, query)
+    query = read_query(query)
+    with connect_for_search(settings) as conn:
+        row = stored.find_by_name(conn, [draft])
+        matches = search_provider_methods(conn, settings.embedder, query, counted_draft=(row["provider"], row["method"]))
     echo_matches(matches, as_json)
 
 
+NAME_ARGUMENT = click.argument("name", nargs=-1, metavar="PROVIDER METHOD")
+
+
 @cli.command("edit")
-@click.argument("name", nargs=-1, metavar="PROVIDER METHOD")
+@NAME_ARGUMENT
 @click.option("--new", "new", is_flag=True, help="Start a new record (a draft unless you enable it).")
 @click.pass_obj
-@user_errors
 def edit(settings: Settings, name, new):
     """Edit one record in $EDITOR, saved through the same write path as import and the backoffice.
 
@@ -308,21 +407,19 @@ def edit(settings: Settings, name, new):
 
 
 @cli.command("history")
-@click.argument("provider")
-@click.argument("method")
+@NAME_ARGUMENT
 @click.option("--json", "as_json", is_flag=True, help='Print {"record": {...} | null, "history": [...]}.')
 @click.pass_obj
-@user_errors
-def history(settings: Settings, provider, method, as_json):
-    """Show the earlier versions of the provider method PROVIDER METHOD, newest first.
+def history(settings: Settings, name, as_json):
+    """Show the earlier versions of a record, newest first: PROVIDER METHOD, or one "Provider / Method".
 
-    Every update and delete keeps the version it replaced, with who and when. Restore one in
-    psql with: select payrail.restore_provider_method(HISTORY_ID);
+    Also a record since renamed or deleted, by a name it had. Every update and delete keeps the
+    version it replaced, with who and when. Restore one in psql with:
+    select payrail.restore_provider_method(HISTORY_ID);
     """
     with settings.connect() as conn:
+        provider, method = stored.resolve_former_name(conn, name)
         found = history_module.provider_method_history(conn, provider, method)
-    if found["record"] is None and not found["history"]:
-        raise click.ClickException(f'no provider method "{provider} / {method}", now or in the history')
     if as_json:
         click.echo(json.dumps(found, ensure_ascii=False))
         return
@@ -331,12 +428,15 @@ def history(settings: Settings, provider, method, as_json):
         click.echo(f"{provider} / {method}: no such record now (deleted or renamed)")
     else:
         state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
-        click.echo(f"{record['provider']} / {record['method']}: record {record['recordId']}, {state}, saved {record['savedAt']}")
+        click.echo(
+            f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
+            f"{state}, saved {record['savedAt']}"
+        )
     for version in found["history"]:
         click.echo(
             f"\nhistory {version['historyId']}: {version['operation']}d {version['changedAt']} by "
-            f"{version['changedBy']} (session {version['changedBySessionUser']}); this version of record "
-            f"{version['recordId']} was saved {version['savedAt']}"
+            f"{version['changedBy']} (session {version['changedBySessionUser']}); version {version['version']} of record "
+            f"{version['recordId']}, saved {version['savedAt']}"
         )
         click.echo(f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})")
         click.echo(f"  docs: {version['docsUrl'] or '-'}")
@@ -354,9 +454,8 @@ def model():
 
 
 @model.command("show")
-@click.option("--json", "as_json", is_flag=True, help="Print the details as JSON.")
+@JSON_OPTION
 @click.pass_obj
-@user_errors
 def model_show(settings: Settings, as_json):
     """Print the registry's embedding model and how many records carry a vector from it."""
     with settings.connect() as conn:
@@ -376,9 +475,8 @@ def model_show(settings: Settings, as_json):
 @model.command("switch")
 @click.argument("new_model")
 @BATCH_SIZE_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+@JSON_OPTION
 @click.pass_obj
-@user_errors
 def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     """Re-embed every record with NEW_MODEL, then make it the registry's model in one transaction.
 
@@ -388,7 +486,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     """
     embedder = replace(settings, model=new_model).embedder()
     with settings.connect() as conn:
-        with click.progressbar(length=len(model_switch.records_to_stage(conn, new_model)), label="staging", file=sys.stderr) as bar:
+        with progress_bar(len(model_switch.records_to_stage(conn, new_model)), "staging") as bar:
             report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
@@ -403,8 +501,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
         echo_pending(report)
         click.echo(f"not switched: the registry still uses {report.previous.name if report.previous else 'no model'}; rerun to resume")
     if report.error is not None:
-        sys.exit(1)
-
+        sys.exit(FAILURE_EXIT_STATUS["unavailable"])
 
 
 @cli.command("mcp")
@@ -422,6 +519,9 @@ def mcp(settings: Settings, http_port: int | None):
     database and embedder settings as every other command. See README, "Over MCP".
     """
     from .api import Registry
-    from .mcp_server import serve  # the MCP SDK loads only for this command
+    from .mcp_server import PortInUse, serve  # the MCP SDK loads only for this command
 
-    serve(Registry(settings=settings), http_port)
+    try:
+        serve(Registry(settings=settings), http_port)
+    except PortInUse as error:
+        raise Failure("invalid_input", str(error)) from error

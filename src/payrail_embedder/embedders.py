@@ -19,6 +19,10 @@ class EmbeddingUnavailable(Exception):
     """The embedding service failed or answered with something that is not a usable embedding."""
 
 
+class EmbedderMisconfigured(EmbeddingUnavailable):
+    """The embedder cannot be set up as configured (no API key, say): fix the configuration."""
+
+
 class Embedder(Protocol):
     model_name: str
 
@@ -77,7 +81,7 @@ class OpenAIEmbedder:
             # The client retries 429, 5xx and connection errors itself, with backoff.
             self._client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
         except openai.OpenAIError as error:
-            raise EmbeddingUnavailable(f"cannot set up the OpenAI client: {error}") from error
+            raise EmbedderMisconfigured(f"cannot set up the OpenAI client: {error}") from error
 
     def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
         import openai

@@ -10,7 +10,6 @@ hit@k = 1 if rel ∩ top_k is not empty; MRR@3 = 1 / rank of the first relevant 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from .embedders import Embedder, EmbeddingUnavailable
-from .search import SearchError, embed_queries, search_provider_methods
+from .search import SearchError, SearchUnavailable, embed_queries, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
 
@@ -26,7 +25,7 @@ Pair = tuple[str, str]
 
 
 class EvaluationError(Exception):
-    """The labelled file cannot be read, or a query has no answer (the search failed)."""
+    """The labelled file cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -34,15 +33,6 @@ class LabelledQuery:
     line: int
     query: str
     relevant: tuple[Pair, ...]
-
-
-def normalize_name(name: str) -> str:
-    """payrail._normalize_name in Python: trimmed, case-folded, runs of white space collapsed."""
-    return re.sub(r"\s+", " ", name.strip()).lower()
-
-
-def pair_key(provider: str, method: str) -> Pair:
-    return normalize_name(provider), normalize_name(method)
 
 
 def read_labelled_queries(path: Path) -> list[LabelledQuery]:
@@ -75,10 +65,9 @@ def read_labelled_queries(path: Path) -> list[LabelledQuery]:
 
 
 def query_metrics(relevant: Sequence[Pair], returned: Sequence[Pair]) -> dict[str, float]:
-    """The metrics of one query; pairs compare as the registry compares names (normalized)."""
-    rel = {pair_key(*pair) for pair in relevant}
-    ranked = [pair_key(*pair) for pair in returned]
-    found = [pair in rel for pair in ranked[:3]]
+    """The metrics of one query, from pairs already normalized as the registry compares names."""
+    rel = set(relevant)
+    found = [pair in rel for pair in returned[:3]]
     first = found.index(True) + 1 if any(found) else None
     return {
         "hit@1": float(any(found[:1])),
@@ -96,9 +85,47 @@ class EvaluationReport:
     metrics: dict[str, float]
     # Queries with no relevant pair in the top 3: line, query, relevant and returned pairs.
     misses: list[dict] = field(default_factory=list)
+    # Labels that search can never return: {line, provider, method, problem}.
+    label_warnings: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses}
+        return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses, "labelWarnings": self.label_warnings}
+
+
+class NormalizedNames:
+    """Pairs normalized by the database (payrail._normalize_name), the way search compares names."""
+
+    def __init__(self, conn: psycopg.Connection, names: Sequence[str]) -> None:
+        rows = conn.execute(
+            "select payrail._normalize_name(n) from unnest(%s::text[]) with ordinality as u(n, i) order by i", (list(names),)
+        ).fetchall()
+        self._key = {name: key for name, (key,) in zip(names, rows)}
+
+    def pair(self, provider: str, method: str) -> Pair:
+        return self._key[provider], self._key[method]
+
+
+def label_warnings(conn: psycopg.Connection, queries: Sequence[LabelledQuery], names: NormalizedNames) -> list[dict]:
+    """Labels naming a record the registry does not have, or has only as a draft: they count as misses."""
+    labels = [names.pair(provider, method) for q in queries for provider, method in q.relevant]
+    rows = conn.execute(
+        """
+        select payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method), pm.enabled
+        from payrail.provider_methods as pm
+        where (payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method))
+              in (select * from unnest(%s::text[], %s::text[]))
+        """,
+        ([p for p, _ in labels], [m for _, m in labels]),
+    ).fetchall()
+    states = {(provider, method): enabled for provider, method, enabled in rows}
+    warnings = []
+    for labelled in queries:
+        for provider, method in labelled.relevant:
+            enabled = states.get(names.pair(provider, method))
+            if enabled is not True:
+                problem = "not in the registry" if enabled is None else "a draft: search never returns it"
+                warnings.append({"line": labelled.line, "provider": provider, "method": method, "problem": problem})
+    return warnings
 
 
 def evaluate(
@@ -109,22 +136,27 @@ def evaluate(
     """Runs every query through search_provider_methods, as an agent's search would, and scores it.
 
     The queries are embedded in one batch up front (a query the name path answers simply does
-    not use its vector). conn should be in autocommit mode, as the search command's is.
+    not use its vector). conn should be in autocommit mode, as the search command's is. Raises
+    the search's own error (InvalidQuery, SearchUnavailable), naming the line.
     """
     embedder = embedder_factory()
     try:
         vectors = embed_queries(embedder, [q.query for q in queries])
     except EmbeddingUnavailable as error:
-        raise EvaluationError(f"search_unavailable: embedding the queries failed: {error}") from error
-    totals = dict.fromkeys(METRICS, 0.0)
-    misses = []
+        raise SearchUnavailable(f"embedding the queries failed: {error}") from error
+    answers = []
     for labelled, vector in zip(queries, vectors):
         try:
             matches = search_provider_methods(conn, lambda: embedder, labelled.query, query_vector=vector)
         except SearchError as error:
-            raise EvaluationError(f"line {labelled.line}: {error.code}: {error.detail}") from error
-        returned = [(m["provider"], m["method"]) for m in matches]
-        scores = query_metrics(labelled.relevant, returned)
+            raise type(error)(f"line {labelled.line}: {error.detail}") from error
+        answers.append([(m["provider"], m["method"]) for m in matches])
+
+    names = NormalizedNames(conn, sorted({name for pairs in [*(q.relevant for q in queries), *answers] for pair in pairs for name in pair}))
+    totals = dict.fromkeys(METRICS, 0.0)
+    misses = []
+    for labelled, returned in zip(queries, answers):
+        scores = query_metrics([names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned])
         for name in METRICS:
             totals[name] += scores[name]
         if not scores["hit@3"]:
@@ -136,4 +168,5 @@ def evaluate(
                     "returned": [list(pair) for pair in returned],
                 }
             )
-    return EvaluationReport(len(queries), {name: totals[name] / len(queries) for name in METRICS}, misses)
+    metrics = {name: totals[name] / len(queries) for name in METRICS}
+    return EvaluationReport(len(queries), metrics, misses, label_warnings(conn, queries, names))

@@ -5,16 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-
-def _version_json(row: dict) -> dict:
-    return {
-        "provider": row["provider"],
-        "method": row["method"],
-        "urls": list(row["urls"]),
-        "docsUrl": row["docs_url"],
-        "guidance": row["guidance"],
-        "enabled": row["enabled"],
-    }
+from . import stored
 
 
 def provider_method_history(conn: psycopg.Connection, provider: str, method: str) -> dict:
@@ -25,10 +16,8 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
     """
     cursor = conn.cursor(row_factory=dict_row)
     current = cursor.execute(
-        """
-        select pm.id, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled,
-               pm.embedding is not null as embedded, pm.updated_at
-        from payrail.provider_methods as pm
+        f"""
+        select {stored.RECORD_COLUMNS} from payrail.provider_methods as pm
         where payrail._normalize_name(pm.provider) = payrail._normalize_name(%s)
           and payrail._normalize_name(pm.method) = payrail._normalize_name(%s)
         """,
@@ -36,16 +25,7 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
     ).fetchone()
     versions = cursor.execute("select * from payrail.get_provider_method_history(%s, %s)", (provider, method)).fetchall()
     return {
-        "record": (
-            {
-                "recordId": current["id"],
-                **_version_json(current),
-                "embedded": current["embedded"],
-                "savedAt": current["updated_at"].isoformat(),
-            }
-            if current
-            else None
-        ),
+        "record": stored.as_json(current) if current else None,
         "history": [
             {
                 "historyId": v["id"],
@@ -54,8 +34,9 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
                 "changedAt": v["changed_at"].isoformat(),
                 "changedBy": v["changed_by"],
                 "changedBySessionUser": v["changed_by_session_user"],
+                "version": v["version"],
                 "savedAt": v["version_saved_at"].isoformat(),
-                **_version_json(v),
+                **stored.record_of(v).to_json(),
             }
             for v in versions
         ],

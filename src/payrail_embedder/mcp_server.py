@@ -10,14 +10,22 @@ does not pay for it.
 # No `from __future__ import annotations`: the SDK reads the tool's annotations, which name
 # types imported inside build_server.
 import json
+import signal
+import socket
+import sys
 import threading
 from importlib.metadata import version
 from typing import Annotated
 
-from .api import Registry, SearchResult
-from .search import SearchError
+# pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
+from typing_extensions import TypedDict
+
+from .api import Registry
+from .search import InvalidQuery, SearchError, check_query
 
 SERVER_NAME = "payrail-agent-search"
+TOOL_NAME = "search_provider_methods"
+HOST = "127.0.0.1"
 
 TOOL_DESCRIPTION = """\
 Find at most three provider methods (third-party API operations) for a need described in plain
@@ -29,9 +37,10 @@ Matches are advisory guides, not approvals or callable capabilities: this regist
 approves or pays for anything. Read the official docs (docsUrl) before calling a provider, then
 call it yourself. Any payment requirement goes to Payrail Agent, the separate payment agent.
 
-Errors come back as a tool error whose text is {"error": "invalid_query", ...} (the query is empty
-or longer than 2,000 characters: fix it) or {"error": "search_unavailable", ...} (the registry's
-database or embedding service failed: try again later); never as an empty or partial list."""
+Errors come back as a tool error whose text is {"error": "invalid_query", ...} (the query is
+missing, not a string, empty or longer than 2,000 characters: fix it) or
+{"error": "search_unavailable", ...} (the registry's database or embedding service failed: try
+again later); never as an empty or partial list."""
 
 INSTRUCTIONS = """\
 Payrail Agent Search is a discovery registry: ask search_provider_methods what you need and get
@@ -42,28 +51,61 @@ yourself, and take any payment requirement to Payrail Agent."""
 QUERY_DESCRIPTION = "What you need, in plain words, or an exact provider or method name; 1 to 2,000 characters."
 
 
+class Match(TypedDict):
+    """One provider method: an advisory guide, not an approval or a callable capability."""
+
+    provider: str
+    method: str
+    urls: list[str]
+    docsUrl: str | None  # noqa: N815 (the contract's JSON name)
+    guidance: str
+
+
+def failure_result(error: SearchError):
+    """Every tool failure, whatever its cause: a tool error whose text is {"error", "detail"}."""
+    from mcp_types import CallToolResult, TextContent
+
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(error.to_json()))], is_error=True)
+
+
 def build_server(registry: Registry):
     """The MCPServer with its one tool, answering from `registry`."""
     from mcp.server.mcpserver import MCPServer
-    from mcp_types import CallToolResult, TextContent, ToolAnnotations
+    from mcp_types import ToolAnnotations
     from pydantic import Field
 
-    server = MCPServer(
-        SERVER_NAME,
-        instructions=INSTRUCTIONS,
-        version=version("payrail-agent-search"),
-        log_level="WARNING",
-    )
+    class Answer(TypedDict):
+        """At most three matches, in the registry's order; no scores."""
+
+        matches: Annotated[list[Match], Field(max_length=3)]
+
+    class RegistryServer(MCPServer):
+        async def call_tool(self, name, arguments, context=None):
+            # Judged here, before the SDK's own validation (whose text is not the documented JSON)
+            # and before the database: a bad query is invalid_query even while it is down.
+            if name != TOOL_NAME:
+                return failure_result(InvalidQuery(f"there is no tool {name!r}; the one tool is {TOOL_NAME}"))
+            try:
+                check_query((arguments or {}).get("query"))
+            except InvalidQuery as error:
+                return failure_result(error)
+            return await super().call_tool(name, arguments, context)
+
+    server = RegistryServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("payrail-agent-search"), log_level="WARNING")
 
     # A sync tool runs on a worker thread, so a slow embedding never stalls the protocol.
-    def search_provider_methods(query: Annotated[str, Field(description=QUERY_DESCRIPTION)]) -> SearchResult:
+    def search_provider_methods(
+        query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=2000)],
+    ) -> Answer:
         try:
-            return registry.search_provider_methods(query)
+            answer = registry.search_provider_methods(query)
         except SearchError as error:
-            return CallToolResult(content=[TextContent(type="text", text=json.dumps(error.to_json()))], is_error=True)
+            return failure_result(error)
+        return {"matches": [match.to_json() for match in answer["matches"]]}
 
     server.add_tool(
         search_provider_methods,
+        name=TOOL_NAME,
         title="Search provider methods",
         description=TOOL_DESCRIPTION,
         annotations=ToolAnnotations(
@@ -77,14 +119,46 @@ def build_server(registry: Registry):
     return server
 
 
+class PortInUse(Exception):
+    """--http PORT: another program listens there."""
+
+
+def bind_loopback(port: int) -> socket.socket:
+    """The listening socket for --http, bound before the server starts, so a busy port is one clear error."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+    try:
+        sock.bind((HOST, port))
+    except OSError as error:
+        sock.close()
+        raise PortInUse(f"cannot listen on {HOST}:{port}: {error.strerror}; choose another --http PORT") from None
+    return sock
+
+
 def serve(registry: Registry, http_port: int | None = None) -> None:
+    """Serves until standard input closes (stdio) or SIGTERM / Ctrl-C (HTTP, where it exits 0)."""
     server = build_server(registry)
+    sock = bind_loopback(http_port) if http_port is not None else None
     # Opens the pool (and loads a local model) while the host is still handshaking.
     threading.Thread(target=registry.warm_up, name="payrail-warm-up", daemon=True).start()
+    # Stopped with SIGTERM (agent hosts, service managers), the server exits 0, as for a closed stdin.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
-        if http_port is None:
+        if sock is None:
             server.run("stdio")
         else:
-            server.run("streamable-http", host="127.0.0.1", port=http_port)
+            serve_http(server, sock)
     finally:
         registry.close()
+
+
+def serve_http(server, sock: socket.socket) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=HOST)
+    config = uvicorn.Config(app, log_level="warning")
+    http = uvicorn.Server(config)
+    port = sock.getsockname()[1]
+    print(f"serving MCP over streamable HTTP at http://{HOST}:{port}/mcp (loopback only)", flush=True)
+    # uvicorn stops gracefully on SIGTERM, then raises it again for the handler serve() installed.
+    http.run(sockets=[sock])

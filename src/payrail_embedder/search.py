@@ -37,7 +37,29 @@ class InvalidQuery(SearchError):
     code = "invalid_query"
 
 
+class DraftNotEmbedded(SearchError):
+    """preview: the draft has no vector of its current content, so search could not place it: run sync."""
+
+    code = "draft_not_embedded"
+
+
+class UnknownDraft(SearchError):
+    """preview: no record has the draft's provider and method (any more)."""
+
+    code = "unknown_record"
+
+
 SEARCH_SQL = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
+PREVIEW_SQL = """
+select provider, method, urls, docs_url, guidance from payrail.preview_search(%s, %s, %s, %s, %s)
+"""
+
+# What a query's SQLSTATE means to a caller that branches on search's codes.
+ERROR_OF_SQLSTATE = {
+    errcodes.INVALID_PARAMETER_VALUE: InvalidQuery,
+    errcodes.OBJECT_NOT_IN_PREREQUISITE_STATE: DraftNotEmbedded,
+    errcodes.NO_DATA_FOUND: UnknownDraft,
+}
 
 
 def _as_match(row: tuple) -> dict:
@@ -50,25 +72,61 @@ def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray
     return embedder.embed(list(queries))
 
 
+# What payrail._check_query counts as white space (payrail._trim_white_space): a query of these
+# alone is empty. tests/test_search_input.py checks this mirror against the database's rule.
+QUERY_WHITE_SPACE = "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+QUERY_MAX_CHARACTERS = 2000
+
+
+def check_query(query: object) -> str:
+    """Refuses what can never be a query before the database or the embedder is asked, so a bad
+    query is invalid_query even while they are down: not a string, empty, over 2,000 characters
+    (the database's own rules, mirrored), NUL (PostgreSQL text cannot hold it), lone surrogates
+    (not Unicode: what undecodable bytes become in Python)."""
+    if not isinstance(query, str):
+        raise InvalidQuery(f"query must be a string, not {'null' if query is None else type(query).__name__}")
+    if not query.strip(QUERY_WHITE_SPACE):
+        raise InvalidQuery("query is empty")
+    if len(query) > QUERY_MAX_CHARACTERS:
+        raise InvalidQuery(f"query is {len(query)} characters long; the limit is 2,000")
+    if "\x00" in query:
+        raise InvalidQuery("query contains a NUL character")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidQuery(
+            f"query is not valid Unicode text (a lone surrogate, \\u{ord(query[error.start]):04x}, "
+            f"at character {error.start + 1}: bytes that are not UTF-8?)"
+        ) from None
+    return query
+
+
 def search_provider_methods(
     conn: psycopg.Connection,
     embedder_factory: Callable[[], Embedder],
     query: str,
     *,
     query_vector: np.ndarray | None = None,
+    counted_draft: tuple[str, str] | None = None,
 ) -> list[dict]:
     """Asks the database first without a vector: the name path answers at once and never needs
     the embedder. Only a query that needs one is embedded, with the registry's own model.
 
     query_vector: the query's embedding (embed_queries with embedder_factory's embedder) when the
     caller already has it, as eval does for all its queries in one batch; it is not embedded again.
+    counted_draft: (provider, method) of a draft to count as enabled (payrail.preview_search).
+    conn must be in autocommit mode: the first attempt may fail with PYE01.
     """
-    if "\x00" in query:
-        # PostgreSQL text cannot hold NUL, so the database never sees such a query.
-        raise InvalidQuery("query contains a NUL character")
+    check_query(query)
+
+    def run(vector, model):
+        if counted_draft is None:
+            return conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()
+        return conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()
+
     try:
         try:
-            return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, None, None)).fetchall()]
+            return [_as_match(row) for row in run(None, None)]
         except psycopg.Error as error:
             if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
                 raise
@@ -80,18 +138,19 @@ def search_provider_methods(
                 f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model"
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
-        return [_as_match(row) for row in conn.execute(SEARCH_SQL, (query, vector, embedder.model_name)).fetchall()]
+        return [_as_match(row) for row in run(vector, embedder.model_name)]
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}") from error
     except psycopg.Error as error:
-        if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE:
-            raise InvalidQuery(error.diag.message_primary or str(error)) from error
+        known = ERROR_OF_SQLSTATE.get(error.sqlstate)
+        if known is not None:
+            raise known(_describe(error, with_sqlstate=False)) from error
         raise SearchUnavailable(f"database error: {_describe(error)}") from error
 
 
-def _describe(error: psycopg.Error) -> str:
+def _describe(error: psycopg.Error, *, with_sqlstate: bool = True) -> str:
     message = error.diag.message_primary or str(error).strip()
-    if error.sqlstate:
+    if error.sqlstate and with_sqlstate:
         message = f"{message} (SQLSTATE {error.sqlstate})"
     if error.diag.message_hint:
         message += f". Hint: {error.diag.message_hint}"

@@ -8,16 +8,20 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .records import ProviderMethod
+from .registry_model import registry_model
 
 
 class UnknownRecord(Exception):
     """No record, or more than one, goes by the name given."""
 
 
-RECORD_COLUMNS = """
+# Whether record pm has a vector of its current content by the registry's model (an enabled record always has).
+HAS_CURRENT_VECTOR = """
+  (pm.embedding is not null and pm.embedding_model is not distinct from (select m.name from payrail.get_embedding_model() as m))
+"""
+RECORD_COLUMNS = f"""
   pm.id, pm.version, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled, pm.updated_at,
-  (pm.embedding is not null and pm.embedding_model is not distinct from
-     (select m.name from payrail.get_embedding_model() as m)) as embedded
+  {HAS_CURRENT_VECTOR} as embedded
 """
 
 
@@ -45,33 +49,92 @@ def get(conn: psycopg.Connection, record_id: int) -> dict | None:
     )
 
 
-def find_by_name(conn: psycopg.Connection, name: Sequence[str]) -> dict:
-    """The record a user named, in the name path's own forms: PROVIDER METHOD as two arguments, or
-    one argument "Provider / Method" or "Provider Method". Names compare as the unique key compares
-    (payrail._normalize_name). UnknownRecord when none or several match."""
-    if len(name) == 2:
-        where = """payrail._normalize_name(pm.provider) = payrail._normalize_name(%(provider)s)
-                   and payrail._normalize_name(pm.method) = payrail._normalize_name(%(method)s)"""
-        params = {"provider": name[0], "method": name[1]}
-    elif len(name) == 1:
-        where = """payrail._normalize_name(%(pair)s) in (payrail._normalize_name(pm.provider || ' / ' || pm.method),
-                                                        payrail._normalize_name(pm.provider || ' ' || pm.method))"""
-        params = {"pair": name[0]}
-    else:
+# The names a user may give, as the name path compares them: a pair in two arguments, or one
+# argument "Provider / Method" or "Provider Method".
+NAMED = """
+  (cardinality(%(name)s::text[]) = 2
+   and payrail._normalize_name(n.provider) = payrail._normalize_name((%(name)s::text[])[1])
+   and payrail._normalize_name(n.method) = payrail._normalize_name((%(name)s::text[])[2]))
+  or (cardinality(%(name)s::text[]) = 1
+      and payrail._normalize_name((%(name)s::text[])[1]) in (payrail._normalize_name(n.provider || ' / ' || n.method),
+                                                            payrail._normalize_name(n.provider || ' ' || n.method)))
+"""
+
+
+def _check_name_form(name: Sequence[str]) -> None:
+    if len(name) not in (1, 2):
         raise UnknownRecord('name a record as PROVIDER METHOD (two arguments), or as one "Provider / Method"')
-    rows = (
-        conn.cursor(row_factory=dict_row)
-        .execute(
-            f"""select {RECORD_COLUMNS} from payrail.provider_methods as pm where {where}
-                order by payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)""",
-            params,
-        )
-        .fetchall()
-    )
+
+
+def _one(rows: list, name: Sequence[str], where: str) -> object:
     written = " / ".join(name)
     if not rows:
-        raise UnknownRecord(f'no provider method is named "{written}"; `payrail-embedder export` lists every record')
+        raise UnknownRecord(f'no provider method is named "{written}"{where}; `payrail-embedder export` lists every record')
     if len(rows) > 1:
         names = ", ".join(f'"{row["provider"]}" + "{row["method"]}"' for row in rows)
         raise UnknownRecord(f'"{written}" names several records ({names}): name one as PROVIDER METHOD, two arguments')
     return rows[0]
+
+
+def find_by_name(conn: psycopg.Connection, name: Sequence[str]) -> dict:
+    """The stored record a user named (see NAMED); UnknownRecord when none or several match."""
+    _check_name_form(name)
+    rows = (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            f"""select {RECORD_COLUMNS} from payrail.provider_methods as pm, lateral (select pm.provider, pm.method) as n
+                where {NAMED} order by payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)""",
+            {"name": list(name)},
+        )
+        .fetchall()
+    )
+    return _one(rows, name, "")
+
+
+def resolve_former_name(conn: psycopg.Connection, name: Sequence[str]) -> tuple[str, str]:
+    """(provider, method) of the record a user named, now or in the history (renamed or deleted since)."""
+    _check_name_form(name)
+    rows = (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            f"""select distinct on (payrail._normalize_name(n.provider), payrail._normalize_name(n.method)) n.provider, n.method
+                from (select provider, method from payrail.provider_methods
+                      union all select provider, method from payrail.provider_method_history) as n
+                where {NAMED}
+                order by payrail._normalize_name(n.provider), payrail._normalize_name(n.method)""",
+            {"name": list(name)},
+        )
+        .fetchall()
+    )
+    row = _one(rows, name, ", now or in the history")
+    return row["provider"], row["method"]
+
+
+def counts(conn: psycopg.Connection) -> dict:
+    """What the registry holds: records, enabled, drafts and drafts without a current vector, and its model.
+
+    {"schemaApplied": false} where db/ was never applied.
+    """
+    if conn.execute("select pg_catalog.to_regclass('payrail.provider_methods') is null").fetchone()[0]:
+        return {"schemaApplied": False}
+    row = (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            f"""
+            select count(*) as records, count(*) filter (where pm.enabled) as enabled,
+                   count(*) filter (where not pm.enabled) as drafts,
+                   count(*) filter (where not pm.enabled and not {HAS_CURRENT_VECTOR}) as drafts_needing_embedding
+            from payrail.provider_methods as pm
+            """
+        )
+        .fetchone()
+    )
+    model = registry_model(conn)
+    return {
+        "schemaApplied": True,
+        "records": row["records"],
+        "enabled": row["enabled"],
+        "drafts": row["drafts"],
+        "draftsNeedingEmbedding": row["drafts_needing_embedding"],
+        "model": {"name": model.name, "dimensions": model.dimensions} if model else None,
+    }

@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import errcodes
-from .embedders import Embedder, checked_vectors, record_text
+from .embedders import Embedder, batched, checked_vectors, record_text
 from .records import JSON_NAME_OF_COLUMN, ProviderMethod, unstorable_fields
 from .registry_model import adopt_embedder_model, require_embedder_model
 
@@ -263,18 +263,25 @@ def _check_rules(conn: psycopg.Connection, plans: Sequence[_Plan]) -> None:
                     plan.outcome = _refusal(conn, error)
 
 
-def _embed(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plans: Sequence[_Plan]) -> None:
-    """Vectors for every plan that needs one, in one request batch; refuses before any request
-    when the embedder is not the registry's model."""
+def _embed(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    plans: Sequence[_Plan],
+    progress: Callable[[int], None] = lambda done: None,
+) -> None:
+    """Vectors for every plan that needs one, a request per backend batch; refuses before any
+    request when the embedder is not the registry's model."""
     todo = [p for p in plans if p.needs_embedding and p.vector is None]
     if not todo:
         return
     embedder = embedder_factory()
     require_embedder_model(conn, embedder)
-    vectors = checked_vectors(embedder.embed([p.text for p in todo]), len(todo), embedder.model_name)
-    for plan, vector in zip(todo, vectors):
-        plan.vector = vector
-        plan.embedder = embedder
+    for batch in batched(todo, getattr(embedder, "batch_size", len(todo))):
+        vectors = checked_vectors(embedder.embed([p.text for p in batch]), len(batch), embedder.model_name)
+        for plan, vector in zip(batch, vectors):
+            plan.vector = vector
+            plan.embedder = embedder
+        progress(len(batch))
 
 
 def _replan(conn: psycopg.Connection, plan: _Plan) -> _Plan:
@@ -358,12 +365,13 @@ def save_changes(
     changes: Sequence[Change],
     *,
     all_or_nothing: bool = True,
+    progress: Callable[[int], None] = lambda done: None,
 ) -> list[Outcome | None]:
     """Saves changes through payrail.save_provider_method, embedding changed content first; one outcome per change, in order.
 
     all_or_nothing: one refused change or conflict saves nothing (and embeds nothing when a rule
     refuses it), and the changes nothing refused have no outcome (None); otherwise the others
-    are saved. conn must be in autocommit mode: the checks,
+    are saved. progress is called with the number of changes each embedding request covered. conn must be in autocommit mode: the checks,
     the embedding and the save are separate steps. Raises EmbeddingUnavailable and
     RegistryModelMismatch (nothing saved), TransientFailure, and psycopg errors that are not a
     refusal of a change (the database went away).
@@ -374,7 +382,7 @@ def save_changes(
     plans = _plan(conn, changes)
     _check_rules(conn, plans)
     if not (all_or_nothing and any(p.outcome is not None for p in plans)):
-        _embed(conn, embedder_factory, [p for p in plans if p.outcome is None])
+        _embed(conn, embedder_factory, [p for p in plans if p.outcome is None], progress)
         _save_all(conn, embedder_factory, plans, all_or_nothing)
     if all_or_nothing and not all(isinstance(p.outcome, Saved) for p in plans):
         # Nothing was saved; a change no rule refused has no outcome of its own.

@@ -1,0 +1,44 @@
+"""Every Python block of the README runs as written, offline, against a registry of the shipped
+sample catalog embedded with the local model (what a new user has after the first command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_cli
+
+PYTHON_BLOCKS = re.findall(r"```python\n(.+?)```", (REPO / "README.md").read_text(), re.S)
+
+
+@pytest.fixture
+def sample_registry(database_url, tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    env.update(PAYRAIL_DATABASE_URL=database_url, PAYRAIL_DATA_DIR=str(tmp_path / "unused"), HF_HUB_OFFLINE="1")
+    result = run_cli(env, "import", str(REPO / "catalog" / "sample.jsonl"), timeout=600)
+    assert result.returncode == 0, result.stderr
+    return env
+
+
+@pytest.mark.local_model
+def test_every_python_block_of_the_readme_runs_as_written_offline(sample_registry):
+    assert len(PYTHON_BLOCKS) >= 2
+    outputs = []
+    for block in PYTHON_BLOCKS:
+        result = subprocess.run([sys.executable, "-c", block], env=sample_registry, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"{block}\n{result.stderr}"
+        outputs.append(result.stdout.splitlines())
+
+    # The API block prints three matches, then the answer as JSON: the CLI's --json, byte for byte.
+    api = outputs[0]
+    cli = run_cli(sample_registry, "search", "--json", "find live hotel availability through a paid API")
+    assert api[-1] == cli.stdout.strip()
+    assert api[:-1] == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in json.loads(cli.stdout)["matches"]]
+    # The psycopg block answers what search answers for its query.
+    sms = json.loads(run_cli(sample_registry, "search", "--json", "send an SMS to a customer").stdout)["matches"]
+    assert outputs[1] == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms]
