@@ -6,7 +6,9 @@ writers running side by side. Real PostgreSQL, the OpenAI backend against the fa
 from __future__ import annotations
 
 import json
+import random
 import subprocess
+import threading
 
 import psycopg
 import pytest
@@ -141,9 +143,9 @@ def test_a_refusal_names_the_fields_its_rule_is_about(database_url, embedder, op
     assert openai_fake.requests == []
 
 
-def test_import_and_sync_side_by_side_both_finish_and_leave_every_vector_current(cli_env, database_url, tmp_path):
-    """Both write the same records (sync their vectors, import new content and vectors); neither
-    fails the other, and no line is refused for a transient reason."""
+def test_import_sync_and_psql_edits_side_by_side_all_finish_and_leave_every_vector_current(cli_env, database_url, tmp_path):
+    """All write the same records (sync their vectors, import new content and vectors, psql their
+    URLs); neither command fails the other, and no line is refused for a transient reason."""
     count = 300
     for round_number in range(3):
         with psycopg.connect(database_url) as conn:
@@ -154,9 +156,15 @@ def test_import_and_sync_side_by_side_both_finish_and_leave_every_vector_current
             )
         catalog = [record(n, guidance=f"Purpose: imported {n} in round {round_number}.", enabled=n % 2 == 0) for n in range(count)]
         path = write_jsonl(tmp_path / f"round-{round_number}.jsonl", catalog)
-        sync = subprocess.Popen([str(CLI), "sync", "--batch-size", "7", "--json"], env=cli_env, cwd=REPO, stdout=subprocess.PIPE, text=True)
-        imported = run_cli(cli_env, "import", "--json", path)
-        synced_out, _ = sync.communicate(timeout=120)
+        editor = PsqlEditor(database_url, seed=round_number)
+        editor.start()
+        try:
+            sync = subprocess.Popen([str(CLI), "sync", "--batch-size", "7", "--json"], env=cli_env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+            imported = run_cli(cli_env, "import", "--json", path)
+            synced_out, _ = sync.communicate(timeout=120)
+        finally:
+            editor.stop.set()
+            editor.join(timeout=60)
 
         report = json.loads(imported.stdout)
         assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
@@ -165,3 +173,59 @@ def test_import_and_sync_side_by_side_both_finish_and_leave_every_vector_current
         stored = rows(database_url)
         assert all(assert_whole_or_nothing(row) for row in stored if row["enabled"])
         assert all(row["embedding"] is not None for row in stored)
+
+
+class PsqlEditor(threading.Thread):
+    """An operator editing in psql meanwhile: transactions of a few URL edits in random order (not
+    the registry's lock order), redone when PostgreSQL picks it as a deadlock's victim."""
+
+    def __init__(self, database_url: str, seed: int):
+        super().__init__(daemon=True)
+        self.database_url, self.rng = database_url, random.Random(seed)
+        self.stop, self.saved, self.victims = threading.Event(), 0, 0
+
+    def run(self):
+        with psycopg.connect(self.database_url) as conn:
+            ids = [row[0] for row in conn.execute("select id from payrail.provider_methods").fetchall()]
+            conn.commit()
+            while not self.stop.is_set():
+                try:
+                    with conn.transaction():
+                        for record_id in self.rng.sample(ids, 5):
+                            conn.execute(
+                                "update payrail.provider_methods set docs_url = %s where id = %s",
+                                (f"https://docs.example/{self.rng.randrange(10**6)}", record_id),
+                            )
+                    self.saved += 1
+                except psycopg.errors.DeadlockDetected:
+                    self.victims += 1
+
+
+def test_a_model_switch_import_and_psql_edits_side_by_side_all_finish(cli_env, database_url, tmp_path):
+    count = 200
+    catalog = [record(n, enabled=n % 2 == 0) for n in range(count)]
+    code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "catalog.jsonl", catalog))
+    assert code == 0, report
+    editor = PsqlEditor(database_url, seed=1)
+    editor.start()
+    try:
+        switch = subprocess.Popen(
+            [str(CLI), "model", "switch", "fake-embedding-2", "--batch-size", "16", "--json"],
+            env=cli_env, cwd=REPO, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # URL-only changes: the import writes no vector, so the switch's model does not concern it.
+        moved = [record(n, urls=[f"https://api.example/v2/{n}"], enabled=n % 2 == 0) for n in range(count)]
+        imported = run_cli(cli_env, "import", "--json", write_jsonl(tmp_path / "moved.jsonl", moved))
+        switched_out, _ = switch.communicate(timeout=300)
+    finally:
+        editor.stop.set()
+        editor.join(timeout=60)
+
+    report = json.loads(imported.stdout)
+    assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
+    switched = json.loads(switched_out)
+    assert (switch.returncode, switched["switched"]) == (0, True), switched
+    assert editor.saved > 0
+    stored = rows(database_url)
+    assert {row["embedding_model"] for row in stored if row["enabled"]} == {"fake-embedding-2"}
+    assert all(row["embedding"] is None or row["embedding_content_hash"] == row["content_hash"] for row in stored)

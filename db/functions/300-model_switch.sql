@@ -14,8 +14,9 @@ begin
   -- Vector writers read the model row "for share" (tg_provider_methods__keep_embedding_current):
   -- from here to commit they wait, then see the new model, so none slips in an old-model vector.
   perform from payrail.embedding_model for update;
-  -- Edits of existing records wait too, so the check below stays true until commit.
-  perform from payrail.provider_methods for update;
+  -- Edits of existing records wait too, so the check below stays true until commit. In id order,
+  -- as every writer locks records (after the model row), so a switch never deadlocks with them.
+  perform from payrail.provider_methods order by id for update;
 
   select pg_catalog.count(*),
          pg_catalog.string_agg(pg_catalog.format('"%s / %s"', pm.provider, pm.method), ', ' order by pm.id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -169,11 +171,13 @@ T = TypeVar("T")
 
 def retry_transient(work: Callable[[], T], *, attempts: int = 3) -> T:
     """Runs work, a whole transaction, again when another transaction deadlocked or
-    serialized it (40P01, 40001): safe because work redoes everything it did."""
-    for _ in range(attempts - 1):
+    serialized it (40P01, 40001): safe because work redoes everything it did. Waits a little,
+    longer each time and at random, so the two do not collide again in step."""
+    for attempt in range(1, attempts):
         try:
             return work()
         except psycopg.Error as error:
             if error.sqlstate not in errcodes.TRANSIENT:
                 raise
+        time.sleep(random.uniform(0.05, 0.2) * attempt)
     return work()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.rows import dict_row
 
-from . import errcodes
+from . import database, errcodes
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors
 from .registry_model import EmbeddingModel, registry_model
 from .sync import EMBEDDING_ORDER, PASSES, embed_in_batches
@@ -145,11 +145,7 @@ def switch_model(
                 report.error = str(error)
                 return report
         try:
-            with conn.transaction():
-                report.moved, report.drafts_cleared = conn.execute(
-                    "select embedded, drafts_cleared from payrail.switch_embedding_model(%s, %s)",
-                    (embedder.model_name, report.dimensions),
-                ).fetchone()
+            report.moved, report.drafts_cleared = database.retry_transient(lambda: _switch(conn, embedder.model_name, report.dimensions))
         except psycopg.Error as error:
             # PYE02: a record was edited after it was staged. Stage it again and retry, a few times.
             if error.sqlstate != errcodes.EMBEDDING_MODEL_MISMATCH or attempt == PASSES:
@@ -157,6 +153,13 @@ def switch_model(
             continue
         report.switched = True
         return report
+
+
+def _switch(conn: psycopg.Connection, model: str, dimensions: int) -> tuple[int, int]:
+    with conn.transaction():
+        return conn.execute(
+            "select embedded, drafts_cleared from payrail.switch_embedding_model(%s, %s)", (model, dimensions)
+        ).fetchone()
 
 
 def describe(conn: psycopg.Connection) -> dict:

@@ -27,7 +27,10 @@ def registry_model(conn: psycopg.Connection) -> EmbeddingModel | None:
 
 def require_embedder_model(conn: psycopg.Connection, embedder: Embedder) -> EmbeddingModel | None:
     """Refuses before any embedding request when the embedder would make vectors of another model."""
-    model = registry_model(conn)
+    return _refuse_another_model(registry_model(conn), embedder)
+
+
+def _refuse_another_model(model: EmbeddingModel | None, embedder: Embedder) -> EmbeddingModel | None:
     if model is not None and model.name != embedder.model_name:
         raise RegistryModelMismatch(
             f"the registry uses model {model.name} ({model.dimensions} dimensions) but the embedder is configured "
@@ -38,11 +41,15 @@ def require_embedder_model(conn: psycopg.Connection, embedder: Embedder) -> Embe
 
 
 def adopt_embedder_model(conn: psycopg.Connection, embedder: Embedder, dimensions: int) -> None:
-    """Makes the embedder's model the registry's when none is set yet (the first vector saved chooses it).
+    """Locks the registry's model for this transaction's vector writes and checks it is the
+    embedder's; makes it the registry's when none is set yet (the first vector saved chooses it).
 
-    Call it in the transaction that saves the vectors: payrail.set_embedding_model refuses (PYE02)
-    a model other than one that already has vectors.
+    Call it first in the transaction that saves vectors, before any record is locked: every vector
+    write takes this lock (tg_provider_methods__keep_embedding_current), and a model switch takes
+    it before the records, so taking it first is the lock order that never deadlocks with a switch.
+    payrail.set_embedding_model refuses (PYE02) another model than one that already has vectors.
     """
-    model = require_embedder_model(conn, embedder)
+    row = conn.execute("select name, dimensions from payrail.embedding_model for share").fetchone()
+    model = _refuse_another_model(EmbeddingModel(*row) if row else None, embedder)
     if model is None or model.dimensions != dimensions:
         conn.execute("select payrail.set_embedding_model(%s, %s)", (embedder.model_name, dimensions))

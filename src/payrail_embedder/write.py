@@ -22,13 +22,15 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from . import errcodes
+from . import database, errcodes
 from .embedders import Embedder, batched, checked_vectors, record_text
 from .records import JSON_NAME_OF_COLUMN, ProviderMethod, unstorable_fields
 from .registry_model import adopt_embedder_model, require_embedder_model
 
 # How often one change is planned and saved again when another writer changes its record meanwhile.
 SAVE_ATTEMPTS = 3
+# How often the save's transaction is redone when another transaction deadlocks it.
+TRANSACTION_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,6 @@ class _Plan:
     needs_embedding: bool
     vector: object = None
     embedder: Embedder | None = None
-    attempts: int = 0
     outcome: Outcome | None = None
 
     @property
@@ -216,7 +217,7 @@ def _save_one(conn: psycopg.Connection, plan: _Plan, *, as_draft_check: bool = F
         record_id, version, outcome = conn.execute(
             SAVE,
             (
-                plan.record_id,
+                plan.change.record_id if plan.change.record_id is not None else plan.record_id,
                 expected,
                 plan.provider,
                 plan.method,
@@ -252,15 +253,25 @@ def _check_rules(conn: psycopg.Connection, plans: Sequence[_Plan]) -> None:
                 f'provider method "{plan.provider} / {plan.method}" changed since it was read: version '
                 f"{plan.change.expected_version} was read, version {plan.version} is saved now"
             )
-    with conn.transaction(force_rollback=True):
-        for plan in plans:
-            if plan.outcome is None:
+    to_check = sorted((p for p in plans if p.outcome is None), key=_lock_order)
+
+    def check_once() -> None:
+        with conn.transaction(force_rollback=True):
+            for plan in to_check:
+                plan.outcome = None  # a check that was redone starts afresh
                 try:
                     _save_one(conn, plan, as_draft_check=True)
                 except psycopg.Error as error:
                     if not errcodes.refuses_input(error.sqlstate):
                         raise
                     plan.outcome = _refusal(conn, error)
+
+    _retry_transient(check_once)
+
+
+def _lock_order(plan: _Plan) -> tuple:
+    """Existing records by id, new ones by name after them: every writer locks records in this order."""
+    return plan.record_id is None, plan.record_id or 0, plan.key
 
 
 def _embed(
@@ -284,72 +295,97 @@ def _embed(
         progress(len(batch))
 
 
-def _replan(conn: psycopg.Connection, plan: _Plan) -> _Plan:
+def _replanned(conn: psycopg.Connection, plan: _Plan) -> _Plan:
     """The same change planned against the record as it is now, keeping the vector if its text is the same."""
     fresh = _plan(conn, [plan.change])[0]
-    fresh.attempts = plan.attempts
     if plan.vector is not None and fresh.text == plan.text:
         fresh.vector, fresh.embedder = plan.vector, plan.embedder
     return fresh
 
 
 def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plans: list[_Plan], all_or_nothing: bool) -> None:
-    """Saves every plan without an outcome in one transaction, records locked in id order."""
-    todo = [p for p in plans if p.outcome is None]
-    # Existing records by id, new ones by name after them: every writer locks in this order.
-    todo.sort(key=lambda p: (p.record_id is None, p.record_id or 0, p.key))
-    with conn.transaction():
-        vectors = [p for p in todo if p.vector is not None]
-        if vectors:
-            adopt_embedder_model(conn, vectors[0].embedder, len(vectors[0].vector))
-        for index, plan in enumerate(todo):
-            while plan.outcome is None:
-                plan.attempts += 1
-                try:
-                    plan.outcome = _save_one(conn, plan)
-                except psycopg.Error as error:
-                    if not _redo(conn, plan, error):
-                        plan.outcome = _outcome_of_failure(conn, plan, error)
-                        break
-                    plan = todo[index] = _replan(conn, plan)
-                    _embed(conn, embedder_factory, [plan])
-                    if plan.vector is not None:
-                        adopt_embedder_model(conn, plan.embedder, len(plan.vector))
-            _copy_outcome(plans, plan)
-        if all_or_nothing and any(not isinstance(p.outcome, Saved) for p in plans):
-            raise psycopg.Rollback()
+    """Saves every plan without an outcome in one transaction.
+
+    The registry's model is locked first, then the records, in id order (the lock order of every
+    writer), and each change is planned again under those locks, so another writer's save since
+    the first plan is seen, not overwritten (content that changed meanwhile is embedded now). A
+    deadlock redoes the whole transaction, its locks released; vectors made are kept.
+    """
+    pending = sorted((i for i, plan in enumerate(plans) if plan.outcome is None), key=lambda i: _lock_order(plans[i]))
+
+    def save_once() -> None:
+        with conn.transaction():
+            with_vector = [plans[i] for i in pending if plans[i].vector is not None]
+            if with_vector:
+                adopt_embedder_model(conn, with_vector[0].embedder, len(with_vector[0].vector))
+            conn.execute(
+                "select from payrail.provider_methods where id = any(%s) order by id for update",
+                ([plans[i].record_id for i in pending if plans[i].record_id is not None],),
+            )
+            for i in pending:
+                plans[i] = _replanned(conn, plans[i])
+            _embed(conn, embedder_factory, [plans[i] for i in pending])
+            for i in pending:
+                if plans[i].vector is not None:
+                    adopt_embedder_model(conn, plans[i].embedder, len(plans[i].vector))
+                plans[i] = _save_until_decided(conn, embedder_factory, plans[i])
+            if all_or_nothing and any(not isinstance(plan.outcome, Saved) for plan in plans):
+                raise psycopg.Rollback()
+
+    _retry_transient(save_once)
 
 
-def _redo(conn: psycopg.Connection, plan: _Plan, error: psycopg.Error) -> bool:
-    """Whether the change should be planned and saved again: another writer got in the way of a
-    change whose version the write path read itself. A change that cannot get through is a
-    TransientFailure, never a refusal."""
+def _retry_transient(transaction: Callable[[], None]) -> None:
+    try:
+        database.retry_transient(transaction, attempts=TRANSACTION_ATTEMPTS)
+    except psycopg.Error as error:
+        if error.sqlstate not in errcodes.TRANSIENT:
+            raise
+        raise TransientFailure(
+            f"other transactions kept getting in the way ({error_reason(error)}); nothing was saved, run it again"
+        ) from error
+
+
+def _save_until_decided(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plan: _Plan) -> _Plan:
+    """Saves one plan. A record created under the same name meanwhile (the plan said new) is
+    planned again and saved over, for a change whose version the write path read itself.
+    Returns the plan that was saved or decided."""
+    for _ in range(SAVE_ATTEMPTS):
+        try:
+            plan.outcome = _save_one(conn, plan)
+            return plan
+        except psycopg.Error as error:
+            if error.sqlstate in errcodes.TRANSIENT:
+                raise  # the whole transaction is redone
+            if not _raced(plan, error):
+                plan.outcome = _outcome_of_failure(conn, error)
+                return plan
+            last_error = error
+        plan = _replanned(conn, plan)
+        _embed(conn, embedder_factory, [plan])
+        if plan.vector is not None:
+            adopt_embedder_model(conn, plan.embedder, len(plan.vector))
+    raise TransientFailure(
+        f'"{plan.provider} / {plan.method}" kept changing while it was saved ({error_reason(last_error)}); '
+        "nothing was saved, run it again"
+    )
+
+
+def _raced(plan: _Plan, error: psycopg.Error) -> bool:
+    """Whether another writer changed (or created) the record between the plan and the save, and
+    the write path read the version itself (the caller did not ask for their own version)."""
     raced = error.sqlstate == errcodes.RECORD_CHANGED or (
         error.sqlstate == errcodes.UNIQUE_VIOLATION and plan.record_id is None
     )
-    if error.sqlstate in errcodes.TRANSIENT or (raced and plan.change.expected_version is None):
-        if plan.attempts >= SAVE_ATTEMPTS:
-            raise TransientFailure(
-                f'"{plan.provider} / {plan.method}" kept changing while it was saved ({error_reason(error)}); '
-                "nothing was saved, run it again"
-            ) from error
-        return True
-    return False
+    return raced and plan.change.expected_version is None
 
 
-def _outcome_of_failure(conn: psycopg.Connection, plan: _Plan, error: psycopg.Error) -> Outcome:
+def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error) -> Outcome:
     if error.sqlstate == errcodes.RECORD_CHANGED:
         return Conflict(error.diag.message_primary or str(error))
     if not errcodes.refuses_input(error.sqlstate):
         raise error
     return _refusal(conn, error)
-
-
-def _copy_outcome(plans: list[_Plan], saved: _Plan) -> None:
-    """A replanned change is a new _Plan object; the caller's list keeps the original order."""
-    for position, plan in enumerate(plans):
-        if plan.change is saved.change:
-            plans[position] = saved
 
 
 def check_changes(conn: psycopg.Connection, changes: Sequence[Change]) -> list[Refused | Conflict | None]:
