@@ -143,38 +143,6 @@ def test_a_refusal_names_the_fields_its_rule_is_about(database_url, embedder, op
     assert openai_fake.requests == []
 
 
-def test_import_sync_and_psql_edits_side_by_side_all_finish_and_leave_every_vector_current(cli_env, database_url, tmp_path):
-    """All write the same records (sync their vectors, import new content and vectors, psql their
-    URLs); neither command fails the other, and no line is refused for a transient reason."""
-    count = 300
-    for round_number in range(3):
-        with psycopg.connect(database_url) as conn:
-            conn.execute("delete from payrail.provider_methods")
-            conn.cursor().executemany(
-                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
-                [(f"Provider {n:03d}", f"Method {n:03d}", f"Purpose: draft {n}.") for n in range(count)],
-            )
-        catalog = [record(n, guidance=f"Purpose: imported {n} in round {round_number}.", enabled=n % 2 == 0) for n in range(count)]
-        path = write_jsonl(tmp_path / f"round-{round_number}.jsonl", catalog)
-        editor = PsqlEditor(database_url, seed=round_number)
-        editor.start()
-        try:
-            sync = subprocess.Popen([str(CLI), "sync", "--batch-size", "7", "--json"], env=cli_env, cwd=REPO, stdout=subprocess.PIPE, text=True)
-            imported = run_cli(cli_env, "import", "--json", path)
-            synced_out, _ = sync.communicate(timeout=120)
-        finally:
-            editor.stop.set()
-            editor.join(timeout=60)
-
-        report = json.loads(imported.stdout)
-        assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
-        assert sync.returncode == 0, synced_out
-        assert json.loads(synced_out)["pending"] == []
-        stored = rows(database_url)
-        assert all(assert_whole_or_nothing(row) for row in stored if row["enabled"])
-        assert all(row["embedding"] is not None for row in stored)
-
-
 class PsqlEditor(threading.Thread):
     """An operator editing in psql meanwhile: transactions of a few URL edits in random order (not
     the registry's lock order), redone when PostgreSQL picks it as a deadlock's victim."""
@@ -201,31 +169,60 @@ class PsqlEditor(threading.Thread):
                     self.victims += 1
 
 
+def import_beside(cli_env: dict, database_url: str, path: str, command: list[str], seed: int) -> tuple:
+    """Runs `payrail-embedder import path` while command runs in another process and an operator
+    edits in psql; returns the import's result and the command's process and standard output."""
+    editor = PsqlEditor(database_url, seed)
+    editor.start()
+    try:
+        other = subprocess.Popen([str(CLI), *command], env=cli_env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        imported = run_cli(cli_env, "import", "--json", path)
+        out, _ = other.communicate(timeout=300)
+    finally:
+        editor.stop.set()
+        editor.join(timeout=60)
+    assert editor.saved > 0
+    return imported, other, out
+
+
+def test_import_sync_and_psql_edits_side_by_side_all_finish_and_leave_every_vector_current(cli_env, database_url, tmp_path):
+    """All write the same records (sync their vectors, import new content and vectors, psql their
+    URLs); neither command fails the other, and no line is refused for a transient reason."""
+    count = 300
+    for round_number in range(3):
+        with psycopg.connect(database_url) as conn:
+            conn.execute("delete from payrail.provider_methods")
+            conn.cursor().executemany(
+                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
+                [(f"Provider {n:03d}", f"Method {n:03d}", f"Purpose: draft {n}.") for n in range(count)],
+            )
+        catalog = [record(n, guidance=f"Purpose: imported {n} in round {round_number}.", enabled=n % 2 == 0) for n in range(count)]
+        path = write_jsonl(tmp_path / f"round-{round_number}.jsonl", catalog)
+        imported, sync, synced_out = import_beside(cli_env, database_url, path, ["sync", "--batch-size", "7", "--json"], round_number)
+
+        report = json.loads(imported.stdout)
+        assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
+        assert sync.returncode == 0, synced_out
+        assert json.loads(synced_out)["pending"] == []
+        stored = rows(database_url)
+        assert all(assert_whole_or_nothing(row) for row in stored if row["enabled"])
+        assert all(row["embedding"] is not None for row in stored)
+
+
 def test_a_model_switch_import_and_psql_edits_side_by_side_all_finish(cli_env, database_url, tmp_path):
     count = 200
     catalog = [record(n, enabled=n % 2 == 0) for n in range(count)]
     code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "catalog.jsonl", catalog))
     assert code == 0, report
-    editor = PsqlEditor(database_url, seed=1)
-    editor.start()
-    try:
-        switch = subprocess.Popen(
-            [str(CLI), "model", "switch", "fake-embedding-2", "--batch-size", "16", "--json"],
-            env=cli_env, cwd=REPO, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        # URL-only changes: the import writes no vector, so the switch's model does not concern it.
-        moved = [record(n, urls=[f"https://api.example/v2/{n}"], enabled=n % 2 == 0) for n in range(count)]
-        imported = run_cli(cli_env, "import", "--json", write_jsonl(tmp_path / "moved.jsonl", moved))
-        switched_out, _ = switch.communicate(timeout=300)
-    finally:
-        editor.stop.set()
-        editor.join(timeout=60)
+    # URL-only changes: the import writes no vector, so the switch's model does not concern it.
+    moved = write_jsonl(tmp_path / "moved.jsonl", [record(n, urls=[f"https://api.example/v2/{n}"], enabled=n % 2 == 0) for n in range(count)])
+    switch_command = ["model", "switch", "fake-embedding-2", "--batch-size", "16", "--json"]
+    imported, switch, switched_out = import_beside(cli_env, database_url, moved, switch_command, seed=1)
 
     report = json.loads(imported.stdout)
     assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
     switched = json.loads(switched_out)
     assert (switch.returncode, switched["switched"]) == (0, True), switched
-    assert editor.saved > 0
     stored = rows(database_url)
     assert {row["embedding_model"] for row in stored if row["enabled"]} == {"fake-embedding-2"}
     assert all(row["embedding"] is None or row["embedding_content_hash"] == row["content_hash"] for row in stored)
