@@ -143,13 +143,11 @@ class LocalEmbedder:
 
     def _load(self):
         if self._model is None:
-            if self.runtime == "onnx":
-                from . import local_model
+            from . import local_model
 
+            if self.runtime == "onnx":
                 self._model = local_model.load_bundled()
             elif self.model_name == LOCAL_DEFAULT_MODEL:
-                from . import local_model
-
                 self._model = load_sentence_transformer(str(local_model.bundled_model_dir()))
             else:
                 self._model = load_sentence_transformer(self.model_name)

@@ -155,19 +155,24 @@ class OnnxSentenceEncoder:
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         """One float32 row per text. Batches hold texts of similar token counts, padded to the longest."""
         encodings = self._tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-        rows: list[np.ndarray] = [np.empty(0, np.float32)] * len(encodings)
-        for start in range(0, len(order), batch_size):
-            batch = [encodings[i] for i in order[start : start + batch_size]]
-            width = max(len(e.ids) for e in batch)
-            arrays = {name: np.zeros((len(batch), width), dtype=np.int64) for name in INPUTS}
-            for row, encoding in enumerate(batch):
-                for name, values in zip(INPUTS, (encoding.ids, encoding.attention_mask, encoding.type_ids)):
-                    arrays[name][row, : len(values)] = values
-            (tokens,) = self._session.run([TOKEN_EMBEDDINGS], {name: arrays[name] for name in self._inputs})
-            for index, vector in zip(order[start : start + batch_size], self._pool(tokens, arrays["attention_mask"])):
-                rows[index] = vector
-        return np.stack(rows) if rows else np.empty((0, 0), np.float32)
+        if not encodings:
+            return np.empty((0, 0), np.float32)
+        order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
+        by_length = np.concatenate(
+            [self._embed_batch([encodings[i] for i in order[start : start + batch_size]]) for start in range(0, len(order), batch_size)]
+        )
+        vectors = np.empty_like(by_length)
+        vectors[order] = by_length
+        return vectors
+
+    def _embed_batch(self, encodings: list) -> np.ndarray:
+        width = max(len(encoding.ids) for encoding in encodings)
+        arrays = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in INPUTS}
+        for row, encoding in enumerate(encodings):
+            for name, values in zip(INPUTS, (encoding.ids, encoding.attention_mask, encoding.type_ids)):
+                arrays[name][row, : len(values)] = values
+        (tokens,) = self._session.run([TOKEN_EMBEDDINGS], {name: arrays[name] for name in self._inputs})
+        return self._pool(tokens, arrays["attention_mask"])
 
     def _pool(self, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """sentence-transformers' Pooling (then Normalize, when the model has it), on right-padded batches."""
