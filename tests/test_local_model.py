@@ -173,7 +173,7 @@ def registry_url(database_url, onnx_embedder, tmp_path) -> str:
     bundled model."""
     lines = SAMPLE_CATALOG.read_text(encoding="utf-8").splitlines(keepends=True)[:12]
     (tmp_path / "catalog.jsonl").write_text("".join(lines), encoding="utf-8")
-    with database.connect(database_url) as conn:
+    with database.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, lambda: onnx_embedder, read_lines(tmp_path / "catalog.jsonl"))
     assert report.saved and not report.refused
     return database_url
