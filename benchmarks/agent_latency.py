@@ -24,6 +24,7 @@ What it does:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -163,34 +164,46 @@ def api_samples(registry: Registry, calls: int) -> dict[str, list[float]]:
     return {"name": measure(call, [NAME_QUERY], calls), "semantic": measure(call, SEMANTIC_QUERIES, calls)}
 
 
-def mcp_samples(url: str, calls: int, log: Path) -> dict[str, list[float]]:
-    import anyio
+def agent_env(**settings: str) -> dict[str, str]:
+    """This process's environment without the registry's settings, plus `settings`."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))} | settings
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(command: Path, env: dict[str, str], cwd: Path, log: Path):
+    """The MCP SDK's own client, talking over stdio to a new `command mcp` process."""
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
-    env |= {"PAYRAIL_DATABASE_URL": url, "PAYRAIL_EMBEDDER": "local"}
+    parameters = StdioServerParameters(command=str(command), args=["mcp"], env=env, cwd=cwd)
+    with open(log, "a") as errlog:
+        async with Client(stdio_client(parameters, errlog=errlog), read_timeout_seconds=120) as client:
+            yield client
+
+
+async def call_search_tool(client, query: str) -> None:
+    result = await client.call_tool("search_provider_methods", {"query": query})
+    assert not result.is_error and result.structured_content["matches"], result
+
+
+def mcp_samples(url: str, calls: int, log: Path) -> dict[str, list[float]]:
+    import anyio
+
+    env = agent_env(PAYRAIL_DATABASE_URL=url, PAYRAIL_EMBEDDER="local")
     command = Path(sys.executable).parent / "payrail-embedder"
-    parameters = StdioServerParameters(command=str(command), args=["mcp"], env=env, cwd=REPO)
 
     async def main():
         samples = {}
-        with open(log, "a") as errlog:
-            async with Client(stdio_client(parameters, errlog=errlog), read_timeout_seconds=120) as client:
-
-                async def call(query):
-                    result = await client.call_tool("search_provider_methods", {"query": query})
-                    assert not result.is_error and result.structured_content["matches"], result
-
-                for path, queries in (("name", [NAME_QUERY]), ("semantic", SEMANTIC_QUERIES)):
-                    for query in queries[:5]:  # warm: the pool is open and the model loaded
-                        await call(query)
-                    timings = []
-                    for index in range(calls):
-                        started = time.perf_counter()
-                        await call(queries[index % len(queries)])
-                        timings.append((time.perf_counter() - started) * 1000)
-                    samples[path] = timings
+        async with mcp_client(command, env, REPO, log) as client:
+            for path, queries in (("name", [NAME_QUERY]), ("semantic", SEMANTIC_QUERIES)):
+                for query in queries[:5]:  # warm: the pool is open and the model loaded
+                    await call_search_tool(client, query)
+                timings = []
+                for index in range(calls):
+                    started = time.perf_counter()
+                    await call_search_tool(client, queries[index % len(queries)])
+                    timings.append((time.perf_counter() - started) * 1000)
+                samples[path] = timings
         return samples
 
     return anyio.run(main)
@@ -241,6 +254,12 @@ def main() -> None:
     print(f"{'interface':<12} {'path':<11} {'records':>8} {'p50 ms':>8} {'p95 ms':>8}")
     for interface, path, size, p50, p95 in rows:
         print(f"{interface:<12} {path:<11} {size:>8,} {p50:>8.1f} {p95:>8.1f}")
+    semantic_p50 = {(interface, size): p50 for interface, path, size, p50, _ in rows if path == "semantic"}
+    print("\nsemantic p50 over the SQL function's alone (target: at most +10 ms):")
+    for size in sizes:
+        sql = semantic_p50[("sql only", size)]
+        over = ", ".join(f"{i} +{semantic_p50[(i, size)] - sql:.1f} ms" for i in ("python api", "mcp tool"))
+        print(f"{size:>8,} records: sql only {sql:.1f} ms; {over}")
 
 
 if __name__ == "__main__":

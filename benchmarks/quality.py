@@ -1,11 +1,12 @@
 """Retrieval quality of the product on the benchmark's dev split, next to a BM25 baseline.
 
-    ./scripts/benchmark quality [--variants] [--eval-dir ../shared/eval]
+    ./scripts/benchmark quality [--variants] [--runtime onnx|torch] [--eval-dir ../shared/eval]
 
 Starts a throwaway embedded PostgreSQL 18, applies db/, imports records.jsonl through the
 product's import path with the local model (timed: the write path's throughput), enables every
-record, and runs queries-dev.jsonl through the product's eval (the search path). BM25 (k1 1.2,
-b 0.75, standard library only) ranks the same records in the same run. --variants also measures
+record, and runs queries-dev.jsonl through the product's eval (the search path). The model runs
+on ONNX Runtime, as the product runs it; --runtime torch runs it on sentence-transformers.
+BM25 (k1 1.2, b 0.75, standard library only) ranks the same records in the same run. --variants also measures
 alternatives of what a record's and a query's embedding are made from, ranked exactly as the
 SQL does (cosine, ties by normalized provider and method) in NumPy.
 Dev split only: the held-out queries are not distributed here, and nothing is tuned on them.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 import time
@@ -26,7 +28,7 @@ import numpy as np
 
 from payrail_embedder import catalog, evaluation, sync
 from payrail_embedder.database import connect
-from payrail_embedder.embedders import LocalEmbedder, record_text
+from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder, record_text
 from payrail_embedder.records import Line, read_lines
 from payrail_embedder.search import embed_queries
 from throwaway_postgres import throwaway_postgres
@@ -185,6 +187,41 @@ def run_variants(records: list[dict], queries: list, embedder: LocalEmbedder, pr
     return rows
 
 
+# The registry ---------------------------------------------------------------------------------------
+
+
+def benchmark_data(eval_dir: Path) -> tuple[list[Line], list[evaluation.LabelledQuery]]:
+    """The benchmark's records (records.jsonl, every line valid) and dev queries (queries-dev.jsonl)."""
+    lines = list(read_lines(eval_dir / "records.jsonl"))
+    refused = [line for line in lines if not isinstance(line, Line)]
+    if refused:
+        sys.exit(f"records refused: {refused[:3]}")
+    return lines, evaluation.read_labelled_queries(eval_dir / "queries-dev.jsonl")
+
+
+def imported_registry(server, name: str, embedder: LocalEmbedder, lines: Sequence[Line]) -> tuple[str, float]:
+    """A new registry with the records imported through the product's import path (its seconds
+    are returned), then every record enabled; its URL."""
+    url = server.registry(name)
+    with connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        report = catalog.import_records(conn, lambda: embedder, lines)
+        seconds = time.perf_counter() - started
+        assert report.saved and report.created == len(lines), report.to_json()
+        conn.execute("update payrail.provider_methods set enabled = true")
+    return url, seconds
+
+
+def stored_records(conn) -> list[dict]:
+    """The enabled records with their stored vectors, in id order."""
+    return [
+        {"provider": p, "method": m, "guidance": g, "embedding": e}
+        for p, m, g, e in conn.execute(
+            "select provider, method, guidance, embedding::real[] from payrail.provider_methods where enabled order by id"
+        ).fetchall()
+    ]
+
+
 # Output -------------------------------------------------------------------------------------------
 
 
@@ -202,24 +239,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL_DIR, help="holds records.jsonl, queries-dev.jsonl")
     parser.add_argument("--variants", action="store_true", help="also measure variants of the embedded texts")
+    parser.add_argument(
+        "--runtime", choices=LOCAL_RUNTIMES, default="onnx", help="run the local model on ONNX Runtime (the product's) or torch"
+    )
     args = parser.parse_args()
     records_path, queries_path = args.eval_dir / "records.jsonl", args.eval_dir / "queries-dev.jsonl"
-    queries = evaluation.read_labelled_queries(queries_path)
-    lines = list(read_lines(records_path))
-    refused = [line for line in lines if not isinstance(line, Line)]
-    if refused:
-        sys.exit(f"records refused: {refused[:3]}")
-    embedder = LocalEmbedder()
+    lines, queries = benchmark_data(args.eval_dir)
+    embedder = LocalEmbedder(runtime=args.runtime)
     embedder.embed(["warm up: load the model before the clock starts"])
 
     with throwaway_postgres() as server:
         # The write path, twice: import (new records embedded, then saved) and sync (drafts embedded).
-        url = server.registry("quality")
-        started = time.perf_counter()
-        with connect(url, autocommit=True) as conn:
-            report = catalog.import_records(conn, lambda: embedder, lines)
-        import_seconds = time.perf_counter() - started
-        assert report.saved and report.created == len(lines), report.to_json()
+        url, import_seconds = imported_registry(server, "quality", embedder, lines)
 
         sync_url = server.registry("sync")
         with connect(sync_url, autocommit=True) as conn:
@@ -236,24 +267,18 @@ def main() -> None:
         server.drop("sync")
 
         with connect(url, autocommit=True) as conn:
-            conn.execute("update payrail.provider_methods set enabled = true")
             started = time.perf_counter()
             product = evaluation.evaluate(conn, lambda: embedder, queries)
             eval_seconds = time.perf_counter() - started
             unnamed = [i for i, q in enumerate(queries) if not names_a_relevant_provider(q)]
             product_unnamed = evaluation.evaluate(conn, lambda: embedder, [queries[i] for i in unnamed])
-            records = [
-                {"provider": p, "method": m, "guidance": g, "embedding": e}
-                for p, m, g, e in conn.execute(
-                    "select provider, method, guidance, embedding::real[] from payrail.provider_methods where enabled order by id"
-                ).fetchall()
-            ]
+            records = stored_records(conn)
             names = evaluation.NormalizedNames(
                 conn, sorted({n for r in records for n in (r["provider"], r["method"])} | {n for q in queries for pair in q.relevant for n in pair})
             )
 
     print(f"records: {len(records)} ({records_path}); dev queries: {len(queries)} ({queries_path})")
-    print(f"model: {embedder.model_name}, torch threads: {_torch_threads()}")
+    print(f"model: {embedder.model_name} on the {embedder.runtime} runtime, {os.cpu_count()} CPUs")
     print(f"product record_text: {record_text('PROVIDER', 'METHOD', 'GUIDANCE')!r}")
     print_table(
         ["write path (local model)", "records", "seconds", "records/s"],
@@ -282,12 +307,6 @@ def main() -> None:
             [(r, q, *(m[k] for k in METRICS), s) for r, q, m, s in variant_rows]
             + [("BM25 baseline", "-", *(bm25_metrics[k] for k in METRICS), 0.0)],
         )
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 if __name__ == "__main__":

