@@ -52,7 +52,7 @@ SETTINGS = (
         "PAYRAIL_EMBEDDER",
         click.Choice(BACKENDS),
         "local",
-        "Embedding backend: local sentence-transformers, or the OpenAI API (any compatible server).",
+        "Embedding backend: local (the bundled all-MiniLM-L6-v2 on ONNX Runtime, other models on sentence-transformers), or the OpenAI API (any compatible server).",
     ),
     Setting(
         "model",
