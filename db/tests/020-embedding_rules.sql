@@ -8,20 +8,7 @@ language sql
 immutable
 return format('new row for relation "provider_methods" violates check constraint "%s"', p_constraint);
 
--- Runs a statement and returns the fields of the error it raised (all NULL when none).
-create function pg_temp.error_of(
-  p_sql text,
-  out e_sqlstate text, out e_constraint text, out e_table text, out e_message text, out e_hint text)
-language plpgsql
-as $$
-begin
-  execute p_sql;
-exception when others then
-  get stacked diagnostics
-    e_sqlstate = returned_sqlstate, e_constraint = constraint_name, e_table = table_name,
-    e_message = message_text, e_hint = pg_exception_hint;
-end
-$$;
+\ir include/error_of.sql
 
 -- The embedding columns of one record, vector as its binary form (byte-for-byte comparisons).
 create function pg_temp.embedding_of(p_provider text, p_method text)

@@ -3,18 +3,7 @@
 begin;
 select plan(37);
 
-create function pg_temp.error_of(
-  p_sql text,
-  out e_sqlstate text, out e_constraint text, out e_message text, out e_hint text)
-language plpgsql
-as $$
-begin
-  execute p_sql;
-exception when others then
-  get stacked diagnostics
-    e_sqlstate = returned_sqlstate, e_constraint = constraint_name, e_message = message_text, e_hint = pg_exception_hint;
-end
-$$;
+\ir include/error_of.sql
 
 -- The history entries of one record, oldest first, without the timestamps.
 create function pg_temp.versions(p_id bigint)

@@ -3,15 +3,7 @@
 begin;
 select plan(31);
 
-create function pg_temp.error_of(p_sql text, out e_sqlstate text, out e_message text, out e_hint text)
-language plpgsql
-as $$
-begin
-  execute p_sql;
-exception when others then
-  get stacked diagnostics e_sqlstate = returned_sqlstate, e_message = message_text, e_hint = pg_exception_hint;
-end
-$$;
+\ir include/error_of.sql
 
 -- Old model: 3 dimensions. New model: 2 dimensions, with an order of its own.
 select payrail.set_embedding_model('old-model', 3);
