@@ -98,6 +98,21 @@ def cli_env(database_url, openai_fake, tmp_path) -> dict[str, str]:
     return cli_environment(database_url, openai_fake, tmp_path)
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium (apt), driven by Playwright, one per session; pages get a context each."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            # Root needs --no-sandbox; the rest keeps chromium off the network (no updates, sync or first-run calls).
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"],
+        )
+        yield chromium
+        chromium.close()
+
+
 def run_cli(env: dict[str, str], *args: str, input: str | None = None, timeout: float = 120):
     """payrail-embedder in a real subprocess; returns the CompletedProcess."""
     import subprocess
