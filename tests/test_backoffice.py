@@ -26,7 +26,6 @@ from backoffice_helpers import (  # noqa: F401 (fixtures)
     create_roles,
     csrf_token,
     history,
-    import_records,
     name,
     new_page,
     page,

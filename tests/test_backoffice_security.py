@@ -7,7 +7,6 @@ show what a person sees. Every attack also checks that the database did not chan
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from backoffice_helpers import (  # noqa: F401 (fixtures)
     PASSWORD,
     HttpClient,
     backoffice,
+    cookie_value,
+    csrf_token,
     create_roles,
     http_sign_in,
     new_page,
@@ -215,12 +216,12 @@ def test_cookies_are_http_only_same_site_strict_and_secure_behind_https(client):
     # Behind a TLS reverse proxy on 127.0.0.1 (X-Forwarded-Proto), every cookie is Secure too.
     proxied = client.get("/sign-in", headers={"X-Forwarded-Proto": "https"})
     assert "Secure" in proxied.cookies()["payrail_sign_in"]
-    token = re.search(r'name="csrf_token" value="([^"]+)"', proxied.body).group(1)
+    token = csrf_token(proxied.body)
     reply = client.post(
         "/sign-in",
         {"csrf_token": token, "username": OPERATOR, "password": PASSWORD},
         headers={"X-Forwarded-Proto": "https", "Origin": f"https://{client.host}:{client.port}"},
-        cookies={"payrail_sign_in": proxied.cookies()["payrail_sign_in"].split(";")[0].split("=", 1)[1]},
+        cookies={"payrail_sign_in": cookie_value(proxied.cookies()["payrail_sign_in"])},
     )
     assert reply.status == 303, reply.body
     session_cookie = reply.cookies()["payrail_session"]
@@ -366,3 +367,54 @@ def test_serving_beyond_loopback_warns_that_tls_belongs_in_front(registry, tmp_p
         assert "put a reverse proxy with TLS in front" in running.output
     finally:
         running.stop()
+
+
+def test_behind_a_tls_proxy_forms_are_accepted_from_the_public_url_only(registry, database_url, tmp_path):
+    public = "https://registry.example.test"
+    running = start_backoffice(registry, tmp_path, "--public-url", public)
+    try:
+        client = HttpClient(running.url)
+        assert f"Browsers reach it at {public}" in running.output
+        # What the proxy passes on: the public host name, and https (believed from 127.0.0.1 only).
+        proxied = {"Host": "registry.example.test", "X-Forwarded-Proto": "https"}
+        page = client.get("/sign-in", headers=proxied)
+        assert "Secure" in page.cookies()["payrail_sign_in"]
+        form = {"csrf_token": csrf_token(page.body), "username": OPERATOR, "password": PASSWORD}
+        cookies = {"payrail_sign_in": cookie_value(page.cookies()["payrail_sign_in"])}
+        # The backoffice's own address is not where its forms come from any more.
+        direct = client.post("/sign-in", form, headers={"Origin": client.origin}, cookies=cookies)
+        assert direct.status == 403 and "payrail_session" not in direct.cookies()
+        reply = client.post("/sign-in", form, headers=proxied | {"Origin": public}, cookies=cookies)
+        assert reply.status == 303 and "Secure" in reply.cookies()["payrail_session"], reply.body
+        assert client.get("/sign-in", headers={"Host": "elsewhere.example.test"}).status == 400
+    finally:
+        running.stop()
+
+
+def test_a_public_url_must_be_an_origin(registry):
+    result = run_cli(registry, "backoffice", "--public-url", "registry.example.test/backoffice", "--port", "0")
+    assert result.returncode == 2 and "--public-url" in result.stderr and "is not an origin" in result.stderr
+
+
+def test_a_lost_database_connection_ends_the_session_and_says_so(client, database_url):
+    session = http_sign_in(client)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = %s", (OPERATOR,))
+    reply = client.get("/records", cookies=session.cookies)
+    assert (reply.status, reply.location) == (303, "/sign-in?lost=1")
+    assert "The connection to the database was lost" in client.get(reply.location).body
+    assert client.get("/records", cookies=session.cookies).location == "/sign-in?ended=1"
+
+
+def test_signing_in_again_ends_the_earlier_session_of_the_browser(client, database_url):
+    earlier = http_sign_in(client)
+    page = client.get("/sign-in")  # e.g. a sign-in form left open in another tab
+    reply = client.post(
+        "/sign-in",
+        {"csrf_token": csrf_token(page.body), "username": OPERATOR, "password": PASSWORD},
+        headers={"Origin": client.origin},
+        cookies={"payrail_sign_in": cookie_value(page.cookies()["payrail_sign_in"])} | earlier.cookies,
+    )
+    assert reply.status == 303 and "payrail_session" in reply.cookies()
+    assert operator_connections(database_url) == 1
+    assert client.get("/records", cookies=earlier.cookies).location == "/sign-in?ended=1"

@@ -531,6 +531,12 @@ def mcp(settings: Settings, http_port: int | None):
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on. Beyond loopback, put a TLS reverse proxy in front.")
 @click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to serve on (0: any free port).")
 @click.option(
+    "--public-url",
+    metavar="URL",
+    help="Where browsers reach the backoffice through a TLS reverse proxy, e.g. https://registry.example.com: "
+    "the only origin forms are accepted from.",
+)
+@click.option(
     "--session-idle-timeout",
     default=30 * 60,
     show_default=True,
@@ -538,7 +544,7 @@ def mcp(settings: Settings, http_port: int | None):
     help="Seconds after which an idle session ends and its database connection closes.",
 )
 @click.pass_obj
-def backoffice(settings: Settings, host, port, session_idle_timeout):
+def backoffice(settings: Settings, host, port, public_url, session_idle_timeout):
     """Serve the operators' web interface: records, edits, history, Try a query, import and export.
 
     Operators sign in with a PostgreSQL role granted payrail_operator and payrail_embedder, and
@@ -547,4 +553,4 @@ def backoffice(settings: Settings, host, port, session_idle_timeout):
     """
     from .backoffice.server import serve  # the web stack loads only for this command
 
-    serve(settings, host, port, session_idle_timeout)
+    serve(settings, host, port, session_idle_timeout, public_url)

@@ -23,7 +23,7 @@ from ..settings import Settings
 from ..stored import STATES, record_of
 from ..write import error_reason
 from . import actions
-from .guard import Guard
+from .guard import Guard, allowed_hosts, origin_of
 from .sessions import Session, Sessions, SignInRefused, SignInThrottle, open_connection
 from .views import FIELD_LABELS, record_from_form, record_name, saved_message
 from .web import (
@@ -111,7 +111,12 @@ async def sign_in(request: Request) -> Response:
         return _sign_in_form(request, 403, username, str(refused))
     finally:
         throttle.end(username, failed=failed)
-    session = request.app.state.sessions.open(username, conn)
+    sessions: Sessions = request.app.state.sessions
+    # Signing in again in the same browser ends the session it had (and closes its connection).
+    earlier = await run_in_threadpool(sessions.get, request.cookies.get(SESSION_COOKIE))
+    if earlier is not None:
+        await run_in_threadpool(sessions.end, earlier)
+    session = sessions.open(username, conn)
     response = redirect("/records")
     set_cookie(request, response, SESSION_COOKIE, session.id)
     response.delete_cookie(SIGN_IN_COOKIE, path="/")
@@ -297,9 +302,12 @@ def shared_embedder(settings: Settings):
     return embedder
 
 
-def create_app(settings: Settings, *, idle_timeout: float = IDLE_TIMEOUT, loopback_only: bool = True) -> Starlette:
+def create_app(
+    settings: Settings, *, idle_timeout: float = IDLE_TIMEOUT, bind_host: str = "127.0.0.1", public_url: str | None = None
+) -> Starlette:
     """The backoffice for the registry settings configure; settings.resolved_database_url is
-    where operators sign in (their role and password replace the URL's)."""
+    where operators sign in (their role and password replace the URL's). bind_host: the address
+    it is served on; public_url: where browsers reach it behind a reverse proxy, if they do."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -335,7 +343,7 @@ def create_app(settings: Settings, *, idle_timeout: float = IDLE_TIMEOUT, loopba
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, loopback_only=loopback_only)],
+        middleware=[Middleware(Guard, hosts=allowed_hosts(bind_host, public_url), public_origin=public_url and origin_of(public_url))],
         exception_handlers={SessionLost: session_lost, psycopg.Error: database_failed},
         lifespan=lifespan,
     )
@@ -344,4 +352,5 @@ def create_app(settings: Settings, *, idle_timeout: float = IDLE_TIMEOUT, loopba
     app.state.embedder = shared_embedder(settings)
     app.state.sessions = Sessions(idle_timeout)
     app.state.throttle = SignInThrottle()
+    app.state.secure_cookies = (public_url or "").startswith("https:")
     return app

@@ -6,6 +6,7 @@ The per-session CSRF token is the second, independent check (app.py checks it wi
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -28,6 +29,23 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(bind_host: str, public_url: str | None) -> frozenset[str] | None:
+    """The host names a backoffice bound to bind_host answers as: its loopback names, and the
+    public URL's host behind a proxy; None (any) when it is bound beyond loopback without one."""
+    if public_url:
+        return LOOPBACK_NAMES | {urlsplit(public_url).hostname}
+    return LOOPBACK_NAMES if is_loopback(bind_host) else None
+
+
 def origin_of(url: str) -> str | None:
     """scheme://host[:port] of an absolute http(s) URL, lower-cased; None for anything else ("null")."""
     try:
@@ -44,8 +62,12 @@ def own_origin(scope: Scope, headers: Headers) -> str:
     return f"{scope['scheme']}://{headers.get('host', '')}".lower()
 
 
-def refusal(scope: Scope, headers: Headers) -> str | None:
-    """Why the request is refused before it reaches a page, or None."""
+def refusal(scope: Scope, headers: Headers, public_origin: str | None) -> str | None:
+    """Why a request that may change something is refused before it reaches a page, or None.
+
+    It must come from a page of this backoffice: its Origin (or, when a browser sends none, its
+    Referer's) must be public_origin, or without one the origin the request was addressed to.
+    """
     if scope["method"] in SAFE_METHODS:
         return None
     if "origin" in headers:
@@ -54,18 +76,23 @@ def refusal(scope: Scope, headers: Headers) -> str | None:
         claimed = origin_of(headers["referer"]) or "an unreadable Referer"
     else:
         return "Refused: the request says neither where it comes from (no Origin) nor which page sent it (no Referer)."
-    if claimed != own_origin(scope, headers):
+    if claimed != (public_origin or own_origin(scope, headers)):
         return f"Refused: this request comes from another site ({claimed}); nothing was changed."
     return None
 
 
 class Guard:
-    """ASGI middleware. loopback_only: answer only requests addressed to a loopback name, so a
-    web page cannot reach a loopback backoffice through a name of its own (DNS rebinding)."""
+    """ASGI middleware.
 
-    def __init__(self, app: ASGIApp, *, loopback_only: bool) -> None:
+    hosts: the host names requests may be addressed to (None: any), so that a web page cannot
+    reach a loopback backoffice through a name of its own (DNS rebinding). public_origin: the
+    origin browsers reach the backoffice at behind a reverse proxy (its --public-url).
+    """
+
+    def __init__(self, app: ASGIApp, *, hosts: frozenset[str] | None, public_origin: str | None) -> None:
         self.app = app
-        self.loopback_only = loopback_only
+        self.hosts = hosts
+        self.public_origin = public_origin
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,9 +105,10 @@ class Guard:
             await send(message)
 
         headers = Headers(scope=scope)
-        if self.loopback_only and urlsplit("//" + headers.get("host", "")).hostname not in LOOPBACK_NAMES:
-            response = PlainTextResponse("Unknown host: this backoffice answers on its loopback address only.", 400)
-        elif problem := refusal(scope, headers):
+        host = urlsplit("//" + headers.get("host", "")).hostname
+        if self.hosts is not None and host not in self.hosts:
+            response = PlainTextResponse(f"Unknown host: this backoffice answers as {', '.join(sorted(self.hosts))} only.", 400)
+        elif problem := refusal(scope, headers, self.public_origin):
             response = PlainTextResponse(problem, 403)
         else:
             await self.app(scope, receive, send_with_headers)

@@ -59,9 +59,8 @@ def redirect(url: str) -> Response:
 
 
 def set_cookie(request: Request, response: Response, name: str, value: str) -> None:
-    response.set_cookie(
-        name, value, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
-    )
+    secure = request.url.scheme == "https" or request.app.state.secure_cookies
+    response.set_cookie(name, value, httponly=True, samesite="strict", secure=secure, path="/")
 
 
 def sign_in_token(request: Request) -> str:
