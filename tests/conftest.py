@@ -98,9 +98,13 @@ def cli_env(database_url, openai_fake, tmp_path) -> dict[str, str]:
     return cli_environment(database_url, openai_fake, tmp_path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's chromium (apt), driven by Playwright, one per session; pages get a context each."""
+    """Debian's chromium (apt), driven by Playwright, one per test module; pages get a context each.
+
+    Not one per session: while Playwright's sync API runs, its event loop counts as running in
+    this thread, and later tests that run their own (asyncio.run, anyio.run) would fail.
+    """
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

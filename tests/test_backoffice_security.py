@@ -418,3 +418,17 @@ def test_signing_in_again_ends_the_earlier_session_of_the_browser(client, databa
     assert reply.status == 303 and "payrail_session" in reply.cookies()
     assert operator_connections(database_url) == 1
     assert client.get("/records", cookies=earlier.cookies).location == "/sign-in?ended=1"
+
+
+@pytest.mark.parametrize("field", ["username", "password"])
+def test_a_nul_character_in_the_sign_in_form_is_refused_before_connecting(client, field):
+    """libpq reads a connection string up to a NUL: a NUL after the role name would drop the
+    configured host and database, and libpq's defaults would choose the server."""
+    page = client.get("/sign-in")
+    form = {"csrf_token": csrf_token(page.body), "username": OPERATOR, "password": PASSWORD}
+    form[field] += "\x00"
+    reply = client.post(
+        "/sign-in", form, headers={"Origin": client.origin}, cookies={"payrail_sign_in": cookie_value(page.cookies()["payrail_sign_in"])}
+    )
+    assert reply.status == 403 and "payrail_session" not in reply.cookies()
+    assert "cannot contain the NUL character" in reply.body

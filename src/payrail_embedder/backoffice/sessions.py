@@ -51,6 +51,10 @@ def open_connection(database_url: str, role: str, password: str) -> psycopg.Conn
     """
     if not role:
         raise SignInRefused("Type the name of your PostgreSQL role as Username.")
+    if "\x00" in role + password:
+        # libpq reads the connection string up to a NUL: what follows (the host, the database)
+        # would be dropped, and libpq's defaults would pick the server.
+        raise SignInRefused("Username and Password cannot contain the NUL character.")
     try:
         conninfo = make_conninfo(database_url, user=role, password=password, connect_timeout=10)
         conn = database.connect(conninfo, autocommit=True)
