@@ -122,11 +122,19 @@ def test_a_forged_or_missing_session_cookie_gets_the_sign_in_page_and_changes_no
     assert unchanged(database_url)
 
 
-def operator_connections(database_url: str, role: str = OPERATOR) -> int:
+def operator_connections(database_url: str, role: str = OPERATOR, *, settles_at: int | None = None) -> int:
+    """How many connections role has to the database. settles_at: a count the caller expects once
+    closed connections are gone (a backend leaves pg_stat_activity a moment after its client
+    closes), waited for up to 30 seconds."""
+    deadline = time.monotonic() + 30
     with psycopg.connect(database_url, autocommit=True) as conn:
-        return conn.execute(
-            "select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)
-        ).fetchone()[0]
+        while True:
+            count = conn.execute(
+                "select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)
+            ).fetchone()[0]
+            if settles_at in (None, count) or time.monotonic() > deadline:
+                return count
+            time.sleep(0.05)
 
 
 def test_an_idle_session_expires_and_its_connection_is_closed(registry, database_url, tmp_path):
@@ -134,11 +142,11 @@ def test_an_idle_session_expires_and_its_connection_is_closed(registry, database
     try:
         client = HttpClient(running.url)
         session = http_sign_in(client)
-        assert operator_connections(database_url) == 1
+        assert operator_connections(database_url, settles_at=1) == 1
         time.sleep(2.5)  # idle for longer than the timeout
         reply = client.get("/records", cookies=session.cookies)
         assert (reply.status, reply.location) == (303, "/sign-in?ended=1")
-        assert operator_connections(database_url) == 0
+        assert operator_connections(database_url, settles_at=0) == 0
         reply = post_edit(client, session, ENABLED, database_url=database_url)
         assert reply.status == 303 and unchanged(database_url)
     finally:
@@ -146,12 +154,12 @@ def test_an_idle_session_expires_and_its_connection_is_closed(registry, database
 
 
 def test_sign_out_closes_the_connection_and_the_cookie_stops_working(page, database_url, backoffice):
-    assert operator_connections(database_url) == 1
+    assert operator_connections(database_url, settles_at=1) == 1
     cookie = next(c["value"] for c in page.context.cookies() if c["name"] == "payrail_session")
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     expect(page.get_by_role("status")).to_contain_text("You are signed out")
-    assert operator_connections(database_url) == 0
+    assert operator_connections(database_url, settles_at=0) == 0
     reply = HttpClient(backoffice.url).get("/records", cookies={"payrail_session": cookie})
     assert reply.location == "/sign-in?ended=1"
 
@@ -257,7 +265,7 @@ def test_a_role_without_the_grants_is_refused_naming_the_missing_grant(browser, 
     expect(alert).to_contain_text(f'grant {", ".join(missing)} to "{role}";')
     expect(page.get_by_label("Username")).to_have_value(role)
     assert "payrail_session" not in {c["name"] for c in page.context.cookies()}
-    assert operator_connections(database_url, role) == 0
+    assert operator_connections(database_url, role, settles_at=0) == 0
     page.context.close()
 
 
@@ -416,7 +424,7 @@ def test_signing_in_again_ends_the_earlier_session_of_the_browser(client, databa
         cookies={"payrail_sign_in": cookie_value(page.cookies()["payrail_sign_in"])} | earlier.cookies,
     )
     assert reply.status == 303 and "payrail_session" in reply.cookies()
-    assert operator_connections(database_url) == 1
+    assert operator_connections(database_url, settles_at=1) == 1
     assert client.get("/records", cookies=earlier.cookies).location == "/sign-in?ended=1"
 
 
