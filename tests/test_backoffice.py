@@ -143,7 +143,7 @@ def test_enabling_a_draft_without_a_vector_embeds_it_first(page, database_url):
             "insert into payrail.provider_methods (provider, method, guidance) values ('Hooli', 'Compress a file', 'Purpose: shrink a file.')"
         )
     page.goto("/records")
-    expect(page.get_by_text("Drafts needing an embedding: 1.")).to_be_visible()
+    expect(page.get_by_text("Drafts: 2, needing an embedding: 1.")).to_be_visible()
     page.get_by_label("State").select_option("draft needing an embedding")
     page.get_by_role("button", name="Filter").click()
     expect(page.get_by_role("row")).to_have_count(2)  # the header and the one draft
@@ -159,7 +159,7 @@ def test_enabling_a_draft_without_a_vector_embeds_it_first(page, database_url):
 
 
 def test_the_list_counts_every_state_and_filters_by_text_and_state(page):
-    expect(page.get_by_text("Records: 3. Enabled: 2. Drafts: 1. Drafts needing an embedding: 0.")).to_be_visible()
+    expect(page.get_by_text("Records: 3. Enabled: 2. Drafts: 1, needing an embedding: 0.")).to_be_visible()
     for record in CATALOG:
         expect(page.get_by_role("link", name=name(record), exact=True)).to_be_visible()
 

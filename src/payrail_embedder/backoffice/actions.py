@@ -12,7 +12,6 @@ import psycopg
 
 from .. import catalog, history, stored
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..preview import preview_search
 from ..records import ProviderMethod, parse_lines
 from ..registry_model import RegistryModelMismatch
 from ..search import SearchError, search_provider_methods
@@ -75,9 +74,9 @@ def save_record(
     )
 
 
-def records_list(conn: psycopg.Connection, text: str, state: str | None) -> tuple[list[dict], dict[str, int]]:
-    """The records that match the filter, and how many records there are in each state."""
-    return stored.list_records(conn, text, state), stored.count_by_state(conn)
+def records_list(conn: psycopg.Connection, text: str, state: str | None) -> tuple[list[dict], dict]:
+    """The records that match the filter, and what the registry holds (stored.counts)."""
+    return stored.list_records(conn, text, state), stored.counts(conn)
 
 
 @dataclass
@@ -106,19 +105,13 @@ class Trial:
 
 def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: dict, query: str) -> Trial:
     trial = Trial(query)
-    try:
-        trial.agents = search_provider_methods(conn, embedder_factory, query)
-    except SearchError as error:
-        trial.agents_problem = f"{error.code}: {error.detail}"
-    try:
-        trial.counted = preview_search(conn, embedder_factory, row["provider"], row["method"], query)
-    except EmbeddingUnavailable as error:
-        trial.counted_problem = f"{EMBEDDING_UNAVAILABLE} ({error})"
-    except psycopg.Error as error:
-        # E.g. a draft without a vector of its current content: the database says so, with a hint.
-        if conn.broken:
-            raise
-        trial.counted_problem = error_reason(error)
+    draft = (row["provider"], row["method"])
+    for answer, problem, counted_draft in (("agents", "agents_problem", None), ("counted", "counted_problem", draft)):
+        try:
+            setattr(trial, answer, search_provider_methods(conn, embedder_factory, query, counted_draft=counted_draft))
+        except SearchError as error:
+            # E.g. a draft without a vector of its current content: the database says so, with a hint.
+            setattr(trial, problem, f"{error.code}: {error.detail}")
     return trial
 
 

@@ -137,7 +137,7 @@ async def records(request: Request, session: Session, form: None) -> Response:
     state = request.query_params.get("state")
     state = state if state in STATES else None
     rows, counts = await work(request, session, actions.records_list, text, state)
-    return render(request, "records.html", rows=rows, counts=counts, total=sum(counts.values()), text=text, state=state, states=STATES)
+    return render(request, "records.html", rows=rows, counts=counts, text=text, state=state, states=STATES)
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
