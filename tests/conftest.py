@@ -98,6 +98,25 @@ def cli_env(database_url, openai_fake, tmp_path) -> dict[str, str]:
     return cli_environment(database_url, openai_fake, tmp_path)
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium (apt), driven by Playwright, one per test module; pages get a context each.
+
+    Not one per session: while Playwright's sync API runs, its event loop counts as running in
+    this thread, and later tests that run their own (asyncio.run, anyio.run) would fail.
+    """
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            # Root needs --no-sandbox; the rest keeps chromium off the network (no updates, sync or first-run calls).
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"],
+        )
+        yield chromium
+        chromium.close()
+
+
 def run_cli(env: dict[str, str], *args: str, input: str | None = None, timeout: float = 120):
     """payrail-embedder in a real subprocess; returns the CompletedProcess."""
     import subprocess

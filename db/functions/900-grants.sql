@@ -37,6 +37,9 @@ grant insert (provider, method, urls, docs_url, guidance, enabled),
 -- Embedder: reads content, writes vectors and chooses the first model.
 grant select on payrail.provider_methods, payrail.embedding_model to payrail_embedder;
 grant update (embedding, embedding_model, embedding_content_hash) on payrail.provider_methods to payrail_embedder;
+-- A new record saved with its vector (the write path) inserts these columns too: a login holding
+-- both roles can; the embedder alone cannot insert a row (it has no public field to insert).
+grant insert (embedding, embedding_model, embedding_content_hash) on payrail.provider_methods to payrail_embedder;
 grant insert, update on payrail.embedding_model to payrail_embedder;
 grant execute on function payrail.set_embedding_model(text, integer) to payrail_embedder;
 

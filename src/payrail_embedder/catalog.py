@@ -23,6 +23,14 @@ class ImportReport:
     refused: list[Refusal] = field(default_factory=list)
     saved: bool = False
 
+    def summary(self) -> str:
+        """The report's last line, as `import` prints it."""
+        outcome = "saved" if self.saved else "nothing saved"
+        return (
+            f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
+            f"{len(self.refused)} refused: {outcome}"
+        )
+
     def to_json(self) -> dict:
         return {
             "created": self.created,

@@ -525,3 +525,32 @@ def mcp(settings: Settings, http_port: int | None):
         serve(Registry(settings=settings), http_port)
     except PortInUse as error:
         raise Failure("invalid_input", str(error)) from error
+
+
+@cli.command("backoffice")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on. Beyond loopback, put a TLS reverse proxy in front.")
+@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to serve on (0: any free port).")
+@click.option(
+    "--public-url",
+    metavar="URL",
+    help="Where browsers reach the backoffice through a TLS reverse proxy, e.g. https://registry.example.com: "
+    "the only origin forms are accepted from.",
+)
+@click.option(
+    "--session-idle-timeout",
+    default=30 * 60,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Seconds after which an idle session ends and its database connection closes.",
+)
+@click.pass_obj
+def backoffice(settings: Settings, host, port, public_url, session_idle_timeout):
+    """Serve the operators' web interface: records, edits, history, Try a query, import and export.
+
+    Operators sign in with a PostgreSQL role granted payrail_operator and payrail_embedder, and
+    its password; every change is made as that role, through the same write path as import.
+    Prints the URL it serves; on the embedded default, sign in as postgres with any password.
+    """
+    from .backoffice.server import serve  # the web stack loads only for this command
+
+    serve(settings, host, port, session_idle_timeout, public_url)

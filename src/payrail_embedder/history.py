@@ -41,3 +41,24 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
             for v in versions
         ],
     }
+
+
+def record_history(conn: psycopg.Connection, record_id: int) -> list[dict]:
+    """The earlier versions of one record (rows of payrail.provider_method_history), newest first."""
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            "select * from payrail.provider_method_history where provider_method_id = %s order by id desc",
+            (record_id,),
+        )
+        .fetchall()
+    )
+
+
+def history_entry(conn: psycopg.Connection, history_id: int) -> dict | None:
+    """One history row by its id, or None."""
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute("select * from payrail.provider_method_history where id = %s", (history_id,))
+        .fetchone()
+    )

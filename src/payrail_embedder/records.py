@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,22 +123,26 @@ def refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
 
 def read_lines(path: Path) -> Iterator[Line | Refusal]:
     """Each non-blank line of a JSON Lines file as a record, or as a refusal saying why not."""
-    source = str(path)
     with path.open("rb") as file:
-        for number, raw in enumerate(file, start=1):
-            try:
-                # A byte order mark is allowed where a file begins (editors on Windows write one).
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                yield Refusal(source, number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
-                continue
-            if not text.strip():
-                continue
-            try:
-                yield Line(source, number, parse_record(json.loads(text, object_pairs_hook=refuse_duplicate_keys)))
-            except json.JSONDecodeError as error:
-                yield Refusal(source, number, f"malformed JSON: {error.msg} at column {error.colno}")
-            except ValueError as error:
-                yield Refusal(source, number, str(error))
-            except RecursionError:
-                yield Refusal(source, number, "malformed JSON: nested too deeply")
+        yield from parse_lines(file, str(path))
+
+
+def parse_lines(raw_lines: Iterable[bytes], source: str) -> Iterator[Line | Refusal]:
+    """read_lines for lines already at hand (an uploaded file), named source in refusals."""
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            # A byte order mark is allowed where a file begins (editors on Windows write one).
+            text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            yield Refusal(source, number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
+            continue
+        if not text.strip():
+            continue
+        try:
+            yield Line(source, number, parse_record(json.loads(text, object_pairs_hook=refuse_duplicate_keys)))
+        except json.JSONDecodeError as error:
+            yield Refusal(source, number, f"malformed JSON: {error.msg} at column {error.colno}")
+        except ValueError as error:
+            yield Refusal(source, number, str(error))
+        except RecursionError:
+            yield Refusal(source, number, "malformed JSON: nested too deeply")

@@ -424,3 +424,23 @@ def save_changes(
         # Nothing was saved; a change no rule refused has no outcome of its own.
         return [None if p.outcome is None or isinstance(p.outcome, Saved) else p.outcome for p in plans]
     return [p.outcome for p in plans]
+
+
+def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int) -> Conflict | None:
+    """Deletes the record if it is still at the version the caller read; a Conflict otherwise.
+
+    The history keeps the deleted version (tg_provider_methods__record_history), so it can be
+    restored as a new draft.
+    """
+    deleted = conn.execute(
+        "delete from payrail.provider_methods where id = %s and version = %s", (record_id, expected_version)
+    ).rowcount
+    if deleted:
+        return None
+    now = conn.execute("select version from payrail.provider_methods where id = %s", (record_id,)).fetchone()
+    if now is None:
+        return Conflict(f"provider method {record_id} was deleted since it was read")
+    return Conflict(
+        f"provider method {record_id} changed since it was read: version {expected_version} was read, "
+        f"version {now[0]} is saved now"
+    )

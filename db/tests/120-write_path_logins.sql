@@ -1,0 +1,47 @@
+-- The write path as the logins that run it: import, edit and the backoffice need a login holding
+-- payrail_operator and payrail_embedder, which creates and edits records with their vectors.
+begin;
+select plan(5);
+
+select payrail.set_embedding_model('test-model', 3);
+create role payrail_test_writer;
+grant payrail_operator, payrail_embedder to payrail_test_writer;
+create role payrail_test_operator;
+grant payrail_operator to payrail_test_operator;
+
+set local role payrail_test_writer;
+select results_eq(
+  $$select record_version, outcome from payrail.save_provider_method(
+      null, 0, 'Acme', 'Geocode', '{}', null, 'Turns addresses into coordinates.', true, '[1,0,0]', 'test-model')$$,
+  $$values (1, 'created'::text)$$,
+  'operator and embedder: creates an enabled record with its vector');
+select results_eq(
+  $$select record_version, outcome from payrail.save_provider_method(
+      (select id from payrail.provider_methods where provider = 'Acme'), 1, 'Acme', 'Geocode', '{}', null,
+      'Turns street addresses into coordinates.', null, '[0,1,0]', 'test-model')$$,
+  $$values (2, 'updated'::text)$$,
+  'operator and embedder: saves new content of an enabled record with its new vector');
+select results_eq(
+  $$select enabled, embedding_content_hash = content_hash from payrail.provider_methods where provider = 'Acme'$$,
+  $$values (true, true)$$,
+  'operator and embedder: the record stays enabled with the vector of its content');
+reset role;
+
+set local role payrail_test_operator;
+select throws_ok(
+  $$select * from payrail.save_provider_method(
+      null, 0, 'Globex', 'Pay', '{}', null, 'Pays.', false, '[1,0,0]', 'test-model')$$,
+  '42501', 'permission denied for table provider_methods',
+  'operator alone: cannot save a vector');
+reset role;
+
+set local role payrail_embedder;
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, embedding, embedding_model, embedding_content_hash)
+    values ('Evil', 'Insert', 'x', '[1,0,0]', 'test-model', null)$$,
+  '42501', 'permission denied for table provider_methods',
+  'embedder alone: cannot insert a record');
+reset role;
+
+select * from finish();
+rollback;

@@ -1,0 +1,161 @@
+"""What each page does with the session's connection, through the package's own functions (the
+write path, stored, history, search, preview, catalog). Plain functions of a connection and an
+embedder factory, run in a worker thread; they return what the page shows."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from .. import catalog, history, stored
+from ..embedders import Embedder, EmbeddingUnavailable
+from ..records import ProviderMethod, parse_lines
+from ..registry_model import RegistryModelMismatch
+from ..search import SearchError, search_provider_methods
+from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, error_reason, save_changes
+from . import views
+
+EmbedderFactory = Callable[[], Embedder]
+
+EMBEDDING_UNAVAILABLE = "the embedding service is unavailable"
+
+
+@dataclass
+class SaveResult:
+    """The outcome of saving a form, for the page: saved, or why not with the record as stored now."""
+
+    saved: Saved | None = None
+    # The record as stored now: after the save, or (for a conflict) what someone else saved.
+    row: dict | None = None
+    problem: str | None = None
+    field_errors: dict[str, str] = field(default_factory=dict)
+    conflict: bool = False
+
+
+def _not_saved(conn: psycopg.Connection, error: Exception, prefix: str = "Not saved") -> str:
+    """Why nothing was saved, for an exception the write path raises instead of an outcome."""
+    if isinstance(error, EmbeddingUnavailable):
+        return f"{prefix}: {EMBEDDING_UNAVAILABLE} ({error}). Nothing was saved; try again when it is back."
+    if isinstance(error, psycopg.Error):
+        if conn.broken or conn.closed:
+            raise error  # the session's connection is gone: the page signs the operator out
+        return f"{prefix}: the database refused it: {error_reason(error)}"
+    return f"{prefix}: {error}"
+
+
+WRITE_FAILURES = (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, psycopg.Error)
+
+
+def save_record(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int
+) -> SaveResult:
+    """Saves the form's record through the write path; version is the one the form was read at
+    (0 for a new record)."""
+    try:
+        outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
+    except WRITE_FAILURES as error:
+        return SaveResult(problem=_not_saved(conn, error))
+    if isinstance(outcome, Saved):
+        return SaveResult(saved=outcome, row=stored.get(conn, outcome.record_id))
+    if isinstance(outcome, Refused):
+        if not outcome.fields:
+            return SaveResult(problem=f"Not saved: {outcome.reason}")
+        return SaveResult(problem="Not saved: a value was refused.", field_errors={name: outcome.reason for name in outcome.fields})
+    current = stored.get(conn, record_id) if record_id is not None else None
+    if current is None:
+        return SaveResult(problem=f"Not saved: {outcome.reason}. Save again to create it anew with your text.", conflict=True)
+    return SaveResult(
+        problem=f"Not saved: {outcome.reason}. Both versions are shown: merge what you need into your text and save again.",
+        row=current,
+        conflict=True,
+    )
+
+
+def records_list(conn: psycopg.Connection, text: str, state: str | None) -> tuple[list[dict], dict]:
+    """The records that match the filter, and what the registry holds (stored.counts)."""
+    return stored.list_records(conn, text, state), stored.counts(conn)
+
+
+@dataclass
+class RecordPage:
+    row: dict
+    versions: list[views.Version]
+
+
+def record_page(conn: psycopg.Connection, record_id: int) -> RecordPage | None:
+    row = stored.get(conn, record_id)
+    if row is None:
+        return None
+    return RecordPage(row, views.versions(row, history.record_history(conn, record_id)))
+
+
+@dataclass
+class Trial:
+    """A query's answers: what agents get now, and with this record counted as enabled."""
+
+    query: str
+    agents: list[dict] = field(default_factory=list)
+    agents_problem: str | None = None
+    counted: list[dict] = field(default_factory=list)
+    counted_problem: str | None = None
+
+
+def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: dict, query: str) -> Trial:
+    trial = Trial(query)
+    draft = (row["provider"], row["method"])
+    for answer, problem, counted_draft in (("agents", "agents_problem", None), ("counted", "counted_problem", draft)):
+        try:
+            setattr(trial, answer, search_provider_methods(conn, embedder_factory, query, counted_draft=counted_draft))
+        except SearchError as error:
+            # E.g. a draft without a vector of its current content: the database says so, with a hint.
+            setattr(trial, problem, f"{error.code}: {error.detail}")
+    return trial
+
+
+def restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str]:
+    """Brings back the public fields a history entry kept, through the write path: the record keeps
+    its enabled state, so other content restored into an enabled record is embedded first.
+    Returns (kind, message), kind "info" or "error"."""
+    entry = history.history_entry(conn, history_id)
+    if entry is None or entry["provider_method_id"] != record_id:
+        return "error", f"Not restored: this record has no history entry {history_id}."
+    kept = stored.record_of(entry)
+    record = ProviderMethod(kept.provider, kept.method, kept.urls, kept.docs_url, kept.guidance, enabled=None)
+    try:
+        outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
+    except WRITE_FAILURES as error:
+        return "error", _not_saved(conn, error, "Not restored")
+    label = f"version {entry['version']}" if entry["version"] is not None else f"history entry {history_id}"
+    if isinstance(outcome, Saved):
+        if outcome.outcome == "unchanged":
+            return "info", f"Nothing to restore: {label} holds the same fields as the current version."
+        return "info", views.saved_message(outcome, stored.get(conn, record_id), verb=f"Restored {label} into")
+    if isinstance(outcome, Conflict):
+        return "error", f"Not restored: {outcome.reason}. Look at the history again before restoring."
+    return "error", f"Not restored: {outcome.reason}"
+
+
+def delete(conn: psycopg.Connection, record_id: int, version: int) -> tuple[dict | None, Conflict | None]:
+    """Deletes the record if it is still at version: (the record as it was, None), else (the record
+    as it is now or None, the Conflict)."""
+    row = stored.get(conn, record_id)
+    conflict = delete_record(conn, record_id, version)
+    return (stored.get(conn, record_id) if conflict else row), conflict
+
+
+def import_upload(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, data: bytes, source: str, skip_invalid: bool
+) -> tuple[catalog.ImportReport | None, str | None]:
+    """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem)."""
+    items = list(parse_lines(io.BytesIO(data), source))
+    try:
+        return catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid), None
+    except WRITE_FAILURES as error:
+        return None, _not_saved(conn, error, "Nothing imported")
+
+
+def export(conn: psycopg.Connection) -> bytes:
+    return "".join(line + "\n" for line in catalog.export_records(conn)).encode("utf-8")

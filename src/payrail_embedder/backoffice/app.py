@@ -1,0 +1,356 @@
+"""The backoffice's routes. Each handler reads its request, calls one of actions' functions on the
+session's connection, and renders a page; the rules are the database's and the write path's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+
+import psycopg
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData, UploadFile
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..edit import NEW_RECORD
+from ..settings import Settings
+from ..stored import STATES, record_of
+from ..write import error_reason
+from . import actions
+from .guard import Guard, allowed_hosts, origin_of
+from .sessions import Session, Sessions, SignInRefused, SignInThrottle, open_connection
+from .views import FIELD_LABELS, record_from_form, record_name, saved_message
+from .web import (
+    CSRF_FIELD,
+    HERE,
+    SESSION_COOKIE,
+    SIGN_IN_COOKIE,
+    SessionLost,
+    redirect,
+    render,
+    same_token,
+    set_cookie,
+    sign_in_token,
+    signed_in,
+    work,
+)
+
+IDLE_TIMEOUT = 30 * 60.0
+
+
+def _embedder(request: Request):
+    return request.app.state.embedder
+
+
+def _form_int(form: FormData, name: str) -> int | None:
+    try:
+        return int(str(form.get(name, "")))
+    except ValueError:
+        return None
+
+
+def _incomplete(request: Request) -> Response:
+    return render(request, "message.html", 400, title="Incomplete form", text="The form was incomplete: open the page again.")
+
+
+async def home(request: Request) -> Response:
+    return redirect("/records")
+
+
+def _sign_in_form(request: Request, status_code: int = 200, username: str = "", problem: str | None = None) -> Response:
+    token = sign_in_token(request)
+    notices = {
+        "ended": "Your session has ended (signed out elsewhere, idle for too long, or the backoffice restarted): sign in again.",
+        "lost": "The connection to the database was lost: sign in again.",
+        "signed_out": "You are signed out; your connection to the database is closed.",
+    }
+    notice = next((text for key, text in notices.items() if key in request.query_params), None)
+    response = render(
+        request,
+        "sign_in.html",
+        status_code,
+        token=token,
+        username=username,
+        problem=problem,
+        notice=notice,
+        embedded=request.app.state.embedded,
+        idle_minutes=round(request.app.state.sessions.idle_timeout / 60),
+    )
+    set_cookie(request, response, SIGN_IN_COOKIE, token)
+    return response
+
+
+async def sign_in_page(request: Request) -> Response:
+    if await run_in_threadpool(request.app.state.sessions.get, request.cookies.get(SESSION_COOKIE)):
+        return redirect("/records")
+    return _sign_in_form(request)
+
+
+async def sign_in(request: Request) -> Response:
+    form = await request.form()
+    username, password = str(form.get("username", "")), str(form.get("password", ""))
+    if not same_token(form.get(CSRF_FIELD), request.cookies.get(SIGN_IN_COOKIE)):
+        return _sign_in_form(request, 403, username, "The sign-in form had expired, or your browser did not send its cookie: sign in again.")
+    throttle: SignInThrottle = request.app.state.throttle
+    wait = throttle.begin(username)
+    if wait:
+        return _sign_in_form(
+            request, 429, username, f'Too many failed sign-ins for "{username}": wait {math.ceil(wait)} seconds, then try again.'
+        )
+    failed = True
+    try:
+        conn = await run_in_threadpool(open_connection, request.app.state.database_url, username, password)
+        failed = False
+    except SignInRefused as refused:
+        return _sign_in_form(request, 403, username, str(refused))
+    finally:
+        throttle.end(username, failed=failed)
+    sessions: Sessions = request.app.state.sessions
+    # Signing in again in the same browser ends the session it had (and closes its connection).
+    earlier = await run_in_threadpool(sessions.get, request.cookies.get(SESSION_COOKIE))
+    if earlier is not None:
+        await run_in_threadpool(sessions.end, earlier)
+    session = sessions.open(username, conn)
+    response = redirect("/records")
+    set_cookie(request, response, SESSION_COOKIE, session.id)
+    response.delete_cookie(SIGN_IN_COOKIE, path="/")
+    return response
+
+
+@signed_in
+async def sign_out(request: Request, session: Session, form: FormData) -> Response:
+    await run_in_threadpool(request.app.state.sessions.end, session)
+    response = redirect("/sign-in?signed_out=1")
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+@signed_in
+async def records(request: Request, session: Session, form: None) -> Response:
+    text = request.query_params.get("q", "").replace("\x00", "")
+    state = request.query_params.get("state")
+    state = state if state in STATES else None
+    rows, counts = await work(request, session, actions.records_list, text, state)
+    return render(request, "records.html", rows=rows, counts=counts, text=text, state=state, states=STATES)
+
+
+def _record_form(request: Request, status_code: int = 200, **context) -> Response:
+    """The record page: the form (what the operator typed, or the record), history, Try a query."""
+    context = {"page": None, "trial": None, "query": "", "problem": None, "errors": {}, "saved_now": None} | context
+    row = context["page"].row if context["page"] else None
+    return render(request, "record.html", status_code, labels=FIELD_LABELS, row=row, **context)
+
+
+@signed_in
+async def new_record(request: Request, session: Session, form: None) -> Response:
+    return _record_form(request, record=NEW_RECORD, record_id=None, version=0)
+
+
+async def _save(request: Request, session: Session, form: FormData, record_id: int | None) -> Response:
+    version = _form_int(form, "version")
+    if version is None:
+        return _incomplete(request)
+    record = record_from_form(form)
+    result = await work(request, session, actions.save_record, _embedder(request), record, record_id, version)
+    if result.saved is not None:
+        session.messages.append(("info", saved_message(result.saved, result.row)))
+        return redirect(f"/records/{result.saved.record_id}")
+    page = await work(request, session, actions.record_page, record_id) if record_id is not None else None
+    if result.conflict:
+        # The form now stands for the version saved meanwhile: saving it again replaces that
+        # version with the operator's (merged) text. A record deleted meanwhile is saved anew.
+        record_id, version = (record_id, page.row["version"]) if page else (None, 0)
+    return _record_form(
+        request,
+        409 if result.conflict else 422,
+        record=record,
+        record_id=record_id,
+        version=version,
+        page=page,
+        problem=result.problem,
+        errors=result.field_errors,
+        saved_now=result.row if result.conflict else None,
+    )
+
+
+@signed_in
+async def create_record(request: Request, session: Session, form: FormData) -> Response:
+    return await _save(request, session, form, None)
+
+
+@signed_in
+async def save_record(request: Request, session: Session, form: FormData) -> Response:
+    return await _save(request, session, form, request.path_params["record_id"])
+
+
+async def _stored_page(request: Request, session: Session) -> actions.RecordPage | Response:
+    """The record of the request's path with its history, or the page saying there is none."""
+    record_id = request.path_params["record_id"]
+    page = await work(request, session, actions.record_page, record_id)
+    if page is None:
+        return render(
+            request,
+            "message.html",
+            404,
+            title="No such record",
+            text=f"There is no record {record_id}: it was deleted, or never existed.",
+        )
+    return page
+
+
+@signed_in
+async def record(request: Request, session: Session, form: None) -> Response:
+    page = await _stored_page(request, session)
+    if isinstance(page, Response):
+        return page
+    query = request.query_params.get("query")
+    trial = await work(request, session, actions.try_query, _embedder(request), page.row, query) if query else None
+    return _record_form(
+        request, record=record_of(page.row), record_id=page.row["id"], version=page.row["version"], page=page, trial=trial, query=query or ""
+    )
+
+
+@signed_in
+async def restore(request: Request, session: Session, form: FormData) -> Response:
+    record_id = request.path_params["record_id"]
+    history_id, version = _form_int(form, "history_id"), _form_int(form, "version")
+    if history_id is None or version is None:
+        return _incomplete(request)
+    session.messages.append(await work(request, session, actions.restore, _embedder(request), record_id, history_id, version))
+    return redirect(f"/records/{record_id}")
+
+
+@signed_in
+async def confirm_delete(request: Request, session: Session, form: None) -> Response:
+    page = await _stored_page(request, session)
+    if isinstance(page, Response):
+        return page
+    return render(request, "delete.html", row=page.row, problem=None)
+
+
+@signed_in
+async def delete(request: Request, session: Session, form: FormData) -> Response:
+    record_id = request.path_params["record_id"]
+    version = _form_int(form, "version")
+    if version is None:
+        return _incomplete(request)
+    row, conflict = await work(request, session, actions.delete, record_id, version)
+    if conflict is None:
+        session.messages.append(("info", f'Deleted "{record_name(row)}". The history keeps its last version.'))
+        return redirect("/records")
+    if row is None:  # deleted meanwhile
+        return await _stored_page(request, session)
+    problem = f"Not deleted: {conflict.reason}. Look at the record again before deleting it."
+    return render(request, "delete.html", 409, row=row, problem=problem)
+
+
+@signed_in
+async def import_page(request: Request, session: Session, form: None) -> Response:
+    return render(request, "import.html", report=None, problem=None)
+
+
+@signed_in
+async def import_catalog(request: Request, session: Session, form: FormData) -> Response:
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile) or not upload.filename:
+        return render(request, "import.html", 422, report=None, problem="Choose a JSON Lines file to import.")
+    data = await upload.read()
+    report, problem = await work(
+        request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form
+    )
+    ok = report is not None and not report.refused
+    return render(request, "import.html", 200 if ok else 422, report=report, problem=problem)
+
+
+@signed_in
+async def export(request: Request, session: Session, form: None) -> Response:
+    data = await work(request, session, actions.export)
+    return Response(
+        data,
+        media_type="application/x-ndjson",
+        headers={"content-disposition": 'attachment; filename="payrail-catalog.jsonl"'},
+    )
+
+
+async def session_lost(request: Request, error: SessionLost) -> Response:
+    response = redirect("/sign-in?lost=1")
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+async def database_failed(request: Request, error: psycopg.Error) -> Response:
+    return render(request, "message.html", 500, title="The database failed", text=f"The database failed: {error_reason(error)}")
+
+
+def shared_embedder(settings: Settings):
+    """One embedder for the whole backoffice (a local model loads once), made on first use."""
+    lock = threading.Lock()
+    made = []
+
+    def embedder():
+        with lock:
+            if not made:
+                made.append(settings.embedder())
+            return made[0]
+
+    return embedder
+
+
+def create_app(
+    settings: Settings, *, idle_timeout: float = IDLE_TIMEOUT, bind_host: str = "127.0.0.1", public_url: str | None = None
+) -> Starlette:
+    """The backoffice for the registry settings configure; settings.resolved_database_url is
+    where operators sign in (their role and password replace the URL's). bind_host: the address
+    it is served on; public_url: where browsers reach it behind a reverse proxy, if they do."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        async def end_idle_sessions():
+            while True:
+                await asyncio.sleep(min(60.0, idle_timeout))
+                await run_in_threadpool(app.state.sessions.end_idle)
+
+        sweeper = asyncio.create_task(end_idle_sessions())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            await run_in_threadpool(app.state.sessions.end_all)
+
+    routes = [
+        Route("/", home),
+        Route("/sign-in", sign_in_page, methods=["GET"]),
+        Route("/sign-in", sign_in, methods=["POST"]),
+        Route("/sign-out", sign_out, methods=["POST"]),
+        Route("/records", records),
+        Route("/records/new", new_record, methods=["GET"]),
+        Route("/records/new", create_record, methods=["POST"]),
+        Route("/records/{record_id:int}", record, methods=["GET"]),
+        Route("/records/{record_id:int}", save_record, methods=["POST"]),
+        Route("/records/{record_id:int}/restore", restore, methods=["POST"]),
+        Route("/records/{record_id:int}/delete", confirm_delete, methods=["GET"]),
+        Route("/records/{record_id:int}/delete", delete, methods=["POST"]),
+        Route("/import", import_page, methods=["GET"]),
+        Route("/import", import_catalog, methods=["POST"]),
+        Route("/export", export),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, hosts=allowed_hosts(bind_host, public_url), public_origin=public_url and origin_of(public_url))],
+        exception_handlers={SessionLost: session_lost, psycopg.Error: database_failed},
+        lifespan=lifespan,
+    )
+    app.state.database_url = settings.resolved_database_url
+    app.state.embedded = settings.database_url is None
+    app.state.embedder = shared_embedder(settings)
+    app.state.sessions = Sessions(idle_timeout)
+    app.state.throttle = SignInThrottle()
+    app.state.secure_cookies = (public_url or "").startswith("https:")
+    return app

@@ -1,0 +1,139 @@
+"""What the pages show, and what their forms mean: plain data and functions, no requests, no SQL."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..records import ProviderMethod
+from ..stored import record_of
+from ..write import Saved
+
+# The record form's fields: (form and JSON name, label). The labels are the accessible names
+# DESIGN.md fixes.
+FIELD_LABELS = {
+    "provider": "Provider",
+    "method": "Method",
+    "urls": "URLs",
+    "docsUrl": "Docs URL",
+    "guidance": "Guidance",
+    "enabled": "Enabled",
+}
+
+
+def _text(form: Mapping[str, str], name: str) -> str:
+    # Browsers send a textarea's line breaks as CR LF; the registry keeps plain newlines.
+    return str(form.get(name, "")).replace("\r\n", "\n")
+
+
+def record_from_form(form: Mapping[str, str]) -> ProviderMethod:
+    """The record as the operator typed it: URLs one per line (blank lines ignored), an empty Docs
+    URL is none, Enabled is the checkbox. Values are not trimmed or judged here: the database does."""
+    urls = [line.strip() for line in _text(form, "urls").split("\n") if line.strip()]
+    return ProviderMethod(
+        provider=_text(form, "provider"),
+        method=_text(form, "method"),
+        urls=urls,
+        docs_url=_text(form, "docsUrl").strip() or None,
+        guidance=_text(form, "guidance"),
+        enabled="enabled" in form,
+    )
+
+
+def record_name(record: ProviderMethod | Mapping) -> str:
+    """How a record is linked and titled: Provider / Method."""
+    if isinstance(record, ProviderMethod):
+        return f"{record.provider} / {record.method}"
+    return f"{record['provider']} / {record['method']}"
+
+
+def saved_message(saved: Saved, row: Mapping, verb: str = "Saved") -> str:
+    if saved.outcome == "unchanged":
+        return "Nothing to save: the record already holds these values."
+    state = "enabled" if row["enabled"] else "a draft"
+    if saved.embedded:
+        vector = "its content was embedded before it was saved"
+    elif row["embedded"]:
+        vector = "its vector was kept"
+    else:
+        vector = "it has no vector yet (enabling it embeds it)"
+    return f'{verb} "{record_name(row)}" as version {saved.version}: {state}, {vector}.'
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    label: str
+    before: str
+    after: str
+    # For multi-line text: the lines removed and added, in order, as ("removed" | "added", line).
+    lines: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Version:
+    number: int | None  # None: an entry written before records had versions
+    record: ProviderMethod
+    saved_at: datetime
+    # Who replaced the version before it with this one (the history's changed_by); None for the first.
+    saved_by: str | None
+    saved_by_session: str | None
+    changes: tuple[FieldChange, ...]
+    # The history entry that keeps this version; None for the current version.
+    history_id: int | None
+
+
+def _shown(record: ProviderMethod, name: str) -> str:
+    value = record.to_json()[name]
+    if name == "urls":
+        return "\n".join(value)
+    if name == "enabled":
+        return "enabled" if value else "draft"
+    return value or ""
+
+
+def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange, ...]:
+    """What differs from before to after, field by field, in the form's order."""
+    found = []
+    for name, label in FIELD_LABELS.items():
+        old, new = _shown(before, name), _shown(after, name)
+        if old == new:
+            continue
+        lines = ()
+        if name in ("guidance", "urls"):
+            old_lines, new_lines = old.split("\n"), new.split("\n")
+            matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+            lines = tuple(
+                item
+                for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+                if tag != "equal"
+                for item in [("removed", line) for line in old_lines[i1:i2]] + [("added", line) for line in new_lines[j1:j2]]
+            )
+        found.append(FieldChange(label, old, new, lines))
+    return tuple(found)
+
+
+def versions(current: Mapping, history: Sequence[Mapping]) -> list[Version]:
+    """The record's versions newest first: the current one, then each one the history keeps.
+
+    history: the record's history rows newest first. Each row keeps a version and says who
+    replaced it, i.e. who saved the next newer version.
+    """
+    rows = [current, *history]
+    found = []
+    for index, row in enumerate(rows):
+        older = rows[index + 1] if index + 1 < len(rows) else None
+        is_current = index == 0
+        found.append(
+            Version(
+                number=row["version"],
+                record=record_of(row),
+                saved_at=row["updated_at"] if is_current else row["version_saved_at"],
+                saved_by=older["changed_by"] if older else None,
+                saved_by_session=older["changed_by_session_user"] if older else None,
+                changes=changes(record_of(older), record_of(row)) if older else (),
+                history_id=None if is_current else row["id"],
+            )
+        )
+    return found

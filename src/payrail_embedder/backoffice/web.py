@@ -1,0 +1,123 @@
+"""The plumbing between requests and pages: templates, cookies, the signed-in check with its CSRF
+token, and running the package's functions on the session's connection in a worker thread."""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+import psycopg
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from .sessions import Session
+
+HERE = Path(__file__).resolve().parent
+SESSION_COOKIE = "payrail_session"
+# Before sign-in there is no session: the sign-in form's token is paired with this cookie instead.
+SIGN_IN_COOKIE = "payrail_sign_in"
+CSRF_FIELD = "csrf_token"
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# Autoescaping everywhere: every value a page shows is text, never markup (guidance included).
+templates = Jinja2Templates(
+    env=jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+)
+templates.env.filters["when"] = _when
+
+
+class SessionLost(Exception):
+    """The session's connection to the database is gone: the operator signs in again."""
+
+
+def render(request: Request, template: str, status_code: int = 200, **context) -> Response:
+    session: Session | None = getattr(request.state, "session", None)
+    messages = []
+    if session is not None:
+        messages, session.messages[:] = list(session.messages), []
+    return templates.TemplateResponse(
+        request, template, {"session": session, "messages": messages, **context}, status_code=status_code
+    )
+
+
+def redirect(url: str) -> Response:
+    # 303: after a POST the browser GETs the page (Post/Redirect/Get), so reloading never resubmits.
+    return RedirectResponse(url, status_code=303)
+
+
+def set_cookie(request: Request, response: Response, name: str, value: str) -> None:
+    secure = request.url.scheme == "https" or request.app.state.secure_cookies
+    response.set_cookie(name, value, httponly=True, samesite="strict", secure=secure, path="/")
+
+
+def sign_in_token(request: Request) -> str:
+    return request.cookies.get(SIGN_IN_COOKIE) or secrets.token_urlsafe(32)
+
+
+def same_token(given: object, expected: str | None) -> bool:
+    return isinstance(given, str) and expected is not None and secrets.compare_digest(given.encode(), expected.encode())
+
+
+Handler = Callable[[Request, Session, FormData | None], Awaitable[Response]]
+
+
+def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Runs handler with the request's session, or sends the browser to sign in. For a POST it
+    reads the form and refuses it unless it carries the session's CSRF token."""
+
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        # In a worker thread: ending an expired session waits for its connection to be free.
+        session = await run_in_threadpool(request.app.state.sessions.get, cookie)
+        if session is None:
+            response = redirect("/sign-in?ended=1" if cookie else "/sign-in")
+            response.delete_cookie(SESSION_COOKIE, path="/")
+            return response
+        request.state.session = session
+        form = None
+        if request.method == "POST":
+            form = await request.form()
+            if not same_token(form.get(CSRF_FIELD), session.csrf_token):
+                return render(
+                    request,
+                    "message.html",
+                    403,
+                    title="Refused",
+                    text="Refused: the form did not carry this session's security token, so nothing was changed. "
+                    "Open the page again and repeat what you did.",
+                )
+        return await handler(request, session, form)
+
+    return endpoint
+
+
+async def work(request: Request, session: Session, function: Callable, *args):
+    """function(session's connection, *args) in a worker thread, one request at a time per session."""
+
+    def locked():
+        with session.lock:
+            if session.conn.closed:
+                raise SessionLost()
+            return function(session.conn, *args)
+
+    try:
+        return await run_in_threadpool(locked)
+    except psycopg.Error:
+        if session.conn.broken or session.conn.closed:
+            request.app.state.sessions.end(session)
+            raise SessionLost() from None
+        raise

@@ -1,0 +1,321 @@
+"""The backoffice under test: a real `payrail-embedder backoffice` subprocess, Debian's chromium
+driven by Playwright, operators' PostgreSQL roles, a small catalog, and a plain HTTP client for
+the requests a browser would never send (forged cookies, other origins, missing tokens).
+
+Test modules import the fixtures they use from here; the browser, one per session, is conftest's.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from conftest import CLI, REPO, run_cli
+from payrail_embedder.database import connect
+
+# Login roles, created once per server (roles belong to the cluster). The passwords matter only
+# on the scram-sha-256 server; the embedded test servers trust their socket.
+OPERATOR = "ada_operator"  # payrail_operator and payrail_embedder: what the backoffice needs
+OPERATOR_ONLY = "cleo_operator_only"  # payrail_operator only
+AGENT = "bob_agent"  # payrail_agent only
+PASSWORD = "correct horse battery staple"
+ROLES = {
+    OPERATOR: ("payrail_operator", "payrail_embedder"),
+    OPERATOR_ONLY: ("payrail_operator",),
+    AGENT: ("payrail_agent",),
+}
+
+ENABLED = {
+    "provider": "Acme Maps",
+    "method": "Geocode an address",
+    "urls": ["https://api.acme.example/v1/geocode"],
+    "docsUrl": "https://docs.acme.example/geocode",
+    "guidance": "Purpose: turn a street address into coordinates.\nInstructions: GET /v1/geocode?q=ADDRESS.\nNotes: paid per call.",
+    "enabled": True,
+}
+DRAFT = {
+    "provider": "Acme Maps",
+    "method": "Reverse geocode",
+    "urls": ["https://api.acme.example/v1/reverse"],
+    "docsUrl": None,
+    "guidance": "Purpose: turn latitude and longitude into a postal address.\nNotes: paid per call.",
+    "enabled": False,
+}
+WEATHER = {
+    "provider": "Globex Weather",
+    "method": "Current conditions",
+    "urls": [],
+    "docsUrl": "https://docs.globex.example/weather",
+    "guidance": "Purpose: current weather for a city.\nNotes: free tier.",
+    "enabled": True,
+}
+CATALOG = [ENABLED, DRAFT, WEATHER]
+
+
+def name(record: dict) -> str:
+    return f"{record['provider']} / {record['method']}"
+
+
+def create_roles(admin_url: str) -> None:
+    """The login roles of ROLES with PASSWORD, made once per server."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for role, groups in ROLES.items():
+            if conn.execute("select from pg_roles where rolname = %s", (role,)).fetchone() is None:
+                conn.execute(sql.SQL("create role {} login password {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
+            conn.execute(
+                sql.SQL("grant {} to {}").format(sql.SQL(", ").join(map(sql.Identifier, groups)), sql.Identifier(role))
+            )
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def import_records(env: dict, tmp_path: Path, records: list[dict]) -> None:
+    result = run_cli(env, "import", str(write_jsonl(tmp_path / "catalog.jsonl", records)))
+    assert result.returncode == 0, result.stderr
+
+
+def stored(database_url: str, provider: str, method: str) -> dict | None:
+    """A record as the database holds it, with its vector and whether the vector is of its content."""
+    with connect(database_url) as conn:
+        conn.row_factory = dict_row
+        return conn.execute(
+            """
+            select id, version, provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model,
+                   embedding_content_hash = content_hash as current_vector, updated_at
+            from payrail.provider_methods where provider = %s and method = %s
+            """,
+            (provider, method),
+        ).fetchone()
+
+
+def history(database_url: str, record_id: int) -> list[dict]:
+    with connect(database_url) as conn:
+        conn.row_factory = dict_row
+        return conn.execute(
+            "select * from payrail.provider_method_history where provider_method_id = %s order by id", (record_id,)
+        ).fetchall()
+
+
+@dataclass
+class Backoffice:
+    process: subprocess.Popen
+    url: str  # http://127.0.0.1:PORT (no trailing slash)
+    log: Path
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_backoffice(env: dict, tmp_path: Path, *args: str) -> Backoffice:
+    """`payrail-embedder backoffice --port 0 ARGS` in a subprocess; returns once it answers."""
+    log = tmp_path / f"backoffice-{len(list(tmp_path.glob('backoffice-*.log')))}.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [str(CLI), "backoffice", "--port", "0", *args], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO
+        )
+    url = _wait(process, log, "start", lambda: (found := URL_LINE.search(log.read_text())) and found.group(1))
+    # The socket is bound before uvicorn listens on it.
+    _wait(process, log, "answer", lambda: _answers(url))
+    return Backoffice(process, url, log)
+
+
+URL_LINE = re.compile(r"^Payrail backoffice: (http://\S+?)/?$", flags=re.M)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return HttpClient(url).get("/sign-in").status == 200
+    except ConnectionRefusedError:
+        return False
+
+
+def _wait(process: subprocess.Popen, log: Path, what: str, ready):
+    """ready()'s first true value, checked until the process ends or a minute has passed."""
+    deadline = time.monotonic() + 60
+    while not (result := ready()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise AssertionError(f"the backoffice did not {what}:\n{log.read_text()}")
+        time.sleep(0.05)
+    return result
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    body: str
+
+    def header(self, name: str) -> str | None:
+        return next((value for key, value in self.headers if key.lower() == name.lower()), None)
+
+    def cookies(self) -> dict[str, str]:
+        """Set-Cookie values by cookie name (the whole header, attributes included)."""
+        return {v.split("=", 1)[0]: v for k, v in self.headers if k.lower() == "set-cookie"}
+
+    @property
+    def location(self) -> str | None:
+        return self.header("location")
+
+
+class HttpClient:
+    """Plain HTTP requests with exactly the headers given: what an attacker's script or page may send."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        parts = urlsplit(base_url)
+        self.host, self.port = parts.hostname, parts.port
+
+    def request(self, method: str, path: str, *, form: dict | None = None, headers: dict | None = None, cookies: dict | None = None) -> Reply:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        all_headers = dict(headers or {})
+        if cookies:
+            all_headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            all_headers["Content-Type"] = "application/x-www-form-urlencoded"
+        conn.request(method, path, body=body, headers=all_headers)
+        response = conn.getresponse()
+        reply = Reply(response.status, response.getheaders(), response.read().decode("utf-8", errors="replace"))
+        conn.close()
+        return reply
+
+    def get(self, path: str, **kwargs) -> Reply:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, form: dict, **kwargs) -> Reply:
+        return self.request("POST", path, form=form, **kwargs)
+
+    @property
+    def origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def cookie_value(set_cookie: str) -> str:
+    return set_cookie.split(";", 1)[0].split("=", 1)[1]
+
+
+def csrf_token(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+@dataclass
+class HttpSession:
+    """A signed-in session driven over plain HTTP: its cookie and its CSRF token."""
+
+    client: HttpClient
+    cookie: str
+    token: str
+
+    @property
+    def cookies(self) -> dict:
+        return {"payrail_session": self.cookie}
+
+
+def http_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD) -> HttpSession:
+    page = client.get("/sign-in")
+    sign_in_cookie = cookie_value(page.cookies()["payrail_sign_in"])
+    reply = client.post(
+        "/sign-in",
+        {"csrf_token": csrf_token(page.body), "username": role, "password": password},
+        headers={"Origin": client.origin},
+        cookies={"payrail_sign_in": sign_in_cookie},
+    )
+    assert reply.status == 303 and reply.location == "/records", (reply.status, reply.body)
+    cookie = cookie_value(reply.cookies()["payrail_session"])
+    records = client.get("/records", cookies={"payrail_session": cookie})
+    return HttpSession(client, cookie, csrf_token(records.body))
+
+
+def record_form(record: dict, version: int, token: str, **changes) -> dict:
+    """The record page's form fields as the browser posts them."""
+    record = {**record, **changes}
+    form = {
+        "csrf_token": token,
+        "version": str(version),
+        "provider": record["provider"],
+        "method": record["method"],
+        "urls": "\r\n".join(record["urls"]),
+        "docsUrl": record["docsUrl"] or "",
+        "guidance": record["guidance"].replace("\n", "\r\n"),
+    }
+    if record["enabled"]:
+        form["enabled"] = "on"
+    return form
+
+
+# Fixtures
+
+
+@pytest.fixture
+def registry(cli_env, database_url, tmp_path) -> dict:
+    """The test database holding CATALOG (imported through the CLI), with the login roles made."""
+    create_roles(database_url)
+    import_records(cli_env, tmp_path, CATALOG)
+    return cli_env
+
+
+@pytest.fixture
+def backoffice(registry, tmp_path):
+    running = start_backoffice(registry, tmp_path)
+    yield running
+    running.stop()
+
+
+def new_page(browser, backoffice: Backoffice):
+    context = browser.new_context(base_url=backoffice.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    return context.new_page()
+
+
+def sign_in(page, role: str = OPERATOR, password: str = PASSWORD) -> None:
+    page.goto("/sign-in")
+    page.get_by_label("Username").fill(role)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+
+
+@pytest.fixture
+def page(browser, backoffice):
+    """A browser page signed in as OPERATOR, on the records list."""
+    from playwright.sync_api import expect
+
+    page = new_page(browser, backoffice)
+    sign_in(page)
+    expect(page.get_by_role("heading", name="Records", exact=True)).to_be_visible()
+    yield page
+    page.context.close()
+
+
+def screenshot_path(tmp_path: Path, name: str) -> Path:
+    """Where a screenshot for the README goes: PAYRAIL_SCREENSHOT_DIR when set (e.g. docs/), else tmp_path."""
+    directory = Path(os.environ.get("PAYRAIL_SCREENSHOT_DIR") or tmp_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / name
