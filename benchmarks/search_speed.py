@@ -242,7 +242,10 @@ def main() -> None:
     with throwaway_postgres(args.postgres, settings) as server:
         with psycopg.connect(server.admin_url) as conn:
             version = conn.execute("show server_version").fetchone()[0]
-            shown = {name: conn.execute(f"show {name}").fetchone()[0] for name in ("shared_buffers", "max_parallel_workers_per_gather", "jit")}
+            # huge_pages_status (PostgreSQL 17 and later) says whether huge pages were obtained.
+            shown = dict(conn.execute(
+                "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
+                (["shared_buffers", "max_parallel_workers_per_gather", "jit", "huge_pages", "huge_pages_status"],)).fetchall())
         print(f"PostgreSQL {version}, settings {shown}, {os.cpu_count()} CPUs; NumPy {np.__version__} on 1 BLAS thread and on all cores")
         print(f"{args.queries} timed queries per size, interleaved; throughput over {args.seconds:.0f} s per column\n")
         for dimensions in dimensions_list:
