@@ -133,16 +133,17 @@ security invoker
 set search_path from current
 -- One plan per statement, kept: nothing in the arguments changes it.
 set plan_cache_mode = force_generic_plan
--- pgvector prices a distance like an integer comparison, so with the default costs the planner
--- finds no worker worth its start-up. Priced at nothing, workers are planned whenever the scanned
+-- pgvector prices a distance like an integer comparison, so under the default costs the planner's
+-- choice of workers hangs on its estimate of the sort, not of the scan (none at 20,000 records of
+-- 1,536 dimensions, two at 100,000). Priced at nothing, workers are planned whenever the scanned
 -- table holds at least min_parallel_table_scan_size: 96MB, about 24,000 records at 1,536
 -- dimensions, below which a search is as fast or faster alone (measured: db/SEARCH.md). How many
 -- grows with the table's size, up to the server's max_parallel_workers_per_gather.
 set parallel_setup_cost = 0
 set parallel_tuple_cost = 0
 set min_parallel_table_scan_size = '96MB'
--- JIT would compile the scan anew on every search, in every worker (above jit_above_cost, about
--- 200,000 records) and cannot speed up the distance, which pgvector computes in C.
+-- JIT would compile the scan anew on every search, in every worker (above jit_above_cost: about
+-- 200,000 records of 1,536 dimensions) and cannot speed up the distance, computed by pgvector in C.
 set jit = off
 as $$
 begin
@@ -159,8 +160,8 @@ begin
       where p_max_distance is null or n.distance <= p_max_distance
       order by n.distance
       limit p_scan_limit;
-    -- The draft comes as one more row, for the caller to sort in: PostgreSQL 16 scans no UNION ALL
-    -- of the two tables in parallel.
+    -- The draft comes as one more row, for the caller to sort in: PostgreSQL 16 plans no parallel
+    -- scan of a UNION ALL of the two tables (each branch computes the query's vector apart).
     if p_counted_draft_id is not null then
       return query
         select pm.id, l2_normalize(pm.embedding)::halfvec <#> (select l2_normalize(p_query_embedding)::halfvec)
