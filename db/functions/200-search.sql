@@ -134,11 +134,11 @@ set search_path from current
 -- One plan per statement, kept: nothing in the arguments changes it.
 set plan_cache_mode = force_generic_plan
 -- pgvector prices a distance like an integer comparison, so under the default costs the planner's
--- choice of workers hangs on its estimate of the sort, not of the scan (none at 20,000 records of
--- 1,536 dimensions, two at 100,000). Priced at nothing, workers are planned whenever the scanned
--- table holds at least min_parallel_table_scan_size: 96MB, about 24,000 records at 1,536
--- dimensions, below which a search is as fast or faster alone (measured: db/SEARCH.md). How many
--- grows with the table's size, up to the server's max_parallel_workers_per_gather.
+-- choice of workers hangs on its estimate of the sort, not of the scan. Priced at nothing, workers
+-- are planned whenever the scanned table holds at least min_parallel_table_scan_size: 96MB, about
+-- 24,000 records at 1,536 dimensions; below it starting them costs more than they save. Workers
+-- only pay off on idle cores (db/SEARCH.md, "Measured"). How many grows with the table's size, up
+-- to the server's max_parallel_workers_per_gather (0 turns them off).
 set parallel_setup_cost = 0
 set parallel_tuple_cost = 0
 set min_parallel_table_scan_size = '96MB'
