@@ -2,37 +2,39 @@
 
     ./scripts/benchmark search_speed [--sizes 1000,10000,100000] [--dimensions 1536,384] [--first-pass half,exact]
 
-One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied; for each size N, N
-enabled records of random unit vectors (loaded with binary COPY), then, for each first pass
-(`half`: the schema's, over payrail.provider_method_half_vectors; `exact`: over the exact vectors,
-what db/ installs on pgvector before 0.7, measured by dropping that table), query by query and
-interleaved so both see the same machine load:
-- NumPy: M @ q over the same unit vectors (float32, one BLAS thread, like one backend), top 3;
-- the semantic path: payrail.search_provider_methods(query, vector, model), a new random vector each time;
+One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied, its shared_buffers
+large enough to hold the largest derived table; for each size N, N enabled records of random unit
+vectors (loaded with binary COPY), then, for each first pass (`half`: the schema's, over
+payrail.provider_method_half_vectors; `exact`: over the exact vectors, what db/ installs on
+pgvector before 0.7, measured by dropping that table), query by query and interleaved so all see
+the same machine load:
+- NumPy: M @ q over the same unit vectors (float32), top 3, on one BLAS thread and on all cores;
+- the semantic path: payrail.search_provider_methods(query, vector, model), a new random vector
+  each time, as the schema runs it (with parallel workers where it plans them) and in a session
+  that allows none (max_parallel_workers_per_gather = 0: one core);
 - the name path: payrail.search_provider_methods(an existing provider name);
 then the semantic path's throughput with 1, 2 and 4 concurrent clients (one connection each).
-Latencies are client round trips (psycopg, Unix socket). Exact everywhere: no index.
+The workers column gives the workers the first pass planned and launched per search, read from
+PostgreSQL itself (see first_pass_workers). Latencies are client round trips (psycopg, Unix
+socket). Exact everywhere: no index.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import statistics
+import threading
+import time
 
-# One BLAS thread: one query is one PostgreSQL backend, so NumPy gets one core too.
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from threadpoolctl import threadpool_limits
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-import psycopg  # noqa: E402
-from pgvector.psycopg import register_vector  # noqa: E402
-
-from payrail_embedder.embedders import content_hash  # noqa: E402
-from throwaway_postgres import throwaway_postgres  # noqa: E402
+from payrail_embedder.embedders import content_hash
+from throwaway_postgres import throwaway_postgres
 
 MODEL = "benchmark-model"
 SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
@@ -45,13 +47,35 @@ GUIDANCE = (
     "day to look up. Optional parameters: page (NUMBER): page number; limit (NUMBER): page size.\n"
     "Notes: Category: Data. Tool: Benchmark Provider {number}."
 )
-# What a production server needs for search (README "Production server"); --set adds or overrides.
-DEFAULT_SETTINGS = {"shared_buffers": "2GB", "max_wal_size": "4GB", "checkpoint_timeout": "30min"}
+# What a production server needs for search (README "Production server"): workers for all cores but
+# the leader's; shared_buffers is sized in main(). --set adds or overrides.
+DEFAULT_SETTINGS = {
+    "max_wal_size": "4GB",
+    "checkpoint_timeout": "30min",
+    "max_parallel_workers_per_gather": str(max(0, (os.cpu_count() or 1) - 1)),
+}
+MINIMUM_SHARED_BUFFERS_MB = 2048
+WORKERS_PLANNED = re.compile(r":num_workers (\d+)")
+
+
+def derived_table_bytes(records: int, dimensions: int) -> int:
+    """The size of payrail.provider_method_half_vectors: whole rows per 8 kB page (24-byte page
+    header; per row a 4-byte line pointer, a 24-byte tuple header, the bigint id and the halfvec's
+    8-byte header and 2 bytes per dimension, aligned to 8)."""
+    row = -(-(24 + 8 + 8 + 2 * dimensions) // 8) * 8 + 4
+    return -(-records // ((8192 - 24) // row)) * 8192
+
+
+def shared_buffers_for(records: int, dimensions: int) -> str:
+    """Enough to keep the derived table and the rows search re-ranks cached (README "Production server")."""
+    megabytes = -(-derived_table_bytes(records, dimensions) * 5 // 4 // 2**20)
+    return f"{max(MINIMUM_SHARED_BUFFERS_MB, megabytes)}MB"
 
 
 def unit_vectors(rng: np.random.Generator, count: int, dimensions: int) -> np.ndarray:
     matrix = rng.standard_normal((count, dimensions), dtype=np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    # Row norms without a temporary the size of the matrix (6 GB at 1,000,000 x 1,536).
+    matrix /= np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, np.newaxis]
     return matrix
 
 
@@ -91,46 +115,78 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generator) -> dict[str, list[float]]:
-    """Milliseconds per query: NumPy, the semantic path and the name path interleaved (the name
-    query right after a semantic one, whose scan has evicted the CPU caches), then the name path
-    back to back."""
-    count, dimensions = matrix.shape
-    times: dict[str, list[float]] = {"numpy": [], "semantic": [], "name after semantic": [], "name": []}
+def top3(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:
+    scores = matrix @ q
+    top = np.argpartition(-scores, 3)[:3]
+    return top[np.argsort(-scores[top])]
+
+
+def timed(run) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = run()
+    return result, (time.perf_counter() - started) * 1000
+
+
+def first_pass_workers(url: str, table: str, queries: list[np.ndarray]) -> tuple[int, float]:
+    """The workers the first pass over `table` plans, as PostgreSQL prints its plans
+    (debug_print_plan) in a new session where every statement of the search is planned afresh,
+    and launches per search: every process that scans the table, the leader and each worker,
+    counts one sequential scan in its statistics."""
+    plans: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
+        relid, scans_before = conn.execute(
+            "select relid, seq_scan from pg_stat_user_tables where relid = %s::regclass", (table,)).fetchone()
+        conn.add_notice_handler(lambda notice: plans.append(notice.message_detail or ""))
+        conn.execute("set debug_print_plan = on")
+        conn.execute("set client_min_messages = log")
+        for number, q in enumerate(queries):
+            conn.execute(SEARCH, (f"benchmark plan {number}", q, MODEL)).fetchall()
+        conn.execute("reset debug_print_plan")
+        conn.execute("select pg_stat_force_next_flush()")  # this session's counts, flushed once it is idle
+    with psycopg.connect(url) as conn:
+        scans = conn.execute("select seq_scan from pg_stat_user_tables where relid = %s", (relid,)).fetchone()[0] - scans_before
+    planned = max((int(n) for plan in plans if re.search(rf":relid {relid}\b", plan) for n in WORKERS_PLANNED.findall(plan)), default=0)
+    return planned, scans / len(queries) - 1
+
+
+def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generator) -> dict[str, list[float]]:
+    """Milliseconds per query: NumPy on one thread and on all cores, the semantic path with and
+    without workers and the name path, interleaved (the name query right after a semantic one,
+    whose scan has evicted the CPU caches), then the name path back to back."""
+    count, dimensions = matrix.shape
+    times: dict[str, list[float]] = {
+        "numpy": [], "numpy all cores": [], "semantic": [], "semantic one core": [], "name after semantic": [], "name": []}
+    with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url, autocommit=True) as one_core:
+        register_vector(conn)
+        register_vector(one_core)
+        one_core.execute("set max_parallel_workers_per_gather = 0")
         for number in range(queries + 5):  # the first 5 warm up caches and prepare the statements
             q = unit_vectors(rng, 1, dimensions)[0]
             provider = f"benchmark provider {int(rng.integers(count // METHODS_PER_PROVIDER)):06d}"
 
-            started = time.perf_counter()
-            scores = matrix @ q
-            top = np.argpartition(-scores, 3)[:3]
-            top = top[np.argsort(-scores[top])]
-            numpy_ms = (time.perf_counter() - started) * 1000
-
-            started = time.perf_counter()
-            semantic = conn.execute(SEARCH, (f"benchmark question {number}", q, MODEL)).fetchall()
-            semantic_ms = (time.perf_counter() - started) * 1000
-
-            started = time.perf_counter()
-            named = conn.execute(NAME_SEARCH, (provider,)).fetchall()
-            name_ms = (time.perf_counter() - started) * 1000
+            with threadpool_limits(limits=1):
+                top, numpy_ms = timed(lambda: top3(matrix, q))
+            _, numpy_all_cores_ms = timed(lambda: top3(matrix, q))
+            semantic, semantic_ms = timed(lambda: conn.execute(SEARCH, (f"benchmark question {number}", q, MODEL)).fetchall())
+            alone, one_core_ms = timed(lambda: one_core.execute(SEARCH, (f"benchmark question {number}", q, MODEL)).fetchall())
+            named, name_ms = timed(lambda: conn.execute(NAME_SEARCH, (provider,)).fetchall())
 
             if number == 0:  # the same answer, or the comparison is meaningless
                 expected = [f"Method {int(i):06d}" for i in top]
-                assert [row[1] for row in semantic] == expected, (semantic, expected)
+                assert [row[1] for row in semantic] == expected == [row[1] for row in alone], (semantic, alone, expected)
                 assert len(named) == min(3, METHODS_PER_PROVIDER), named
             if number >= 5:
                 times["numpy"].append(numpy_ms)
+                times["numpy all cores"].append(numpy_all_cores_ms)
                 times["semantic"].append(semantic_ms)
+                times["semantic one core"].append(one_core_ms)
                 times["name after semantic"].append(name_ms)
         for number in range(queries + 5):
             provider = f"benchmark provider {int(rng.integers(count // METHODS_PER_PROVIDER)):06d}"
-            started = time.perf_counter()
-            conn.execute(NAME_SEARCH, (provider,)).fetchall()
+            _, name_ms = timed(lambda: conn.execute(NAME_SEARCH, (provider,)).fetchall())
             if number >= 5:
-                times["name"].append((time.perf_counter() - started) * 1000)
+                times["name"].append(name_ms)
     return times
 
 
@@ -184,16 +240,21 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     clients = [int(c) for c in args.clients.split(",")]
     first_passes = args.first_pass.split(",")
-    settings = {**DEFAULT_SETTINGS, **dict(item.split("=", 1) for item in args.set)}
+    dimensions_list = [int(d) for d in args.dimensions.split(",")]
+    shared_buffers = shared_buffers_for(max(sizes), max(dimensions_list))
+    settings = {**DEFAULT_SETTINGS, "shared_buffers": shared_buffers, **dict(item.split("=", 1) for item in args.set)}
 
     rows = []
     with throwaway_postgres(args.postgres, settings) as server:
         with psycopg.connect(server.admin_url) as conn:
             version = conn.execute("show server_version").fetchone()[0]
-            shown = {name: conn.execute(f"show {name}").fetchone()[0] for name in ("shared_buffers", "max_parallel_workers_per_gather", "jit")}
-        print(f"PostgreSQL {version}, settings {shown}, {os.cpu_count()} CPUs; NumPy {np.__version__} on 1 BLAS thread")
+            # huge_pages_status (PostgreSQL 17 and later) says whether huge pages were obtained.
+            shown = dict(conn.execute(
+                "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
+                (["shared_buffers", "max_parallel_workers_per_gather", "jit", "huge_pages", "huge_pages_status"],)).fetchall())
+        print(f"PostgreSQL {version}, settings {shown}, {os.cpu_count()} CPUs; NumPy {np.__version__} on 1 BLAS thread and on all cores")
         print(f"{args.queries} timed queries per size, interleaved; throughput over {args.seconds:.0f} s per column\n")
-        for dimensions in [int(d) for d in args.dimensions.split(",")]:
+        for dimensions in dimensions_list:
             full = unit_vectors(np.random.default_rng(dimensions), max(sizes), dimensions)
             for size in sizes:
                 database = f"speed_{dimensions}_{size}"
@@ -206,18 +267,24 @@ def main() -> None:
                     with psycopg.connect(url, autocommit=True) as conn:
                         if first_pass == "exact":
                             conn.execute("drop table payrail.provider_method_half_vectors")
-                        table_mb = conn.execute(
+                        table_mb, derived_mb = conn.execute(
                             "select (pg_total_relation_size('payrail.provider_methods') + coalesce(pg_total_relation_size("
-                            "to_regclass('payrail.provider_method_half_vectors')), 0)) / 1e6"
-                        ).fetchone()[0]
-                    times = latencies(url, matrix, args.queries, np.random.default_rng(size))
+                            "to_regclass('payrail.provider_method_half_vectors')), 0)) / 1e6,"
+                            " pg_total_relation_size(to_regclass('payrail.provider_method_half_vectors')) / 1e6"
+                        ).fetchone()
+                    rng = np.random.default_rng(size)
+                    times = latencies(url, matrix, args.queries, rng)
+                    first_pass_table = "payrail.provider_method_half_vectors" if first_pass == "half" else "payrail.provider_methods"
+                    planned, launched = first_pass_workers(url, first_pass_table, list(unit_vectors(rng, 5, dimensions)))
                     qps = [throughput(url, dimensions, c, args.seconds) for c in clients]
                     numpy_p50 = statistics.median(times["numpy"])
                     semantic_p50 = statistics.median(times["semantic"])
                     rows.append(
-                        [dimensions, size, first_pass, f"{float(table_mb):.0f}", f"{load_seconds:.1f}",
-                         numpy_p50, percentile(times["numpy"], 0.95),
-                         semantic_p50, percentile(times["semantic"], 0.95), f"{semantic_p50 / numpy_p50:.1f}x",
+                        [dimensions, size, first_pass, f"{float(table_mb):.0f}",
+                         "-" if derived_mb is None else f"{float(derived_mb):.0f}", f"{load_seconds:.1f}",
+                         numpy_p50, statistics.median(times["numpy all cores"]),
+                         semantic_p50, percentile(times["semantic"], 0.95), statistics.median(times["semantic one core"]),
+                         f"{planned}/{launched:.1f}", f"{semantic_p50 / numpy_p50:.1f}x",
                          statistics.median(times["name"]), percentile(times["name"], 0.95),
                          statistics.median(times["name after semantic"]),
                          *[f"{q:.1f}" for q in qps]]
@@ -226,9 +293,10 @@ def main() -> None:
                 server.drop(database)
     print()
     print_table(
-        ["dims", "records", "first pass", "tables MB", "load s", "numpy p50 ms", "numpy p95 ms", "semantic p50 ms",
-         "semantic p95 ms", "semantic/numpy p50", "name p50 ms", "name p95 ms", "name after semantic p50 ms",
-         *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients]],
+        ["dims", "records", "first pass", "tables MB", "derived MB", "load s", "numpy 1 thread p50 ms",
+         f"numpy {os.cpu_count()} threads p50 ms", "semantic p50 ms", "semantic p95 ms", "semantic no workers p50 ms",
+         "workers planned/launched", "semantic/numpy 1 thread p50", "name p50 ms", "name p95 ms",
+         "name after semantic p50 ms", *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients]],
         rows,
     )
 

@@ -113,6 +113,87 @@ pgvector's exact cosine distance (vector <=>) of the originals, at this many dim
 payrail._search re-ranks by exact distance every record whose first-pass distance is within twice
 this bound of the 3rd nearest, so no record that belongs in the top 3 can be missed.$$;
 
+create or replace function payrail._first_pass(
+  p_query_embedding vector,
+  p_counted_draft_id bigint,
+  p_half_precision boolean,
+  p_scan_limit integer,
+  p_max_distance double precision
+)
+returns table (id bigint, distance double precision)
+-- PL/pgSQL for RETURN QUERY, which runs its query to the end and so may start parallel workers.
+-- PostgreSQL runs a statement asked for a limited number of rows without workers: the SELECT
+-- INTO of payrail._search (it asks for one row) would never launch any, and a language sql
+-- function without SET clauses would be inlined into it. See db/SEARCH.md, "One search, every core".
+language plpgsql
+stable
+-- Unsafe: called inside a parallel worker it could not start workers of its own.
+parallel unsafe
+security invoker
+set search_path from current
+-- One plan per statement, kept: nothing in the arguments changes it.
+set plan_cache_mode = force_generic_plan
+-- pgvector prices a distance like an integer comparison, so under the default costs the planner's
+-- choice of workers hangs on its estimate of the sort, not of the scan. Priced at nothing, workers
+-- are planned whenever the scanned table holds at least min_parallel_table_scan_size: 96MB, about
+-- 24,000 records at 1,536 dimensions; below it starting them costs more than they save. Workers
+-- only pay off on idle cores (db/SEARCH.md, "Measured"). How many grows with the table's size, up
+-- to the server's max_parallel_workers_per_gather (0 turns them off).
+set parallel_setup_cost = 0
+set parallel_tuple_cost = 0
+set min_parallel_table_scan_size = '96MB'
+-- JIT would compile the scan anew on every search, in every worker (above jit_above_cost: about
+-- 200,000 records of 1,536 dimensions) and cannot speed up the distance, computed by pgvector in C.
+set jit = off
+as $$
+begin
+  -- Without p_max_distance, the test costs one comparison with NULL per row.
+  if p_half_precision then
+    -- 1 + the negative inner product of unit vectors in half precision; the 1 is left out, a shift
+    -- that changes no comparison. The scalar subquery runs once per search, not once per row.
+    return query
+      select n.id, n.distance
+      from (
+        select hv.provider_method_id, hv.unit_embedding <#> (select l2_normalize(p_query_embedding)::halfvec)
+        from payrail.provider_method_half_vectors as hv
+      ) as n(id, distance)
+      where p_max_distance is null or n.distance <= p_max_distance
+      order by n.distance
+      limit p_scan_limit;
+    -- The draft comes as one more row, for the caller to sort in: PostgreSQL 16 plans no parallel
+    -- scan of a UNION ALL of the two tables (each branch computes the query's vector apart).
+    if p_counted_draft_id is not null then
+      return query
+        select pm.id, l2_normalize(pm.embedding)::halfvec <#> (select l2_normalize(p_query_embedding)::halfvec)
+        from payrail.provider_methods as pm
+        where pm.id = p_counted_draft_id and not pm.enabled;
+    end if;
+  else
+    return query
+      select n.id, n.distance
+      from (
+        select pm.id, pm.embedding <=> p_query_embedding
+        from payrail.provider_methods as pm
+        where pm.enabled or pm.id = p_counted_draft_id
+      ) as n(id, distance)
+      where p_max_distance is null or n.distance <= p_max_distance
+      order by n.distance
+      limit p_scan_limit;
+  end if;
+end
+$$;
+
+comment on function payrail._first_pass(vector, bigint, boolean, integer, double precision) is
+$$Search's first pass: the p_scan_limit records nearest to the query (NULL: no limit) among those
+within p_max_distance of it (NULL: all), by a distance within the error bound of the exact one.
+
+Enabled records, plus the record p_counted_draft_id (NULL: none) counted as enabled; over the
+half-precision table the draft comes in addition to the p_scan_limit rows, so callers sort. With
+p_half_precision, over payrail.provider_method_half_vectors by 1 + inner product minus 1 (error
+bound payrail._half_precision_error_bound); without (pgvector before 0.7), over the exact
+vectors by cosine distance (error 0). Runs with parallel workers on tables of at least
+min_parallel_table_scan_size (set on this function): db/SEARCH.md, "One search, every core".$$;
+
 create or replace function payrail._search(
   p_query text,
   p_query_embedding vector,
@@ -182,38 +263,15 @@ begin
   -- every row's names would make search about 3x slower), keeping the nearest v_scan_limit.
   -- A record whose exact distance is at most the 3rd smallest is within 2 * v_error_bound of the
   -- 3rd smallest first-pass distance, so every such record is kept unless the kept ones all are
-  -- that near; then the first pass runs again without a limit. Proof: db/SEARCH.md.
+  -- that near; then the first pass runs again for every record that near. Proof: db/SEARCH.md.
   -- pgvector 0.7 and later (db/schema/035): the first pass reads half-precision unit vectors.
   -- Looked up here, not for name-path queries, which never need it.
   v_half_precision := pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null;
   v_error_bound := case when v_half_precision then payrail._half_precision_error_bound(v_model.dimensions) else 0 end;
   loop
-    if v_half_precision then
-      select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
-        into v_nearest_ids, v_nearest_distances
-      from (
-        -- The scalar subqueries run once per search, not once per row. The distance is 1 plus
-        -- the negative inner product; all compared in this pass, so the 1 is left out.
-        select hv.provider_method_id, hv.unit_embedding <#> (select l2_normalize(p_query_embedding)::halfvec)
-        from payrail.provider_method_half_vectors as hv
-        union all
-        select pm.id, l2_normalize(pm.embedding)::halfvec <#> (select l2_normalize(p_query_embedding)::halfvec)
-        from payrail.provider_methods as pm
-        where pm.id = p_counted_draft_id and not pm.enabled
-        order by 2
-        limit v_scan_limit
-      ) as n(id, distance);
-    else
-      select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
-        into v_nearest_ids, v_nearest_distances
-      from (
-        select pm.id, pm.embedding <=> p_query_embedding
-        from payrail.provider_methods as pm
-        where pm.enabled or pm.id = p_counted_draft_id
-        order by 2
-        limit v_scan_limit
-      ) as n(id, distance);
-    end if;
+    select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
+      into v_nearest_ids, v_nearest_distances
+    from payrail._first_pass(p_query_embedding, p_counted_draft_id, v_half_precision, v_scan_limit, v_cutoff) as n;
     v_cutoff := v_nearest_distances[3] + 2 * v_error_bound;
     exit when v_scan_limit is null
       or coalesce(pg_catalog.cardinality(v_nearest_distances), 0) < v_scan_limit

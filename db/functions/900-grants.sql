@@ -62,6 +62,7 @@ grant execute on function
 grant execute on function
   payrail.preview_search(text, text, text, vector, text),
   payrail._search(text, vector, text, bigint),
+  payrail._first_pass(vector, bigint, boolean, integer, double precision),
   payrail._name_path_matches(text, bigint),
   payrail._check_query(text),
   payrail._half_precision_error_bound(integer)

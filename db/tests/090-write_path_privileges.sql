@@ -1,7 +1,7 @@
 -- Privileges of the write path's additions (history, restore, preview, staging, model switch):
 -- each role gets what its job needs and nothing more. Behaviour under each role is in 060-080.
 begin;
-select plan(26);
+select plan(28);
 
 -- provider_method_history: operators read it; only the security-definer trigger writes it, so no
 -- role can add, change or remove an entry, not even column by column.
@@ -51,6 +51,10 @@ select function_privs_are('payrail', 'preview_search', array['text', 'text', 'te
   'preview_search: the embedder may not');
 select function_privs_are('payrail', '_search', array['text', 'vector', 'text', 'bigint'], 'payrail_agent', array[]::text[],
   '_search: agents reach it only through search_provider_methods');
+select function_privs_are('payrail', '_first_pass', array['vector', 'bigint', 'boolean', 'integer', 'double precision'], 'payrail_agent', array[]::text[],
+  '_first_pass: agents reach it only through search_provider_methods');
+select function_privs_are('payrail', '_first_pass', array['vector', 'bigint', 'boolean', 'integer', 'double precision'], 'payrail_operator', array['EXECUTE'],
+  '_first_pass: operators run it for preview_search, with their own privileges');
 select function_privs_are('payrail', '_search', array['text', 'vector', 'text', 'bigint'], 'payrail_operator', array['EXECUTE'],
   '_search: operators run it for preview_search, with their own privileges');
 select function_privs_are('payrail', '_name_path_matches', array['text', 'bigint'], 'payrail_agent', array[]::text[],
@@ -61,8 +65,8 @@ select is_empty(
   $$select p.oid::regprocedure::text from pg_proc as p
     where p.pronamespace = 'payrail'::regnamespace and p.prosecdef
       and p.proname in ('get_provider_method_history', 'restore_provider_method', 'save_provider_method',
-                        'preview_search', '_search', 'switch_embedding_model')$$,
-  'history reads, restore, save, preview and switch functions are security invoker');
+                        'preview_search', '_search', '_first_pass', 'switch_embedding_model')$$,
+  'history reads, restore, save, preview, search helpers and switch functions are security invoker');
 
 -- Behaviour: a login holding only payrail_operator edits, and its edits are in the history under its name.
 select payrail.set_embedding_model('test-model', 3);
