@@ -24,6 +24,7 @@ from payrail_embedder import catalog
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import content_hash, record_text
 from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
+from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE
 
 SETTINGS = settings(
     max_examples=200,
@@ -51,13 +52,25 @@ def stored_name(name: str) -> str:
     return unicodedata.normalize("NFC", name.strip(NAME_SPACES))
 
 
-def normalized(name: str) -> str:
-    """payrail._normalize_name: trimmed, case-folded, runs of white space collapsed to one space.
+def simple_case_fold(ch: str) -> str:
+    """Unicode simple case folding of one character: full folding where it is one character, else
+    the lower case where that is (ẞ -> ß)."""
+    for folded in (ch.casefold(), ch.lower()):
+        if len(folded) == 1:
+            return folded
+    return ch
 
-    lower() character by character, as PostgreSQL's lower() maps them (str.lower() would turn a
-    final Σ into ς).
-    """
-    return "".join(ch.lower() for ch in re.sub(f"[{re.escape(WHITE_SPACE)}]+", " ", trim(name)))
+
+def normalized(name: str) -> str:
+    """payrail._normalize_name: invisible characters dropped, NFKC, simple case folding, NFKC,
+    runs of white space collapsed to one space, trimmed."""
+    name = unicodedata.normalize("NFKC", "".join(ch for ch in name if ch not in QUERY_INVISIBLE))
+    name = unicodedata.normalize("NFKC", "".join(map(simple_case_fold, name)))
+    return re.sub(f"[{re.escape(WHITE_SPACE)}]+", " ", name).strip(" ")
+
+
+def invisible(text: str) -> bool:
+    return any(ch in QUERY_INVISIBLE for ch in text)
 
 
 def controls(text: str, allowed: str = "") -> bool:
@@ -69,16 +82,20 @@ def name_broken(value: str) -> str | None:
     value = stored_name(value)
     if controls(value):
         return "a control character"
+    if invisible(value):
+        return "an invisible character"
     if not 1 <= len(trim(value)) <= 120:
         return f"{len(trim(value))} characters after trimming"
+    if len(normalized(value).encode()) > 1200:
+        return "a comparison key over 1,200 bytes"
     return None
 
 
 def url_broken(url: str) -> str | None:
     if len(url) > 2048:
         return "over 2,048 characters"
-    if any(ch in WHITE_SPACE for ch in url) or controls(url):
-        return "white space or a control character"
+    if any(ch in WHITE_SPACE for ch in url) or controls(url) or invisible(url):
+        return "white space, a control or an invisible character"
     if url[:8].lower() != "https://":
         return "not https://"
     authority = re.split(r"[/?#]", url[8:], maxsplit=1)[0]
@@ -103,6 +120,8 @@ def record_broken(provider: str, method: str, urls: list[str], docs_url: str | N
         broken.append(f"guidance of {len(guidance)} characters")
     if controls(guidance, GUIDANCE_CONTROLS_ALLOWED):
         broken.append("guidance: a control character")
+    if any(0xE0000 <= ord(ch) <= 0xE007F for ch in guidance):
+        broken.append("guidance: a tag character")
     if not trim(guidance):
         broken.append("guidance: white space only")
     return broken
@@ -112,7 +131,9 @@ def record_broken(provider: str, method: str, urls: list[str], docs_url: str | N
 
 # Characters that sit on the rules' edges, mixed into arbitrary Unicode (no NUL: PostgreSQL text
 # cannot hold it, and psycopg refuses it before sending; the import tests below cover NUL).
-EDGES = WHITE_SPACE + "\x01\x1c\x1f\x7f\x85\x9f/?#@:[]%\\\"'\u200b\u180eÉéßΣςİ"
+# Invisible characters and compatibility forms too: a bidi override, a tag, a variation selector,
+# a soft hyphen, fullwidth and mathematical letters, ligatures, U+FDFA (18 letters in NFKC).
+EDGES = WHITE_SPACE + "\x01\x1c\x1f\x7f\x85\x9f/?#@:[]%\\\"'\u200b\u180eÉéßΣςİ\u202e\U000e0041\ufe0f\u00adＡ𝐀ﬁ\u212a\ufdfa"
 chars = st.one_of(st.characters(codec="utf-8", exclude_characters="\x00"), st.sampled_from(EDGES))
 
 
@@ -256,10 +277,22 @@ def test_every_well_formed_record_is_accepted(database_url):
 CASED = "abcdefghijklmnopqrstuvwxyzàéîõüçñøåæœšžłđαβγδεζηθλμπσφωабвгдежзиклмнопрстуфхцчшщыэюя"
 
 
+def look_alike(draw, ch: str) -> str:
+    """The same letter in another case or encoding: upper case, decomposed (NFD), and for Latin
+    letters fullwidth (Ｓ) or mathematical bold (𝐒)."""
+    forms = [ch, ch.upper(), unicodedata.normalize("NFD", ch)]
+    if "a" <= ch.lower() <= "z":
+        forms.append(chr(ord(ch) + 0xFEE0))
+        forms.append(chr((0x1D400 if ch.isupper() else 0x1D41A) + ord(ch.lower()) - ord("a")))
+    return draw(st.sampled_from(forms))
+
+
 def case_and_space_variant(draw, name: str) -> str:
-    """The same name in any case, with any runs of white space around and between its words."""
-    swapped = "".join(ch.upper() if draw(st.booleans()) else ch for ch in name)
-    space = st.text(st.sampled_from(NAME_SPACES), min_size=1, max_size=3)
+    """The same name in any case or encoding, with any runs of white space around and between its
+    words."""
+    swapped = "".join(look_alike(draw, ch) for ch in name)
+    # Not the byte order mark: trimmed at the ends, but invisible (refused) between words.
+    space = st.text(st.sampled_from(NAME_SPACES.replace("\ufeff", "")), min_size=1, max_size=3)
     words = swapped.split(" ")
     return draw(space) + "".join(w + draw(space) for w in words[:-1]) + words[-1] + draw(space)
 
@@ -271,7 +304,7 @@ def name_pairs(draw):
     return provider, method, case_and_space_variant(draw, provider), case_and_space_variant(draw, method)
 
 
-def test_provider_and_method_are_unique_ignoring_case_and_runs_of_white_space(database_url):
+def test_provider_and_method_are_unique_ignoring_case_encoding_and_runs_of_white_space(database_url):
     with connect(database_url) as conn:
 
         @SETTINGS
@@ -351,8 +384,8 @@ queries = st.one_of(
 
 
 def query_is_invalid(query: str) -> bool:
-    """22023 by the contract: empty, white space only, or over 2,000 characters."""
-    return not trim(query) or len(query) > 2000
+    """22023 by the contract: empty, white space or invisible characters only, or over 2,000 characters."""
+    return not query.strip(QUERY_BLANK) or len(query) > 2000
 
 
 def test_search_on_any_text_answers_at_most_three_by_name_or_asks_for_an_embedding(database_url):

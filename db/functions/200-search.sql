@@ -6,8 +6,8 @@ security invoker
 set search_path from current
 as $$
 begin
-  -- Unicode white space too: \S follows the server's locale (U+00A0 is not space in C.UTF-8).
-  if p_query is null or payrail._trim_white_space(p_query) = '' then
+  -- Unicode white space and invisible characters, the same in every locale.
+  if p_query is null or payrail._is_blank(p_query) then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = 'query is empty',
@@ -23,7 +23,7 @@ end
 $$;
 
 comment on function payrail._check_query(text) is
-$$Raises invalid_parameter_value (22023) for an empty or over-long (> 2,000 characters) query.$$;
+$$Raises invalid_parameter_value (22023) for an empty (nothing but white space or invisible characters) or over-long (> 2,000 characters) query.$$;
 
 -- Since preview_search: the record to count as enabled. Drop the old signature so a rerun
 -- never leaves two overloads behind.

@@ -18,6 +18,10 @@ grant execute on function
 -- triggers call with the writer's privileges.
 grant execute on function
   payrail._trim_white_space(text),
+  payrail._white_space_characters(),
+  payrail._invisible_characters(),
+  payrail._is_blank(text),
+  payrail._fold_case(text),
   payrail._canonical_name(text),
   payrail._normalize_name(text),
   payrail._content_hash(text, text, text),

@@ -44,7 +44,8 @@ alter table payrail.provider_methods
     check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> ''),
   drop constraint if exists provider_methods_guidance_characters_check,
   add constraint provider_methods_guidance_characters_check
-    check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f]'),
+    -- Tag characters too: invisible, they can carry text an agent would read and a person not.
+    check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f\U000e0000-\U000e007f]'),
   drop constraint if exists provider_methods_urls_count_check,
   add constraint provider_methods_urls_count_check
     check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) = 1 and pg_catalog.cardinality(urls) <= 10)),
@@ -83,14 +84,14 @@ Operators edit the public fields (provider, method, urls, docs_url, guidance) an
 Everything else is internal. Only enabled rows are searchable, and an enabled row always
 carries an embedding of its current provider, method and guidance made by the registry's model.$$;
 comment on column payrail.provider_methods.id is 'Internal key.';
-comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case and runs of white space.';
-comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control characters.';
+comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case (Unicode case folding), compatibility forms (NFKC) and runs of white space.';
+comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC.';
 comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates.';
 comment on column payrail.provider_methods.docs_url is 'The official documentation URL (https://), or NULL.';
 comment on column payrail.provider_methods.guidance is
 $$Operating guidance for agents: plain text, 1..8,000 characters, Purpose / Instructions / Notes.
 
-No control characters but newline and tab. Never parsed into another protocol.$$;
+No control characters but newline and tab, no tag characters. Never parsed into another protocol.$$;
 comment on column payrail.provider_methods.enabled is 'Visible to search. Needs a current embedding; false (a draft) by default.';
 comment on column payrail.provider_methods.content_hash is 'SHA-256 of provider, method and guidance (payrail._content_hash): what an embedding must be made from.';
 comment on column payrail.provider_methods.embedding is 'Embedding of provider, method and guidance by the registry''s model; NULL until embedded or after a draft''s content changes.';
