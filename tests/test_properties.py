@@ -462,6 +462,73 @@ def test_search_with_any_vector_answers_at_most_three_or_says_why_not(database_u
         check()
 
 
+# --- vectors of extreme scale ----------------------------------------------------------------------
+
+# Directions whose components are 0 or between 2^-20 and 1 in size, so that scaling them by 2^k
+# is exact in float32 for k from -106 to 127 (no component becomes subnormal or infinite).
+component = st.one_of(st.just(0.0), st.floats(2.0**-20, 1.0, width=32), st.floats(-1.0, -(2.0**-20), width=32))
+directions = st.lists(component, min_size=FAKE_DIMENSIONS, max_size=FAKE_DIMENSIONS).filter(any).map(
+    lambda xs: np.array(xs, dtype=np.float32)
+)
+SEMANTIC = "a question that is no provider or method name"
+
+
+def semantic_answer(conn: psycopg.Connection, vector: np.ndarray) -> list[tuple[str, str]]:
+    rows = conn.execute("select * from payrail.search_provider_methods(%s, %s, %s)", (SEMANTIC, vector, FAKE_MODEL))
+    return [(r[0], r[1]) for r in rows]
+
+
+def test_a_query_vectors_scale_never_changes_the_ranking(database_url):
+    """From 2^-106 to 2^127 (float32's whole range: squares overflow above 2^64 and vanish below
+    2^-75), a query ranks by its direction alone."""
+    seed_search(database_url)
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(direction=directions, exponent=st.integers(-106, 127))
+        @example(direction=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), exponent=127)
+        @example(direction=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), exponent=-106)
+        def check(direction, exponent):
+            with conn.transaction(force_rollback=True):
+                conn.execute("set local role payrail_agent")
+                scaled = direction * np.float32(2.0**exponent)
+                assert np.all(scaled / np.float32(2.0**exponent) == direction)  # the scaling was exact
+                assert semantic_answer(conn, scaled) == semantic_answer(conn, direction)
+
+        check()
+
+
+def test_a_stored_vectors_scale_never_changes_the_ranking_or_is_refused(database_url):
+    """A stored vector scaled by 2^k ranks as before for k in -32..32; beyond, it is refused (22023)."""
+    seed_search(database_url)
+    with connect(database_url) as conn:
+        ids = [i for (i,) in conn.execute("select id from payrail.provider_methods where enabled order by id")]
+
+        @SETTINGS
+        @given(query=directions, record=st.sampled_from(ids), exponent=st.integers(-100, 100))
+        @example(query=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), record=ids[0], exponent=33)
+        @example(query=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), record=ids[0], exponent=-33)
+        def check(query, record, exponent):
+            with conn.transaction(force_rollback=True):
+                before = semantic_answer(conn, query)
+                (stored,) = conn.execute("select embedding::real[] from payrail.provider_methods where id = %s", (record,)).fetchone()
+                stored = np.array(stored, dtype=np.float32)
+                try:
+                    with conn.transaction():
+                        conn.execute(
+                            "update payrail.provider_methods set embedding = %s where id = %s",
+                            (stored * np.float32(2.0**exponent), record),
+                        )
+                except psycopg.errors.InvalidParameterValue as error:
+                    assert not -32 <= exponent <= 32, str(error)
+                    assert "a stored vector's length must be between 2^-32 and 2^32" in str(error)
+                    return
+                assert -32 <= exponent <= 32, "a vector of extreme length was stored"
+                assert semantic_answer(conn, query) == before
+
+        check()
+
+
 # --- import validation -----------------------------------------------------------------------------
 
 # Any character a JSON \u escape can spell: NUL and lone surrogates (\ud800) too, which PostgreSQL

@@ -175,6 +175,9 @@ begin
         coalesce(p_query_embedding_model, 'unnamed'), vector_dims(p_query_embedding), v_model.name, v_model.dimensions),
       hint = 'Embed the query with the model payrail.get_embedding_model() returns.';
   end if;
+  -- Its direction alone ranks: scaled to unit length in double precision, a query of any length
+  -- ranks the same, where pgvector's float32 sums would overflow or vanish at extreme lengths.
+  p_query_embedding := l2_normalize(p_query_embedding);
 
   -- Exact cosine distance over every enabled record (no index, by design); the unique
   -- normalized name breaks ties so equal distances always come back in the same order.
@@ -258,7 +261,8 @@ $$Finds at most 3 enabled provider methods for an agent's question; no scores.
 Name path: when the normalized query equals a provider, a method, or "provider method" /
 "provider / method", the matching records come back (see payrail._name_path_matches for the
 order) and query_embedding is not needed. Otherwise the semantic path orders every enabled
-record by exact cosine distance to query_embedding, ties by normalized provider and method.
+record by exact cosine distance to query_embedding scaled to unit length (in double precision:
+its scale never changes the ranking), ties by normalized provider and method.
 
 Errors (db/ERRCODES.md): 22023 empty or over-long query, or zero vector; PYE01 the query needs
 an embedding; PYE02 the embedding is not from the registry's model (name or dimensions).$$;
