@@ -37,11 +37,13 @@ security invoker
 set search_path from current
 as $$
   -- Exact pair first, then provider, then method; within each, by normalized provider and method.
+  -- Enabled records through the indexes that hold no draft; the counted draft by its id alone.
   select pm.*
-  from payrail.provider_methods as pm,
+  from (select * from payrail.provider_methods where enabled
+        union all
+        select * from payrail.provider_methods where id = p_counted_draft_id and not enabled) as pm,
        lateral (select payrail._normalize_name(p_query)) as q(name)
-  where (pm.enabled or pm.id = p_counted_draft_id)
-    and (payrail._normalize_name(pm.provider) = q.name
+  where (payrail._normalize_name(pm.provider) = q.name
          or payrail._normalize_name(pm.method) = q.name
          or payrail._normalize_name(pm.provider || ' ' || pm.method) = q.name
          or payrail._normalize_name(pm.provider || ' / ' || pm.method) = q.name)

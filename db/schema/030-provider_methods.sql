@@ -69,13 +69,20 @@ alter table payrail.provider_methods
 
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
--- The name path looks up a provider, a method, or a "provider method" pair.
-create index if not exists provider_methods_method_name_idx
-  on payrail.provider_methods (payrail._normalize_name(method));
-create index if not exists provider_methods_pair_name_idx
-  on payrail.provider_methods (payrail._normalize_name(provider || ' ' || method));
-create index if not exists provider_methods_pair_slash_name_idx
-  on payrail.provider_methods (payrail._normalize_name(provider || ' / ' || method));
+-- The name path looks up a provider, a method, or a "provider method" pair, among enabled records
+-- only: indexes that hold no draft, so an agent's lookup of a draft's name reads what a lookup
+-- of an unknown name reads, entry for entry (pg_stat_user_indexes and pg_statio_* say nothing).
+drop index if exists payrail.provider_methods_method_name_idx;
+drop index if exists payrail.provider_methods_pair_name_idx;
+drop index if exists payrail.provider_methods_pair_slash_name_idx;
+create index if not exists provider_methods_enabled_provider_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider)) where enabled;
+create index if not exists provider_methods_enabled_method_name_idx
+  on payrail.provider_methods (payrail._normalize_name(method)) where enabled;
+create index if not exists provider_methods_enabled_pair_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider || ' ' || method)) where enabled;
+create index if not exists provider_methods_enabled_pair_slash_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider || ' / ' || method)) where enabled;
 
 comment on table payrail.provider_methods is
 $$Provider methods: one row per method of a provider that agents can discover.
