@@ -8,9 +8,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder.database import connect
-from payrail_embedder.embedders import content_hash, record_text
+from test_properties import seed_search
 
 RECORDS = [
     ("Stripe", "Create a refund", True),
@@ -36,16 +35,8 @@ order by 1
 
 
 def seed(url: str) -> None:
+    seed_search(url, RECORDS)
     with connect(url) as conn:
-        conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
-        for provider, method, enabled in RECORDS:
-            guidance = f"Purpose: {method.lower()} with {provider}."
-            conn.execute(
-                "insert into payrail.provider_methods (provider, method, guidance, enabled, embedding,"
-                " embedding_model, embedding_content_hash) values (%s, %s, %s, %s, %s, %s, %s)",
-                (provider, method, guidance, enabled, fake_embedding(record_text(provider, method, guidance)),
-                 FAKE_MODEL, content_hash(provider, method, guidance)),
-            )  # fmt: skip
         conn.execute("analyze payrail.provider_methods")
 
 

@@ -335,10 +335,11 @@ SEEDED = [
 ]
 
 
-def seed_search(database_url: str) -> None:
+def seed_search(database_url: str, records: list[tuple[str, str, bool]] = SEEDED) -> None:
+    """A registry of these (provider, method, enabled) records, each embedded by the fake model."""
     with connect(database_url) as conn:
         conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
-        for provider, method, enabled in SEEDED:
+        for provider, method, enabled in records:
             guidance = f"Purpose: {method.lower()} with {provider}."
             conn.execute(
                 """
