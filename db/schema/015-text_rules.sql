@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 -- Immutable helpers that the table's constraints, generated column and indexes use,
 -- so they are created before the table.
 
