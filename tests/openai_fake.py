@@ -38,6 +38,8 @@ class FakeOpenAI:
 
     behaviour: str = "ok"
     dimensions: int = FAKE_DIMENSIONS
+    # Multiplies every vector it answers: a service answering vectors of extreme length.
+    scale: float = 1.0
     hang_seconds: float = 30.0
     requests: list[dict] = field(default_factory=list)
     # Requests the fake is hanging on right now: a client that returned while this is not 0 gave up
@@ -76,10 +78,11 @@ class FakeOpenAI:
                     self._send_raw(200, b'{"data": [{"embedding": ')
                     return
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                dimensions = fake.dimensions + (1 if fake.behaviour == "wrong_dimensions" else 0)
+                # Asked for shorter vectors, it answers them, as OpenAI's text-embedding-3 models do.
+                dimensions = body.get("dimensions", fake.dimensions) + (1 if fake.behaviour == "wrong_dimensions" else 0)
                 data = []
                 for index, text in enumerate(inputs):
-                    vector = fake_embedding(text, dimensions)
+                    vector = fake_embedding(text, dimensions) * fake.scale
                     if body.get("encoding_format") == "base64":
                         embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode()
                     else:

@@ -361,3 +361,38 @@ def test_openai_embedder_times_out_on_a_hanging_server(openai_fake):
 
     assert len(openai_fake.requests) == 1
     assert openai_fake.hanging == 1, "the client gave up on its own timeout while the fake still hung"
+
+
+def test_openai_models_must_answer_their_own_dimensions(openai_fake):
+    """A server answering 64-dimensional vectors for text-embedding-3-small is not OpenAI's model."""
+    embedder = OpenAIEmbedder("text-embedding-3-small", api_key="test-key", base_url=openai_fake.base_url)
+    with pytest.raises(EmbeddingUnavailable, match="returned 64-dimensional embeddings, but 1536 the model makes"):
+        embedder.embed(["send an SMS"])
+    asked = OpenAIEmbedder("text-embedding-3-large", api_key="test-key", base_url=openai_fake.base_url, dimensions=64)
+    assert [v.size for v in asked.embed(["send an SMS", "geocode"])] == [64, 64]
+    assert openai_fake.requests[-1]["dimensions"] == 64
+    openai_fake.behaviour = "wrong_dimensions"
+    with pytest.raises(EmbeddingUnavailable, match="returned 65-dimensional embeddings, but 64 were asked for"):
+        asked.embed(["send an SMS"])
+
+
+def test_a_reply_of_other_dimensions_is_never_recorded_as_the_models_shape(cli_env, openai_fake, database_url, tmp_path):
+    """On a fresh registry, the first import sets the model: never from a reply of the wrong shape."""
+    path = write_jsonl(tmp_path / "catalog.jsonl", [{**CATALOG[0], "enabled": True}])
+    env = {**cli_env, "PAYRAIL_EMBEDDING_MODEL": "text-embedding-3-small"}
+    result = run_cli(env, "import", path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "returned 64-dimensional embeddings, but 1536 the model makes" in result.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select count(*) from payrail.embedding_model").fetchone() == (0,)
+        assert conn.execute("select count(*) from payrail.provider_methods").fetchone() == (0,)
+    result = run_cli({**env, "PAYRAIL_EMBEDDING_DIMENSIONS": "64"}, "import", path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select name, dimensions from payrail.embedding_model").fetchone() == ("text-embedding-3-small", 64)
+
+
+def test_an_embedding_of_extreme_length_is_refused_before_it_is_stored(openai_fake):
+    openai_fake.scale = 2.0**40
+    with pytest.raises(EmbeddingUnavailable, match="an embedding of length 1.09951e\\+12, outside 2\\^-32..2\\^32"):
+        direct_embedder(openai_fake).embed(["send an SMS"])

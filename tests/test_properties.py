@@ -24,6 +24,7 @@ from payrail_embedder import catalog
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import content_hash, record_text
 from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
+from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE
 
 SETTINGS = settings(
     max_examples=200,
@@ -51,13 +52,25 @@ def stored_name(name: str) -> str:
     return unicodedata.normalize("NFC", name.strip(NAME_SPACES))
 
 
-def normalized(name: str) -> str:
-    """payrail._normalize_name: trimmed, case-folded, runs of white space collapsed to one space.
+def simple_case_fold(ch: str) -> str:
+    """Unicode simple case folding of one character: full folding where it is one character, else
+    the lower case where that is (ẞ -> ß)."""
+    for folded in (ch.casefold(), ch.lower()):
+        if len(folded) == 1:
+            return folded
+    return ch
 
-    lower() character by character, as PostgreSQL's lower() maps them (str.lower() would turn a
-    final Σ into ς).
-    """
-    return "".join(ch.lower() for ch in re.sub(f"[{re.escape(WHITE_SPACE)}]+", " ", trim(name)))
+
+def normalized(name: str) -> str:
+    """payrail._normalize_name: invisible characters dropped, NFKC, simple case folding, NFKC,
+    runs of white space collapsed to one space, trimmed."""
+    name = unicodedata.normalize("NFKC", "".join(ch for ch in name if ch not in QUERY_INVISIBLE))
+    name = unicodedata.normalize("NFKC", "".join(map(simple_case_fold, name)))
+    return re.sub(f"[{re.escape(WHITE_SPACE)}]+", " ", name).strip(" ")
+
+
+def invisible(text: str) -> bool:
+    return any(ch in QUERY_INVISIBLE for ch in text)
 
 
 def controls(text: str, allowed: str = "") -> bool:
@@ -69,16 +82,20 @@ def name_broken(value: str) -> str | None:
     value = stored_name(value)
     if controls(value):
         return "a control character"
+    if invisible(value):
+        return "an invisible character"
     if not 1 <= len(trim(value)) <= 120:
         return f"{len(trim(value))} characters after trimming"
+    if len(normalized(value).encode()) > 1200:
+        return "a comparison key over 1,200 bytes"
     return None
 
 
 def url_broken(url: str) -> str | None:
     if len(url) > 2048:
         return "over 2,048 characters"
-    if any(ch in WHITE_SPACE for ch in url) or controls(url):
-        return "white space or a control character"
+    if any(ch in WHITE_SPACE for ch in url) or controls(url) or invisible(url):
+        return "white space, a control or an invisible character"
     if url[:8].lower() != "https://":
         return "not https://"
     authority = re.split(r"[/?#]", url[8:], maxsplit=1)[0]
@@ -103,6 +120,8 @@ def record_broken(provider: str, method: str, urls: list[str], docs_url: str | N
         broken.append(f"guidance of {len(guidance)} characters")
     if controls(guidance, GUIDANCE_CONTROLS_ALLOWED):
         broken.append("guidance: a control character")
+    if any(0xE0000 <= ord(ch) <= 0xE007F for ch in guidance):
+        broken.append("guidance: a tag character")
     if not trim(guidance):
         broken.append("guidance: white space only")
     return broken
@@ -112,7 +131,9 @@ def record_broken(provider: str, method: str, urls: list[str], docs_url: str | N
 
 # Characters that sit on the rules' edges, mixed into arbitrary Unicode (no NUL: PostgreSQL text
 # cannot hold it, and psycopg refuses it before sending; the import tests below cover NUL).
-EDGES = WHITE_SPACE + "\x01\x1c\x1f\x7f\x85\x9f/?#@:[]%\\\"'\u200b\u180eÉéßΣςİ"
+# Invisible characters and compatibility forms too: a bidi override, a tag, a variation selector,
+# a soft hyphen, fullwidth and mathematical letters, ligatures, U+FDFA (18 letters in NFKC).
+EDGES = WHITE_SPACE + "\x01\x1c\x1f\x7f\x85\x9f/?#@:[]%\\\"'\u200b\u180eÉéßΣςİ\u202e\U000e0041\ufe0f\u00adＡ𝐀ﬁ\u212a\ufdfa"
 chars = st.one_of(st.characters(codec="utf-8", exclude_characters="\x00"), st.sampled_from(EDGES))
 
 
@@ -256,10 +277,22 @@ def test_every_well_formed_record_is_accepted(database_url):
 CASED = "abcdefghijklmnopqrstuvwxyzàéîõüçñøåæœšžłđαβγδεζηθλμπσφωабвгдежзиклмнопрстуфхцчшщыэюя"
 
 
+def look_alike(draw, ch: str) -> str:
+    """The same letter in another case or encoding: upper case, decomposed (NFD), and for Latin
+    letters fullwidth (Ｓ) or mathematical bold (𝐒)."""
+    forms = [ch, ch.upper(), unicodedata.normalize("NFD", ch)]
+    if "a" <= ch.lower() <= "z":
+        forms.append(chr(ord(ch) + 0xFEE0))
+        forms.append(chr((0x1D400 if ch.isupper() else 0x1D41A) + ord(ch.lower()) - ord("a")))
+    return draw(st.sampled_from(forms))
+
+
 def case_and_space_variant(draw, name: str) -> str:
-    """The same name in any case, with any runs of white space around and between its words."""
-    swapped = "".join(ch.upper() if draw(st.booleans()) else ch for ch in name)
-    space = st.text(st.sampled_from(NAME_SPACES), min_size=1, max_size=3)
+    """The same name in any case or encoding, with any runs of white space around and between its
+    words."""
+    swapped = "".join(look_alike(draw, ch) for ch in name)
+    # Not the byte order mark: trimmed at the ends, but invisible (refused) between words.
+    space = st.text(st.sampled_from(NAME_SPACES.replace("\ufeff", "")), min_size=1, max_size=3)
     words = swapped.split(" ")
     return draw(space) + "".join(w + draw(space) for w in words[:-1]) + words[-1] + draw(space)
 
@@ -271,7 +304,7 @@ def name_pairs(draw):
     return provider, method, case_and_space_variant(draw, provider), case_and_space_variant(draw, method)
 
 
-def test_provider_and_method_are_unique_ignoring_case_and_runs_of_white_space(database_url):
+def test_provider_and_method_are_unique_ignoring_case_encoding_and_runs_of_white_space(database_url):
     with connect(database_url) as conn:
 
         @SETTINGS
@@ -302,10 +335,11 @@ SEEDED = [
 ]
 
 
-def seed_search(database_url: str) -> None:
+def seed_search(database_url: str, records: list[tuple[str, str, bool]] = SEEDED) -> None:
+    """A registry of these (provider, method, enabled) records, each embedded by the fake model."""
     with connect(database_url) as conn:
         conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
-        for provider, method, enabled in SEEDED:
+        for provider, method, enabled in records:
             guidance = f"Purpose: {method.lower()} with {provider}."
             conn.execute(
                 """
@@ -351,8 +385,8 @@ queries = st.one_of(
 
 
 def query_is_invalid(query: str) -> bool:
-    """22023 by the contract: empty, white space only, or over 2,000 characters."""
-    return not trim(query) or len(query) > 2000
+    """22023 by the contract: empty, white space or invisible characters only, or over 2,000 characters."""
+    return not query.strip(QUERY_BLANK) or len(query) > 2000
 
 
 def test_search_on_any_text_answers_at_most_three_by_name_or_asks_for_an_embedding(database_url):
@@ -425,6 +459,73 @@ def test_search_with_any_vector_answers_at_most_three_or_says_why_not(database_u
                     assert well_formed, (vector, model)
                     enabled = {(p, m) for p, m, e in SEEDED if e}
                     assert len(rows) == 3 and {(r[0], r[1]) for r in rows} <= enabled
+
+        check()
+
+
+# --- vectors of extreme scale ----------------------------------------------------------------------
+
+# Directions whose components are 0 or between 2^-20 and 1 in size, so that scaling them by 2^k
+# is exact in float32 for k from -106 to 127 (no component becomes subnormal or infinite).
+component = st.one_of(st.just(0.0), st.floats(2.0**-20, 1.0, width=32), st.floats(-1.0, -(2.0**-20), width=32))
+directions = st.lists(component, min_size=FAKE_DIMENSIONS, max_size=FAKE_DIMENSIONS).filter(any).map(
+    lambda xs: np.array(xs, dtype=np.float32)
+)
+SEMANTIC = "a question that is no provider or method name"
+
+
+def semantic_answer(conn: psycopg.Connection, vector: np.ndarray) -> list[tuple[str, str]]:
+    rows = conn.execute("select * from payrail.search_provider_methods(%s, %s, %s)", (SEMANTIC, vector, FAKE_MODEL))
+    return [(r[0], r[1]) for r in rows]
+
+
+def test_a_query_vectors_scale_never_changes_the_ranking(database_url):
+    """From 2^-106 to 2^127 (float32's whole range: squares overflow above 2^64 and vanish below
+    2^-75), a query ranks by its direction alone."""
+    seed_search(database_url)
+    with connect(database_url) as conn:
+
+        @SETTINGS
+        @given(direction=directions, exponent=st.integers(-106, 127))
+        @example(direction=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), exponent=127)
+        @example(direction=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), exponent=-106)
+        def check(direction, exponent):
+            with conn.transaction(force_rollback=True):
+                conn.execute("set local role payrail_agent")
+                scaled = direction * np.float32(2.0**exponent)
+                assert np.all(scaled / np.float32(2.0**exponent) == direction)  # the scaling was exact
+                assert semantic_answer(conn, scaled) == semantic_answer(conn, direction)
+
+        check()
+
+
+def test_a_stored_vectors_scale_never_changes_the_ranking_or_is_refused(database_url):
+    """A stored vector scaled by 2^k ranks as before for k in -32..32; beyond, it is refused (22023)."""
+    seed_search(database_url)
+    with connect(database_url) as conn:
+        ids = [i for (i,) in conn.execute("select id from payrail.provider_methods where enabled order by id")]
+
+        @SETTINGS
+        @given(query=directions, record=st.sampled_from(ids), exponent=st.integers(-100, 100))
+        @example(query=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), record=ids[0], exponent=33)
+        @example(query=np.full(FAKE_DIMENSIONS, 0.5, dtype=np.float32), record=ids[0], exponent=-33)
+        def check(query, record, exponent):
+            with conn.transaction(force_rollback=True):
+                before = semantic_answer(conn, query)
+                (stored,) = conn.execute("select embedding::real[] from payrail.provider_methods where id = %s", (record,)).fetchone()
+                stored = np.array(stored, dtype=np.float32)
+                try:
+                    with conn.transaction():
+                        conn.execute(
+                            "update payrail.provider_methods set embedding = %s where id = %s",
+                            (stored * np.float32(2.0**exponent), record),
+                        )
+                except psycopg.errors.InvalidParameterValue as error:
+                    assert not -32 <= exponent <= 32, str(error)
+                    assert "a stored vector's length must be between 2^-32 and 2^32" in str(error)
+                    return
+                assert -32 <= exponent <= 32, "a vector of extreme length was stored"
+                assert semantic_answer(conn, query) == before
 
         check()
 

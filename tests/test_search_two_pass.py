@@ -24,7 +24,7 @@ MODEL = "two-pass-test-model"
 PLAIN_EXACT_ORDER = """
     select provider, method from payrail.provider_methods
     where enabled or id = %(draft)s
-    order by embedding <=> %(query)s, payrail._normalize_name(provider), payrail._normalize_name(method)
+    order by embedding <=> l2_normalize(%(query)s), payrail._normalize_name(provider), payrail._normalize_name(method)
     limit 3
 """
 SEARCH = "select provider, method from payrail.search_provider_methods(%s, %s, %s)"

@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 create or replace function payrail.tg_provider_methods__keep_embedding_current()
 returns trigger
 language plpgsql
@@ -28,6 +31,17 @@ begin
           new.provider, new.method, coalesce(new.embedding_model, 'unknown'), vector_dims(new.embedding),
           coalesce(pg_catalog.format('%s (%s dimensions)', v_model.name, v_model.dimensions), '(none set)')),
         hint = 'Embed with the model payrail.get_embedding_model() returns, or switch the registry''s model first.';
+    end if;
+    -- Search's exact distance sums in float32: a length beyond these overflows it or loses it in
+    -- rounding, and the vector would rank by its scale. Models answer lengths near 1.
+    if vector_norm(new.embedding) > 0
+       and vector_norm(new.embedding) not between double precision '2.3283064365386963e-10' and double precision '4294967296' then
+      raise exception using
+        errcode = 'invalid_parameter_value',
+        message = pg_catalog.format(
+          'embedding for provider method "%s / %s" has length %s; a stored vector''s length must be between 2^-32 and 2^32',
+          new.provider, new.method, vector_norm(new.embedding)),
+        hint = 'Store the vector the model returned, or scale it to unit length with l2_normalize(): only its direction counts.';
     end if;
     return new;
   end if;

@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 create or replace function payrail._check_query(p_query text)
 returns void
 language plpgsql
@@ -6,8 +9,8 @@ security invoker
 set search_path from current
 as $$
 begin
-  -- Unicode white space too: \S follows the server's locale (U+00A0 is not space in C.UTF-8).
-  if p_query is null or payrail._trim_white_space(p_query) = '' then
+  -- Unicode white space and invisible characters, the same in every locale.
+  if p_query is null or payrail._is_blank(p_query) then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = 'query is empty',
@@ -23,7 +26,7 @@ end
 $$;
 
 comment on function payrail._check_query(text) is
-$$Raises invalid_parameter_value (22023) for an empty or over-long (> 2,000 characters) query.$$;
+$$Raises invalid_parameter_value (22023) for an empty (nothing but white space or invisible characters) or over-long (> 2,000 characters) query.$$;
 
 -- Since preview_search: the record to count as enabled. Drop the old signature so a rerun
 -- never leaves two overloads behind.
@@ -37,11 +40,13 @@ security invoker
 set search_path from current
 as $$
   -- Exact pair first, then provider, then method; within each, by normalized provider and method.
+  -- Enabled records through the indexes that hold no draft; the counted draft by its id alone.
   select pm.*
-  from payrail.provider_methods as pm,
+  from (select * from payrail.provider_methods where enabled
+        union all
+        select * from payrail.provider_methods where id = p_counted_draft_id and not enabled) as pm,
        lateral (select payrail._normalize_name(p_query)) as q(name)
-  where (pm.enabled or pm.id = p_counted_draft_id)
-    and (payrail._normalize_name(pm.provider) = q.name
+  where (payrail._normalize_name(pm.provider) = q.name
          or payrail._normalize_name(pm.method) = q.name
          or payrail._normalize_name(pm.provider || ' ' || pm.method) = q.name
          or payrail._normalize_name(pm.provider || ' / ' || pm.method) = q.name)
@@ -256,6 +261,9 @@ begin
         coalesce(p_query_embedding_model, 'unnamed'), vector_dims(p_query_embedding), v_model.name, v_model.dimensions),
       hint = 'Embed the query with the model payrail.get_embedding_model() returns.';
   end if;
+  -- Its direction alone ranks: scaled to unit length in double precision, a query of any length
+  -- ranks the same, where pgvector's float32 sums would overflow or vanish at extreme lengths.
+  p_query_embedding := l2_normalize(p_query_embedding);
 
   -- Exact cosine distance over every enabled record (no index, by design); the unique
   -- normalized name breaks ties so equal distances always come back in the same order.
@@ -316,7 +324,8 @@ $$Finds at most 3 enabled provider methods for an agent's question; no scores.
 Name path: when the normalized query equals a provider, a method, or "provider method" /
 "provider / method", the matching records come back (see payrail._name_path_matches for the
 order) and query_embedding is not needed. Otherwise the semantic path orders every enabled
-record by exact cosine distance to query_embedding, ties by normalized provider and method.
+record by exact cosine distance to query_embedding scaled to unit length (in double precision:
+its scale never changes the ranking), ties by normalized provider and method.
 
 Errors (db/ERRCODES.md): 22023 empty or over-long query, or zero vector; PYE01 the query needs
 an embedding; PYE02 the embedding is not from the registry's model (name or dimensions).$$;

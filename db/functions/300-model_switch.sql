@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 create or replace function payrail.switch_embedding_model(p_name text, p_dimensions integer)
 returns table (embedded bigint, drafts_cleared bigint)
 language plpgsql

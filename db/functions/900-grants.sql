@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 -- Functions are executable by PUBLIC by default; in this schema only the grants below apply.
 -- Revoked from the registry's roles too, so a rerun also takes back what an earlier version
 -- granted (revoking a table's privileges revokes its column privileges as well).
@@ -5,6 +8,8 @@ revoke all on all functions in schema payrail from public, payrail_agent, payrai
 revoke all on all tables in schema payrail from public, payrail_agent, payrail_operator, payrail_embedder;
 
 grant usage on schema payrail to payrail_agent, payrail_operator, payrail_embedder;
+-- payrail-embedder's sessions pin the registry's search path with it.
+grant execute on function payrail._search_path() to payrail_agent, payrail_operator, payrail_embedder;
 
 -- Agents: search only. The search functions are security definer, so agents never read a table
 -- and disabled drafts stay invisible to them.
@@ -18,6 +23,10 @@ grant execute on function
 -- triggers call with the writer's privileges.
 grant execute on function
   payrail._trim_white_space(text),
+  payrail._white_space_characters(),
+  payrail._invisible_characters(),
+  payrail._is_blank(text),
+  payrail._fold_case(text),
   payrail._canonical_name(text),
   payrail._normalize_name(text),
   payrail._content_hash(text, text, text),

@@ -1,5 +1,92 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 -- Immutable helpers that the table's constraints, generated column and indexes use,
 -- so they are created before the table.
+
+-- The name keys of the indexes below are computed by these functions: when a rerun changes one
+-- (a new version of db/), the end of this file rebuilds the indexes that use them. What they are
+-- now, before this file replaces them:
+do $$
+begin
+  perform pg_catalog.set_config('payrail.text_rules_before', '', false);
+  if pg_catalog.to_regprocedure('payrail._text_rules_fingerprint()') is not null then
+    perform pg_catalog.set_config('payrail.text_rules_before', payrail._text_rules_fingerprint(), false);
+  end if;
+end
+$$;
+
+create or replace function payrail._text_rules_fingerprint()
+returns text
+language sql
+stable
+security invoker
+set search_path from current
+return (select pg_catalog.md5(pg_catalog.string_agg(pg_catalog.pg_get_functiondef(p.oid), ',' order by p.oid::pg_catalog.regprocedure::text))
+        from pg_catalog.pg_proc as p
+        where p.pronamespace = 'payrail'::pg_catalog.regnamespace and p.provolatile = 'i');
+
+comment on function payrail._text_rules_fingerprint() is
+$$A digest of every immutable function of the registry: what the expression indexes' keys are computed by.$$;
+
+create or replace function payrail._white_space_characters()
+returns text
+language sql
+immutable parallel safe
+security invoker
+set search_path from current
+-- Unicode's White_Space but the control U+0085, and the byte order mark: the same in every
+-- locale (\s follows the server's, ASCII only in C). search.QUERY_WHITE_SPACE mirrors it.
+return '\t\n\u000b\u000c\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff';
+
+comment on function payrail._white_space_characters() is
+$$The white space characters, as the inside of a regular expression bracket: Unicode's White_Space (but U+0085, a control) and U+FEFF.$$;
+
+create or replace function payrail._invisible_characters()
+returns text
+language sql
+immutable parallel safe
+security invoker
+set search_path from current
+-- Unicode's Default_Ignorable_Code_Point: characters that display as nothing (zero-width
+-- spaces and joiners, bidi controls, variation selectors, tag characters, fillers), so a name
+-- or URL that holds one is not what it looks like. search.QUERY_INVISIBLE mirrors it;
+-- tests/test_text_rules.py checks both against the regex module's \p{Default_Ignorable_Code_Point}.
+return '\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff';
+
+comment on function payrail._invisible_characters() is
+$$The invisible format characters (Unicode's Default_Ignorable_Code_Point), as the inside of a regular expression bracket.
+
+Refused in provider, method and URLs; ignored when names are compared and when a query is judged empty.$$;
+
+create or replace function payrail._is_blank(p_text text)
+returns boolean
+language sql
+immutable strict parallel safe
+security invoker
+set search_path from current
+return p_text !~ ('[^' || payrail._white_space_characters() || payrail._invisible_characters() || ']');
+
+comment on function payrail._is_blank(text) is
+$$True when the text holds nothing but white space and invisible characters (or nothing): what an empty query is.$$;
+
+create or replace function payrail._fold_case(p_text text)
+returns text
+language sql
+immutable strict parallel safe
+security invoker
+set search_path from current
+-- Unicode's simple case folding (CaseFolding.txt, statuses C and S), one character for one, in
+-- every locale and on every PostgreSQL version (lower() follows the database's locale: ASCII
+-- only in C; casefold() came with PostgreSQL 18). tests/test_text_rules.py checks the table
+-- against Python's str.casefold() and prints it anew when Unicode changes.
+return pg_catalog.translate(
+  p_text,
+  'ABCDEFGHIJKLMNOPQRSTUVWXYZµÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÐÑÒÓÔÕÖØÙÚÛÜÝÞĀĂĄĆĈĊČĎĐĒĔĖĘĚĜĞĠĢĤĦĨĪĬĮĲĴĶĹĻĽĿŁŃŅŇŊŌŎŐŒŔŖŘŚŜŞŠŢŤŦŨŪŬŮŰŲŴŶŸŹŻŽſƁƂƄƆƇƉƊƋƎƏƐƑƓƔƖƗƘƜƝƟƠƢƤƦƧƩƬƮƯƱƲƳƵƷƸƼǄǅǇǈǊǋǍǏǑǓǕǗǙǛǞǠǢǤǦǨǪǬǮǱǲǴǶǷǸǺǼǾȀȂȄȆȈȊȌȎȐȒȔȖȘȚȜȞȠȢȤȦȨȪȬȮȰȲȺȻȽȾɁɃɄɅɆɈɊɌɎͅͰͲͶͿΆΈΉΊΌΎΏΑΒΓΔΕΖΗΘΙΚΛΜΝΞΟΠΡΣΤΥΦΧΨΩΪΫςϏϐϑϕϖϘϚϜϞϠϢϤϦϨϪϬϮϰϱϴϵϷϹϺϽϾϿЀЁЂЃЄЅІЇЈЉЊЋЌЍЎЏАБВГДЕЖЗИЙКЛМНОПРСТУФХЦЧШЩЪЫЬЭЮЯѠѢѤѦѨѪѬѮѰѲѴѶѸѺѼѾҀҊҌҎҐҒҔҖҘҚҜҞҠҢҤҦҨҪҬҮҰҲҴҶҸҺҼҾӀӁӃӅӇӉӋӍӐӒӔӖӘӚӜӞӠӢӤӦӨӪӬӮӰӲӴӶӸӺӼӾԀԂԄԆԈԊԌԎԐԒԔԖԘԚԜԞԠԢԤԦԨԪԬԮԱԲԳԴԵԶԷԸԹԺԻԼԽԾԿՀՁՂՃՄՅՆՇՈՉՊՋՌՍՎՏՐՑՒՓՔՕՖႠႡႢႣႤႥႦႧႨႩႪႫႬႭႮႯႰႱႲႳႴႵႶႷႸႹႺႻႼႽႾႿჀჁჂჃჄჅჇჍᏸᏹᏺᏻᏼᏽᲀᲁᲂᲃᲄᲅᲆᲇᲈᲐᲑᲒᲓᲔᲕᲖᲗᲘᲙᲚᲛᲜᲝᲞᲟᲠᲡᲢᲣᲤᲥᲦᲧᲨᲩᲪᲫᲬᲭᲮᲯᲰᲱᲲᲳᲴᲵᲶᲷᲸᲹᲺᲽᲾᲿḀḂḄḆḈḊḌḎḐḒḔḖḘḚḜḞḠḢḤḦḨḪḬḮḰḲḴḶḸḺḼḾṀṂṄṆṈṊṌṎṐṒṔṖṘṚṜṞṠṢṤṦṨṪṬṮṰṲṴṶṸṺṼṾẀẂẄẆẈẊẌẎẐẒẔẛẞẠẢẤẦẨẪẬẮẰẲẴẶẸẺẼẾỀỂỄỆỈỊỌỎỐỒỔỖỘỚỜỞỠỢỤỦỨỪỬỮỰỲỴỶỸỺỼỾἈἉἊἋἌἍἎἏἘἙἚἛἜἝἨἩἪἫἬἭἮἯἸἹἺἻἼἽἾἿὈὉὊὋὌὍὙὛὝὟὨὩὪὫὬὭὮὯᾈᾉᾊᾋᾌᾍᾎᾏᾘᾙᾚᾛᾜᾝᾞᾟᾨᾩᾪᾫᾬᾭᾮᾯᾸᾹᾺΆᾼιῈΈῊΉῌῘῙῚΊῨῩῪΎῬῸΌῺΏῼΩKÅℲⅠⅡⅢⅣⅤⅥⅦⅧⅨⅩⅪⅫⅬⅭⅮⅯↃⒶⒷⒸⒹⒺⒻⒼⒽⒾⒿⓀⓁⓂⓃⓄⓅⓆⓇⓈⓉⓊⓋⓌⓍⓎⓏⰀⰁⰂⰃⰄⰅⰆⰇⰈⰉⰊⰋⰌⰍⰎⰏⰐⰑⰒⰓⰔⰕⰖⰗⰘⰙⰚⰛⰜⰝⰞⰟⰠⰡⰢⰣⰤⰥⰦⰧⰨⰩⰪⰫⰬⰭⰮⰯⱠⱢⱣⱤⱧⱩⱫⱭⱮⱯⱰⱲⱵⱾⱿⲀⲂⲄⲆⲈⲊⲌⲎⲐⲒⲔⲖⲘⲚⲜⲞⲠⲢⲤⲦⲨⲪⲬⲮⲰⲲⲴⲶⲸⲺⲼⲾⳀⳂⳄⳆⳈⳊⳌⳎⳐⳒⳔⳖⳘⳚⳜⳞⳠⳢⳫⳭⳲꙀꙂꙄꙆꙈꙊꙌꙎꙐꙒꙔꙖꙘꙚꙜꙞꙠꙢꙤꙦꙨꙪꙬꚀꚂꚄꚆꚈꚊꚌꚎꚐꚒꚔꚖꚘꚚꜢꜤꜦꜨꜪꜬꜮꜲꜴꜶꜸꜺꜼꜾꝀꝂꝄꝆꝈꝊꝌꝎꝐꝒꝔꝖꝘꝚꝜꝞꝠꝢꝤꝦꝨꝪꝬꝮꝹꝻꝽꝾꞀꞂꞄꞆꞋꞍꞐꞒꞖꞘꞚꞜꞞꞠꞢꞤꞦꞨꞪꞫꞬꞭꞮꞰꞱꞲꞳꞴꞶꞸꞺꞼꞾꟀꟂꟄꟅꟆꟇꟉꟐꟖꟘꟵꭰꭱꭲꭳꭴꭵꭶꭷꭸꭹꭺꭻꭼꭽꭾꭿꮀꮁꮂꮃꮄꮅꮆꮇꮈꮉꮊꮋꮌꮍꮎꮏꮐꮑꮒꮓꮔꮕꮖꮗꮘꮙꮚꮛꮜꮝꮞꮟꮠꮡꮢꮣꮤꮥꮦꮧꮨꮩꮪꮫꮬꮭꮮꮯꮰꮱꮲꮳꮴꮵꮶꮷꮸꮹꮺꮻꮼꮽꮾꮿＡＢＣＤＥＦＧＨＩＪＫＬＭＮＯＰＱＲＳＴＵＶＷＸＹＺ𐐀𐐁𐐂𐐃𐐄𐐅𐐆𐐇𐐈𐐉𐐊𐐋𐐌𐐍𐐎𐐏𐐐𐐑𐐒𐐓𐐔𐐕𐐖𐐗𐐘𐐙𐐚𐐛𐐜𐐝𐐞𐐟𐐠𐐡𐐢𐐣𐐤𐐥𐐦𐐧𐒰𐒱𐒲𐒳𐒴𐒵𐒶𐒷𐒸𐒹𐒺𐒻𐒼𐒽𐒾𐒿𐓀𐓁𐓂𐓃𐓄𐓅𐓆𐓇𐓈𐓉𐓊𐓋𐓌𐓍𐓎𐓏𐓐𐓑𐓒𐓓𐕰𐕱𐕲𐕳𐕴𐕵𐕶𐕷𐕸𐕹𐕺𐕼𐕽𐕾𐕿𐖀𐖁𐖂𐖃𐖄𐖅𐖆𐖇𐖈𐖉𐖊𐖌𐖍𐖎𐖏𐖐𐖑𐖒𐖔𐖕𐲀𐲁𐲂𐲃𐲄𐲅𐲆𐲇𐲈𐲉𐲊𐲋𐲌𐲍𐲎𐲏𐲐𐲑𐲒𐲓𐲔𐲕𐲖𐲗𐲘𐲙𐲚𐲛𐲜𐲝𐲞𐲟𐲠𐲡𐲢𐲣𐲤𐲥𐲦𐲧𐲨𐲩𐲪𐲫𐲬𐲭𐲮𐲯𐲰𐲱𐲲𑢠𑢡𑢢𑢣𑢤𑢥𑢦𑢧𑢨𑢩𑢪𑢫𑢬𑢭𑢮𑢯𑢰𑢱𑢲𑢳𑢴𑢵𑢶𑢷𑢸𑢹𑢺𑢻𑢼𑢽𑢾𑢿𖹀𖹁𖹂𖹃𖹄𖹅𖹆𖹇𖹈𖹉𖹊𖹋𖹌𖹍𖹎𖹏𖹐𖹑𖹒𖹓𖹔𖹕𖹖𖹗𖹘𖹙𖹚𖹛𖹜𖹝𖹞𖹟𞤀𞤁𞤂𞤃𞤄𞤅𞤆𞤇𞤈𞤉𞤊𞤋𞤌𞤍𞤎𞤏𞤐𞤑𞤒𞤓𞤔𞤕𞤖𞤗𞤘𞤙𞤚𞤛𞤜𞤝𞤞𞤟𞤠𞤡',
+  'abcdefghijklmnopqrstuvwxyzμàáâãäåæçèéêëìíîïðñòóôõöøùúûüýþāăąćĉċčďđēĕėęěĝğġģĥħĩīĭįĳĵķĺļľŀłńņňŋōŏőœŕŗřśŝşšţťŧũūŭůűųŵŷÿźżžsɓƃƅɔƈɖɗƌǝəɛƒɠɣɩɨƙɯɲɵơƣƥʀƨʃƭʈưʊʋƴƶʒƹƽǆǆǉǉǌǌǎǐǒǔǖǘǚǜǟǡǣǥǧǩǫǭǯǳǳǵƕƿǹǻǽǿȁȃȅȇȉȋȍȏȑȓȕȗșțȝȟƞȣȥȧȩȫȭȯȱȳⱥȼƚⱦɂƀʉʌɇɉɋɍɏιͱͳͷϳάέήίόύώαβγδεζηθικλμνξοπρστυφχψωϊϋσϗβθφπϙϛϝϟϡϣϥϧϩϫϭϯκρθεϸϲϻͻͼͽѐёђѓєѕіїјљњћќѝўџабвгдежзийклмнопрстуфхцчшщъыьэюяѡѣѥѧѩѫѭѯѱѳѵѷѹѻѽѿҁҋҍҏґғҕҗҙқҝҟҡңҥҧҩҫҭүұҳҵҷҹһҽҿӏӂӄӆӈӊӌӎӑӓӕӗәӛӝӟӡӣӥӧөӫӭӯӱӳӵӷӹӻӽӿԁԃԅԇԉԋԍԏԑԓԕԗԙԛԝԟԡԣԥԧԩԫԭԯաբգդեզէըթժիլխծկհձղճմյնշոչպջռսվտրցւփքօֆⴀⴁⴂⴃⴄⴅⴆⴇⴈⴉⴊⴋⴌⴍⴎⴏⴐⴑⴒⴓⴔⴕⴖⴗⴘⴙⴚⴛⴜⴝⴞⴟⴠⴡⴢⴣⴤⴥⴧⴭᏰᏱᏲᏳᏴᏵвдосттъѣꙋაბგდევზთიკლმნოპჟრსტუფქღყშჩცძწჭხჯჰჱჲჳჴჵჶჷჸჹჺჽჾჿḁḃḅḇḉḋḍḏḑḓḕḗḙḛḝḟḡḣḥḧḩḫḭḯḱḳḵḷḹḻḽḿṁṃṅṇṉṋṍṏṑṓṕṗṙṛṝṟṡṣṥṧṩṫṭṯṱṳṵṷṹṻṽṿẁẃẅẇẉẋẍẏẑẓẕṡßạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹỻỽỿἀἁἂἃἄἅἆἇἐἑἒἓἔἕἠἡἢἣἤἥἦἧἰἱἲἳἴἵἶἷὀὁὂὃὄὅὑὓὕὗὠὡὢὣὤὥὦὧᾀᾁᾂᾃᾄᾅᾆᾇᾐᾑᾒᾓᾔᾕᾖᾗᾠᾡᾢᾣᾤᾥᾦᾧᾰᾱὰάᾳιὲέὴήῃῐῑὶίῠῡὺύῥὸόὼώῳωkåⅎⅰⅱⅲⅳⅴⅵⅶⅷⅸⅹⅺⅻⅼⅽⅾⅿↄⓐⓑⓒⓓⓔⓕⓖⓗⓘⓙⓚⓛⓜⓝⓞⓟⓠⓡⓢⓣⓤⓥⓦⓧⓨⓩⰰⰱⰲⰳⰴⰵⰶⰷⰸⰹⰺⰻⰼⰽⰾⰿⱀⱁⱂⱃⱄⱅⱆⱇⱈⱉⱊⱋⱌⱍⱎⱏⱐⱑⱒⱓⱔⱕⱖⱗⱘⱙⱚⱛⱜⱝⱞⱟⱡɫᵽɽⱨⱪⱬɑɱɐɒⱳⱶȿɀⲁⲃⲅⲇⲉⲋⲍⲏⲑⲓⲕⲗⲙⲛⲝⲟⲡⲣⲥⲧⲩⲫⲭⲯⲱⲳⲵⲷⲹⲻⲽⲿⳁⳃⳅⳇⳉⳋⳍⳏⳑⳓⳕⳗⳙⳛⳝⳟⳡⳣⳬⳮⳳꙁꙃꙅꙇꙉꙋꙍꙏꙑꙓꙕꙗꙙꙛꙝꙟꙡꙣꙥꙧꙩꙫꙭꚁꚃꚅꚇꚉꚋꚍꚏꚑꚓꚕꚗꚙꚛꜣꜥꜧꜩꜫꜭꜯꜳꜵꜷꜹꜻꜽꜿꝁꝃꝅꝇꝉꝋꝍꝏꝑꝓꝕꝗꝙꝛꝝꝟꝡꝣꝥꝧꝩꝫꝭꝯꝺꝼᵹꝿꞁꞃꞅꞇꞌɥꞑꞓꞗꞙꞛꞝꞟꞡꞣꞥꞧꞩɦɜɡɬɪʞʇʝꭓꞵꞷꞹꞻꞽꞿꟁꟃꞔʂᶎꟈꟊꟑꟗꟙꟶᎠᎡᎢᎣᎤᎥᎦᎧᎨᎩᎪᎫᎬᎭᎮᎯᎰᎱᎲᎳᎴᎵᎶᎷᎸᎹᎺᎻᎼᎽᎾᎿᏀᏁᏂᏃᏄᏅᏆᏇᏈᏉᏊᏋᏌᏍᏎᏏᏐᏑᏒᏓᏔᏕᏖᏗᏘᏙᏚᏛᏜᏝᏞᏟᏠᏡᏢᏣᏤᏥᏦᏧᏨᏩᏪᏫᏬᏭᏮᏯａｂｃｄｅｆｇｈｉｊｋｌｍｎｏｐｑｒｓｔｕｖｗｘｙｚ𐐨𐐩𐐪𐐫𐐬𐐭𐐮𐐯𐐰𐐱𐐲𐐳𐐴𐐵𐐶𐐷𐐸𐐹𐐺𐐻𐐼𐐽𐐾𐐿𐑀𐑁𐑂𐑃𐑄𐑅𐑆𐑇𐑈𐑉𐑊𐑋𐑌𐑍𐑎𐑏𐓘𐓙𐓚𐓛𐓜𐓝𐓞𐓟𐓠𐓡𐓢𐓣𐓤𐓥𐓦𐓧𐓨𐓩𐓪𐓫𐓬𐓭𐓮𐓯𐓰𐓱𐓲𐓳𐓴𐓵𐓶𐓷𐓸𐓹𐓺𐓻𐖗𐖘𐖙𐖚𐖛𐖜𐖝𐖞𐖟𐖠𐖡𐖣𐖤𐖥𐖦𐖧𐖨𐖩𐖪𐖫𐖬𐖭𐖮𐖯𐖰𐖱𐖳𐖴𐖵𐖶𐖷𐖸𐖹𐖻𐖼𐳀𐳁𐳂𐳃𐳄𐳅𐳆𐳇𐳈𐳉𐳊𐳋𐳌𐳍𐳎𐳏𐳐𐳑𐳒𐳓𐳔𐳕𐳖𐳗𐳘𐳙𐳚𐳛𐳜𐳝𐳞𐳟𐳠𐳡𐳢𐳣𐳤𐳥𐳦𐳧𐳨𐳩𐳪𐳫𐳬𐳭𐳮𐳯𐳰𐳱𐳲𑣀𑣁𑣂𑣃𑣄𑣅𑣆𑣇𑣈𑣉𑣊𑣋𑣌𑣍𑣎𑣏𑣐𑣑𑣒𑣓𑣔𑣕𑣖𑣗𑣘𑣙𑣚𑣛𑣜𑣝𑣞𑣟𖹠𖹡𖹢𖹣𖹤𖹥𖹦𖹧𖹨𖹩𖹪𖹫𖹬𖹭𖹮𖹯𖹰𖹱𖹲𖹳𖹴𖹵𖹶𖹷𖹸𖹹𖹺𖹻𖹼𖹽𖹾𖹿𞤢𞤣𞤤𞤥𞤦𞤧𞤨𞤩𞤪𞤫𞤬𞤭𞤮𞤯𞤰𞤱𞤲𞤳𞤴𞤵𞤶𞤷𞤸𞤹𞤺𞤻𞤼𞤽𞤾𞤿𞥀𞥁𞥂𞥃');
+
+comment on function payrail._fold_case(text) is
+$$Unicode simple case folding: every character with a case-folded form replaced by it, the same in every locale.$$;
 
 create or replace function payrail._trim_white_space(p_text text)
 returns text
@@ -40,12 +127,22 @@ returns text
 language sql
 immutable strict parallel safe
 set search_path from current
-return pg_catalog.lower(pg_catalog.regexp_replace(payrail._trim_white_space(p_name), '[\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+', ' ', 'g'));
+-- NFKC before folding (compatibility forms fold as their plain letters) and after (a folded
+-- letter may compose anew), as Unicode's NFKC_Casefold.
+return pg_catalog.btrim(
+  pg_catalog.regexp_replace(
+    pg_catalog.normalize(
+      payrail._fold_case(
+        pg_catalog.normalize(pg_catalog.regexp_replace(p_name, '[' || payrail._invisible_characters() || ']', '', 'g'), 'NFKC')),
+      'NFKC'),
+    '[' || payrail._white_space_characters() || ']+', ' ', 'g'),
+  ' ');
 
 comment on function payrail._normalize_name(text) is
-$$Normalizes a name for comparison: trimmed, case-folded, runs of white space collapsed.
+$$Normalizes a name for comparison: NFKC, case-folded, invisible characters dropped, trimmed, runs of white space collapsed.
 
-Used by the (provider, method) uniqueness rule and by the search name path.$$;
+So "Ｓｔｒｉｐｅ", "STRIPE" and "stripe" are one name. Used by the (provider, method) uniqueness
+rule, the search name path and every lookup by name.$$;
 
 create or replace function payrail._content_hash(p_provider text, p_method text, p_guidance text)
 returns bytea
@@ -66,11 +163,15 @@ returns boolean
 language sql
 immutable strict parallel safe
 set search_path from current
+-- Its comparison key (compatibility forms expand: U+FDFA is 18 letters) must fit the btree
+-- indexes on names, pairs included: 1,200 bytes, where 120 letters of any script take at most 480.
 return pg_catalog.char_length(payrail._trim_white_space(p_name)) between 1 and 120
-   and p_name !~ '[\u0001-\u001f\u007f-\u009f]';
+   and p_name !~ '[\u0001-\u001f\u007f-\u009f]'
+   and p_name !~ ('[' || payrail._invisible_characters() || ']')
+   and pg_catalog.octet_length(payrail._normalize_name(p_name)) <= 1200;
 
 comment on function payrail._is_valid_name(text) is
-$$True for a provider or method name: 1..120 characters after trimming, no control characters.$$;
+$$True for a provider or method name: 1..120 characters after trimming, no control or invisible characters, a comparison key (payrail._normalize_name) of at most 1,200 bytes.$$;
 
 create or replace function payrail._is_https_url(p_url text)
 returns boolean
@@ -83,10 +184,10 @@ set search_path from current
 -- U+2007 or U+202F in C.UTF-8, ASCII only in C).
 return pg_catalog.char_length(p_url) <= 2048
    and p_url ~* '^https://[^/?#@\s]+([/?#]|$)'
-   and p_url !~ '[\s\u0001-\u001f\u007f-\u009f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]';
+   and p_url !~ ('[\s\u0001-\u001f\u007f-\u009f' || payrail._white_space_characters() || payrail._invisible_characters() || ']');
 
 comment on function payrail._is_https_url(text) is
-$$True for an absolute https:// URL of at most 2,048 characters with a host, no user info and no white space.$$;
+$$True for an absolute https:// URL of at most 2,048 characters with a host, no user info, no white space and no invisible characters.$$;
 
 create or replace function payrail._are_https_urls(p_urls text[])
 returns boolean
@@ -107,3 +208,25 @@ return pg_catalog.cardinality(p_values) <> (select pg_catalog.count(distinct v) 
 
 comment on function payrail._has_duplicates(text[]) is
 $$True when the array holds the same value twice.$$;
+
+-- Rebuild the indexes whose keys these functions compute, if this run changed any of them.
+do $$
+declare
+  v_index pg_catalog.regclass;
+begin
+  if payrail._text_rules_fingerprint() = pg_catalog.current_setting('payrail.text_rules_before') then
+    return;
+  end if;
+  for v_index in
+    select distinct d.objid::pg_catalog.regclass
+    from pg_catalog.pg_depend as d
+    join pg_catalog.pg_class as c on c.oid = d.objid and c.relkind = 'i'
+    join pg_catalog.pg_proc as p on p.oid = d.refobjid
+    where d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+      and d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      and p.pronamespace = 'payrail'::pg_catalog.regnamespace
+  loop
+    execute pg_catalog.format('reindex index %s', v_index);
+  end loop;
+end
+$$;

@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 create table if not exists payrail.provider_methods (
   id bigint generated always as identity primary key,
   provider text not null,
@@ -44,7 +47,8 @@ alter table payrail.provider_methods
     check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> ''),
   drop constraint if exists provider_methods_guidance_characters_check,
   add constraint provider_methods_guidance_characters_check
-    check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f]'),
+    -- Tag characters too: invisible, they can carry text an agent would read and a person not.
+    check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f\U000e0000-\U000e007f]'),
   drop constraint if exists provider_methods_urls_count_check,
   add constraint provider_methods_urls_count_check
     check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) = 1 and pg_catalog.cardinality(urls) <= 10)),
@@ -68,13 +72,20 @@ alter table payrail.provider_methods
 
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
--- The name path looks up a provider, a method, or a "provider method" pair.
-create index if not exists provider_methods_method_name_idx
-  on payrail.provider_methods (payrail._normalize_name(method));
-create index if not exists provider_methods_pair_name_idx
-  on payrail.provider_methods (payrail._normalize_name(provider || ' ' || method));
-create index if not exists provider_methods_pair_slash_name_idx
-  on payrail.provider_methods (payrail._normalize_name(provider || ' / ' || method));
+-- The name path looks up a provider, a method, or a "provider method" pair, among enabled records
+-- only: indexes that hold no draft, so an agent's lookup of a draft's name reads what a lookup
+-- of an unknown name reads, entry for entry (pg_stat_user_indexes and pg_statio_* say nothing).
+drop index if exists payrail.provider_methods_method_name_idx;
+drop index if exists payrail.provider_methods_pair_name_idx;
+drop index if exists payrail.provider_methods_pair_slash_name_idx;
+create index if not exists provider_methods_enabled_provider_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider)) where enabled;
+create index if not exists provider_methods_enabled_method_name_idx
+  on payrail.provider_methods (payrail._normalize_name(method)) where enabled;
+create index if not exists provider_methods_enabled_pair_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider || ' ' || method)) where enabled;
+create index if not exists provider_methods_enabled_pair_slash_name_idx
+  on payrail.provider_methods (payrail._normalize_name(provider || ' / ' || method)) where enabled;
 
 comment on table payrail.provider_methods is
 $$Provider methods: one row per method of a provider that agents can discover.
@@ -83,14 +94,14 @@ Operators edit the public fields (provider, method, urls, docs_url, guidance) an
 Everything else is internal. Only enabled rows are searchable, and an enabled row always
 carries an embedding of its current provider, method and guidance made by the registry's model.$$;
 comment on column payrail.provider_methods.id is 'Internal key.';
-comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case and runs of white space.';
-comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control characters.';
+comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case (Unicode case folding), compatibility forms (NFKC) and runs of white space.';
+comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC.';
 comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates.';
 comment on column payrail.provider_methods.docs_url is 'The official documentation URL (https://), or NULL.';
 comment on column payrail.provider_methods.guidance is
 $$Operating guidance for agents: plain text, 1..8,000 characters, Purpose / Instructions / Notes.
 
-No control characters but newline and tab. Never parsed into another protocol.$$;
+No control characters but newline and tab, no tag characters. Never parsed into another protocol.$$;
 comment on column payrail.provider_methods.enabled is 'Visible to search. Needs a current embedding; false (a draft) by default.';
 comment on column payrail.provider_methods.content_hash is 'SHA-256 of provider, method and guidance (payrail._content_hash): what an embedding must be made from.';
 comment on column payrail.provider_methods.embedding is 'Embedding of provider, method and guidance by the registry''s model; NULL until embedded or after a draft''s content changes.';

@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 -- The first pass of semantic search (payrail._search): every enabled record's embedding, scaled
 -- to unit length and rounded to half precision, in a table of its own. A scan of it reads 2 bytes
 -- per dimension instead of the row's 4, skips the record's text, and sees no draft; the error of

@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 -- Vectors of the next embedding model, made while the current one stays in force.
 -- `payrail-embedder model switch` fills it batch by batch (a rerun resumes), then
 -- payrail.switch_embedding_model moves the vectors into provider_methods in one transaction.

@@ -1,3 +1,6 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
 -- Earlier versions of provider methods: written by tg_provider_methods__record_history
 -- (db/functions/120-provider_method_history.sql), restored by payrail.restore_provider_method.
 create table if not exists payrail.provider_method_history (

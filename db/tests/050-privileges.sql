@@ -1,7 +1,7 @@
 -- Roles and privileges (DESIGN.md, "PostgreSQL, everywhere real" and rule 4), and the house rules
 -- every object in schema payrail follows (STYLE.md: pinned search_path, comments everywhere).
 begin;
-select plan(47);
+select plan(48);
 
 -- The three group roles exist and cannot log in.
 select results_eq(
@@ -162,13 +162,16 @@ select results_eq(
   'embedder: the vector it wrote is saved');
 
 -- House rules: functions pin their search_path; tables, columns and functions are documented.
+-- The exact pinned value: pgvector's schema (public on the test servers) and nothing else writable.
+select is(payrail._search_path(), 'pg_catalog, payrail, public, pg_temp', 'the registry''s search path, exactly');
 select is(
   count(*)::int, 0,
-  'every function in payrail pins search_path'
-    || coalesce(' (missing: ' || string_agg(p.oid::regprocedure::text, ', ' order by p.oid::regprocedure::text) || ')', ''))
+  'every function in payrail pins exactly that search path (but _search_path itself: pg_catalog, pg_temp)'
+    || coalesce(' (other: ' || string_agg(p.oid::regprocedure::text, ', ' order by p.oid::regprocedure::text) || ')', ''))
 from pg_proc as p
 where p.pronamespace = 'payrail'::regnamespace
-  and not exists (select from unnest(p.proconfig) as c(setting) where c.setting like 'search_path=%');
+  and p.proconfig @> array['search_path=' || case when p.proname = '_search_path' then 'pg_catalog, pg_temp'
+                                                  else 'pg_catalog, payrail, public, pg_temp' end] is not true;
 select is(
   count(*)::int, 0,
   'every table in payrail has a comment'

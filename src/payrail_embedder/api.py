@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import TypedDict
 
 import psycopg
-from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import search
+from . import database, search
 from .embedders import Embedder, LocalEmbedder
 from .search import InvalidQuery, SearchUnavailable
 from .settings import Settings
@@ -238,7 +237,7 @@ class Registry:
                 "application_name": APPLICATION_NAME,
                 "connect_timeout": self._libpq_connect_timeout,
             },
-            configure=register_vector,
+            configure=database.prepare_session,
             # A server restart leaves dead connections behind; replace them rather than fail a search.
             check=ConnectionPool.check_connection,
             # While the server is down the pool retries with a doubling backoff (up to 5 minutes by

@@ -138,9 +138,25 @@ def describe_status(report: dict) -> list[str]:
     return lines
 
 
+def prepare_session(conn: psycopg.Connection) -> None:
+    """Pins the registry's search path (payrail._search_path(): pg_catalog, payrail, pgvector's
+    schema, pg_temp) for the session, so nothing another role created in a schema on the login's
+    own path (public, "$user") is resolved by the package's statements; then registers pgvector's
+    types, found on that path. Leaves the connection idle."""
+    pinned = conn.execute(
+        "select pg_catalog.to_regprocedure('payrail._search_path()') is not null"
+        " and pg_catalog.has_function_privilege('payrail._search_path()', 'execute')"
+    ).fetchone()[0]
+    if pinned:
+        conn.execute("select pg_catalog.set_config('search_path', payrail._search_path(), false)")
+    if not conn.autocommit:
+        conn.commit()
+    register_vector(conn)
+
+
 def connect(database_url: str, *, autocommit: bool = False) -> psycopg.Connection:
     conn = psycopg.connect(database_url, autocommit=autocommit, application_name="payrail-embedder")
-    register_vector(conn)
+    prepare_session(conn)
     return conn
 
 

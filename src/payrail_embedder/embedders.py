@@ -9,10 +9,16 @@ from typing import Protocol
 import numpy as np
 
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
+# The dimensions of OpenAI's own models' vectors: a reply of others is refused, unless the
+# embedder asked for them (the text-embedding-3 models shorten theirs on request). Other
+# models, on OpenAI-compatible servers, are taken at whatever dimensions they answer.
+OPENAI_MODEL_DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 LOCAL_DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # The OpenAI embeddings endpoint takes at most 2,048 inputs per request.
 OPENAI_MAX_BATCH = 2048
 LOCAL_BATCH = 64
+# The lengths a stored vector may have: pgvector's float32 distance neither overflows nor loses it.
+STORED_LENGTHS = (2.0**-32, 2.0**32)
 
 
 class EmbeddingUnavailable(Exception):
@@ -47,7 +53,8 @@ def batched(items: Sequence, size: int) -> Iterator[Sequence]:
 
 
 def checked_vectors(vectors: Sequence, expected_count: int, model_name: str) -> list[np.ndarray]:
-    """Refuses a response that cannot be stored or searched: wrong count, ragged, zero or non-finite."""
+    """Refuses a response that cannot be stored or searched: wrong count, ragged, zero or non-finite,
+    or of a length the database refuses to store (payrail.tg_provider_methods__keep_embedding_current)."""
     if len(vectors) != expected_count:
         raise EmbeddingUnavailable(f"{model_name} returned {len(vectors)} embeddings for {expected_count} inputs")
     arrays = [np.asarray(v, dtype=np.float32) for v in vectors]
@@ -57,6 +64,9 @@ def checked_vectors(vectors: Sequence, expected_count: int, model_name: str) -> 
     for a in arrays:
         if not np.all(np.isfinite(a)) or not np.any(a):
             raise EmbeddingUnavailable(f"{model_name} returned a zero or non-finite embedding")
+        length = float(np.linalg.norm(a.astype(np.float64)))
+        if not STORED_LENGTHS[0] <= length <= STORED_LENGTHS[1]:
+            raise EmbeddingUnavailable(f"{model_name} returned an embedding of length {length:g}, outside 2^-32..2^32")
     return arrays
 
 
@@ -72,10 +82,13 @@ class OpenAIEmbedder:
         timeout: float = 10.0,
         max_retries: int = 2,
         batch_size: int = OPENAI_MAX_BATCH,
+        dimensions: int | None = None,
     ) -> None:
         import openai
 
         self.model_name = model_name
+        self.dimensions = dimensions
+        self.expected_dimensions = dimensions or OPENAI_MODEL_DIMENSIONS.get(model_name)
         self.batch_size = min(batch_size, OPENAI_MAX_BATCH)
         try:
             # The client retries 429, 5xx and connection errors itself, with backoff.
@@ -89,14 +102,27 @@ class OpenAIEmbedder:
         vectors: list[np.ndarray] = []
         for batch in batched(texts, self.batch_size):
             try:
-                response = self._client.embeddings.create(model=self.model_name, input=list(batch))
+                asked = {"dimensions": self.dimensions} if self.dimensions else {}
+                response = self._client.embeddings.create(model=self.model_name, input=list(batch), **asked)
                 data = sorted(response.data, key=lambda item: item.index)
-                vectors += checked_vectors([item.embedding for item in data], len(batch), self.model_name)
+                batch_vectors = checked_vectors([item.embedding for item in data], len(batch), self.model_name)
+                self._check_dimensions(batch_vectors[0].size)
+                vectors += batch_vectors
             except openai.OpenAIError as error:
                 raise EmbeddingUnavailable(f"{self.model_name} via OpenAI API: {error}") from error
             except (ValueError, TypeError, AttributeError) as error:
                 raise EmbeddingUnavailable(f"{self.model_name} via OpenAI API: malformed response: {error}") from error
         return vectors
+
+    def _check_dimensions(self, answered: int) -> None:
+        if self.expected_dimensions is None or answered == self.expected_dimensions:
+            return
+        because = "were asked for" if self.dimensions else "the model makes"
+        raise EmbeddingUnavailable(
+            f"{self.model_name} via OpenAI API returned {answered}-dimensional embeddings, but "
+            f"{self.expected_dimensions} {because}: is OPENAI_BASE_URL a server that serves this model?"
+            " (PAYRAIL_EMBEDDING_DIMENSIONS asks for shortened vectors)"
+        )
 
 
 LOCAL_RUNTIMES = ("onnx", "torch")
@@ -180,6 +206,7 @@ def make_embedder(
     openai_base_url: str | None = None,
     timeout: float = 10.0,
     max_retries: int = 2,
+    dimensions: int | None = None,
 ) -> Embedder:
     if backend == "openai":
         return OpenAIEmbedder(
@@ -188,6 +215,7 @@ def make_embedder(
             base_url=openai_base_url,
             timeout=timeout,
             max_retries=max_retries,
+            dimensions=dimensions,
         )
     if backend == "local":
         return LocalEmbedder(model_name or LOCAL_DEFAULT_MODEL)

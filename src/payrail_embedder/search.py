@@ -72,9 +72,22 @@ def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray
     return embedder.embed(list(queries))
 
 
-# What payrail._check_query counts as white space (payrail._trim_white_space): a query of these
-# alone is empty. tests/test_search_input.py checks this mirror against the database's rule.
+# What payrail._is_blank ignores: a query of these characters alone is empty. White space
+# (payrail._white_space_characters) and invisible characters, Unicode's Default_Ignorable_Code_Point
+# (payrail._invisible_characters). tests/test_text_rules.py compares this mirror with the
+# database's rule character by character.
 QUERY_WHITE_SPACE = "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+QUERY_INVISIBLE = "".join(
+    chr(code)
+    for first, last in (
+        (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+        (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+        (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+    )
+    for code in range(first, last + 1)
+)  # fmt: skip
+QUERY_BLANK = QUERY_WHITE_SPACE + QUERY_INVISIBLE
 QUERY_MAX_CHARACTERS = 2000
 
 
@@ -85,7 +98,7 @@ def check_query(query: object) -> str:
     (not Unicode: what undecodable bytes become in Python)."""
     if not isinstance(query, str):
         raise InvalidQuery(f"query must be a string, not {'null' if query is None else type(query).__name__}")
-    if not query.strip(QUERY_WHITE_SPACE):
+    if not query.strip(QUERY_BLANK):
         raise InvalidQuery("query is empty")
     if len(query) > QUERY_MAX_CHARACTERS:
         raise InvalidQuery(f"query is {len(query)} characters long; the limit is 2,000")

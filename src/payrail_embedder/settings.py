@@ -86,6 +86,14 @@ SETTINGS = (
         2,
         "Retries of a failed embedding request (429, 5xx, connection errors), with backoff.",
     ),
+    Setting(
+        "embedding_dimensions",
+        "--embedding-dimensions",
+        "PAYRAIL_EMBEDDING_DIMENSIONS",
+        click.IntRange(min=1, max=16000),
+        None,
+        "openai: ask for vectors of this many dimensions (text-embedding-3 models shorten theirs). A reply of other dimensions is refused; unset, OpenAI's own models must answer theirs (1,536 for text-embedding-3-small and ada-002, 3,072 for text-embedding-3-large).",
+    ),
 )
 
 
@@ -98,6 +106,7 @@ class Settings:
     openai_base_url: str | None = None
     embedding_timeout: float = 10.0
     embedding_retries: int = 2
+    embedding_dimensions: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides) -> Settings:
@@ -135,6 +144,7 @@ class Settings:
             openai_base_url=self.openai_base_url,
             timeout=self.embedding_timeout,
             max_retries=self.embedding_retries,
+            dimensions=self.embedding_dimensions,
         )
 
 

@@ -174,7 +174,8 @@ def refused_fields(conn: psycopg.Connection, error: psycopg.Error) -> tuple[str,
             where c.conrelid = 'payrail.provider_methods'::regclass and c.conname = %(name)s
             union all
             select i.indexrelid from pg_catalog.pg_index as i
-            where i.indrelid = 'payrail.provider_methods'::regclass and i.indexrelid::regclass::text = 'payrail.' || %(name)s)
+            where i.indrelid = 'payrail.provider_methods'::regclass
+              and i.indexrelid = pg_catalog.to_regclass('payrail.' || pg_catalog.quote_ident(%(name)s)))
         order by a.attnum
         """,
         {"name": diag.constraint_name},

@@ -1,0 +1,213 @@
+"""Privileged code never resolves anything through a schema others can write.
+
+On a server where `grant create on schema public to public` ran (PostgreSQL 14's default), a
+login granted only payrail_agent plants operators and overloads in public for the common mixed
+type pairs. Then every command runs, as the deployer and as each role: nothing planted may ever
+run, and no registry object may come to depend on it. Where pgvector itself lives in such a
+schema, `db apply` refuses, with the fix in its message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from agent_helpers import CATALOG, SEMANTIC_QUERY
+from conftest import run_cli
+from environments import cli_environment
+from payrail_embedder.database import apply_schema
+from servers import replace_database
+
+NUMBERS = ["smallint", "integer", "bigint", "numeric", "real", "double precision"]
+TEXTS = ["text", "character varying", "name", '"char"']
+COMPARISONS = ["=", "<>", "<", "<=", ">", ">="]
+ARITHMETIC = ["+", "-", "*", "/"]
+
+
+def planted_objects(vector_schema: str) -> str:
+    """SQL a hostile role runs: a log table anyone may write, and for every mixed pair of numbers
+    or of text types an operator whose function logs who ran it; and overloads of functions the
+    registry calls, taking the types a caller might pass without a cast."""
+    statements = [
+        "create table public.planted_runs (who text, what text)",
+        "grant insert, select on public.planted_runs to public",
+    ]
+    pairs = [(a, b, COMPARISONS + ARITHMETIC) for a, b in itertools.permutations(NUMBERS, 2)]
+    pairs += [(a, b, COMPARISONS + ["||"]) for a, b in itertools.permutations(TEXTS, 2)]
+    for number, (left, right, operators) in enumerate(pairs):
+        function = f"public.planted_{number}"
+        statements.append(
+            f"create function {function}(a {left}, b {right}) returns boolean language sql volatile as "
+            f"$$ insert into public.planted_runs values (current_user, '{left} op {right}'); select true $$"
+        )
+        statements += [f"create operator public.{op} (leftarg = {left}, rightarg = {right}, function = {function})" for op in operators]
+    overloads = [
+        ("lower", "character varying"), ("char_length", "character varying"), ("btrim", "character varying"),
+        ("format", "character varying"), ("md5", "character varying"), ("normalize", "character varying, text"),
+        ("vector_norm", f"{vector_schema}.vector"), ("l2_normalize", f"{vector_schema}.vector"),
+        ("vector_dims", f"{vector_schema}.vector"), ("now", "integer"), ("cardinality", "character varying[]"),
+    ]  # fmt: skip
+    for name, arguments in overloads:
+        statements.append(
+            f"create function public.{name}({arguments}) returns integer language sql volatile as "
+            f"$$ insert into public.planted_runs values (current_user, '{name}({arguments})'); select 1 $$"
+        )
+    return ";\n".join(statements)
+
+
+def fresh_database(server, label: str) -> str:
+    """An empty database (no registry, no pgvector) on the test server."""
+    name = f"payrail_hostile_{label}_{next(server._counter)}"
+    with psycopg.connect(server.admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("drop database if exists {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("create database {} template template0").format(sql.Identifier(name)))
+    return replace_database(server.admin_url, name)
+
+
+def as_login(url: str, login: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{login}@{parts.netloc.rpartition('@')[2]}").geturl()
+
+
+@pytest.fixture
+def hostile_login(server):
+    logins = []
+
+    def create(url: str, grant: str = "payrail_agent") -> str:
+        login = f"hostile_{urlsplit(url).path.lstrip('/')}"[:63]
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(sql.SQL("create role {} login in role {}").format(sql.Identifier(login), sql.Identifier(grant)))
+        logins.append((url, login))
+        return login
+
+    yield create
+    for url, login in logins:
+        server.drop_database(url)
+        with psycopg.connect(server.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login)))
+
+
+def test_db_apply_refuses_a_vector_schema_that_others_can_write_and_says_how_to_fix_it(server, hostile_login):
+    url = fresh_database(server, "refuse")
+    login = hostile_login(url)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("grant create on schema public to public")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+        apply_schema(url)
+    assert "schema public is on the registry's search path, and every role (PUBLIC) can create objects in it" in str(refused.value)
+    assert 'Run "revoke create on schema public from public;"' in refused.value.diag.message_hint
+    with psycopg.connect(url, autocommit=True) as admin:
+        assert admin.execute("select pg_catalog.to_regnamespace('payrail')").fetchone() == (None,), "it installed something"
+        admin.execute("revoke create on schema public from public")
+        admin.execute(sql.SQL("grant create on schema public to {}").format(sql.Identifier(login)))
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+        apply_schema(url)
+    assert f"and {login} can create objects in it" in str(refused.value)
+    assert f'Run "revoke create on schema public from {login};"' in refused.value.diag.message_hint
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("revoke create on schema public from {}").format(sql.Identifier(login)))
+    apply_schema(url)
+
+
+def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(server, hostile_login, openai_fake, tmp_path):
+    url = fresh_database(server, "plant")
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("create schema extensions")
+        admin.execute("create extension vector schema extensions")
+        admin.execute("grant usage on schema extensions to public")  # as managed services do
+        admin.execute("grant create on schema public to public")
+    apply_schema(url)
+    login = hostile_login(url)
+    with psycopg.connect(as_login(url, login), autocommit=True) as hostile:
+        hostile.execute(planted_objects("extensions"))
+
+    # The deployer (a superuser whose own search path starts with public) runs every command.
+    env = cli_environment(url, openai_fake, tmp_path)
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text("".join(json.dumps(r) + "\n" for r in CATALOG), encoding="utf-8")
+    record = f"{CATALOG[0]['provider']} / {CATALOG[0]['method']}"
+    draft = next(r for r in CATALOG if not r.get("enabled"))
+    for args in [
+        ("db", "apply"),
+        ("import", str(catalog)),
+        ("sync",),
+        ("search", "--json", SEMANTIC_QUERY),
+        ("search", "--json", CATALOG[0]["provider"]),
+        ("preview", "--json", SEMANTIC_QUERY, "--draft", f"{draft['provider']} / {draft['method']}"),
+        ("history", "--json", record),
+        ("export",),
+        ("model", "show", "--json"),
+        ("db", "status", "--json"),
+    ]:
+        result = run_cli(env, *args)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+
+    # Each role, through the registry's functions, in sessions on the default search path.
+    with psycopg.connect(url, autocommit=True) as session:
+        for role in ("payrail_agent", "payrail_operator", "payrail_embedder"):
+            session.execute(sql.SQL("set role {}").format(sql.Identifier(role)))
+            session.execute("select * from payrail.search_provider_methods(%s)", (CATALOG[0]["provider"],))
+            session.execute("select payrail.query_takes_name_path(%s)", (SEMANTIC_QUERY,))
+            session.execute("reset role")
+        session.execute("set role payrail_operator")
+        session.execute("update payrail.provider_methods set urls = urls || '{https://planted.example/}'::text[] where not enabled")
+        session.execute("reset role")
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        assert admin.execute("select who, what from public.planted_runs").fetchall() == []
+        hostile_oid = admin.execute("select %s::regrole::oid", (login,)).fetchone()[0]
+        dependents = admin.execute(
+            """
+            select pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
+            from pg_catalog.pg_depend as d
+            where d.classid <> 'pg_catalog.pg_operator'::pg_catalog.regclass
+              and ((d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                    and d.refobjid in (select oid from pg_catalog.pg_proc where proowner = %(owner)s))
+                or (d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
+                    and d.refobjid in (select oid from pg_catalog.pg_operator where oprowner = %(owner)s)))
+            """,
+            {"owner": hostile_oid},
+        ).fetchall()
+        assert dependents == []
+        # The planted objects were there to be found: a session on public's path does run them.
+        admin.execute("select 1::numeric = 1::integer")
+        assert admin.execute("select count(*) from public.planted_runs").fetchone() == (1,)
+
+
+CATALOG_OF_THE_REGISTRY = """
+select pg_catalog.pg_get_functiondef(p.oid) from pg_catalog.pg_proc as p
+where p.pronamespace = 'payrail'::pg_catalog.regnamespace and p.prokind <> 'a'
+union all
+select pg_catalog.pg_get_constraintdef(c.oid) from pg_catalog.pg_constraint as c
+where c.connamespace = 'payrail'::pg_catalog.regnamespace
+union all
+select pg_catalog.pg_get_indexdef(i.indexrelid) from pg_catalog.pg_index as i
+join pg_catalog.pg_class as c on c.oid = i.indexrelid where c.relnamespace = 'payrail'::pg_catalog.regnamespace
+union all
+select pg_catalog.pg_get_triggerdef(t.oid) from pg_catalog.pg_trigger as t
+join pg_catalog.pg_class as c on c.oid = t.tgrelid where c.relnamespace = 'payrail'::pg_catalog.regnamespace
+order by 1
+"""
+
+
+def registry_catalog(conn: psycopg.Connection) -> list[tuple]:
+    # Definitions print schema names by the reader's search path: read them on one path.
+    conn.execute("set search_path = pg_catalog")
+    return conn.execute(CATALOG_OF_THE_REGISTRY).fetchall()
+
+
+def test_every_db_file_rerun_alone_on_any_search_path_leaves_the_same_catalog(database_url):
+    from payrail_embedder.database import sql_files
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        before = registry_catalog(conn)
+        for path in sql_files()[1:]:  # 000-extensions.sql runs on the deployer's path by design
+            conn.execute("set search_path = pg_catalog")  # pgvector is not on it
+            conn.execute("set client_min_messages = warning")
+            conn.execute(path.read_text(encoding="utf-8"))
+            assert registry_catalog(conn) == before, path.name

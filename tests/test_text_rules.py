@@ -1,0 +1,170 @@
+"""Text is what it looks like: the database's character classes, case folding and name keys,
+compared character by character with independent sources, and attacked with look-alike text.
+
+The sources: Unicode's Default_Ignorable_Code_Point from the regex module, case folding from
+Python's str.casefold(), NFKC from unicodedata; search.check_query's mirror of the empty-query
+rule against the database's own.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import psycopg
+import pytest
+import regex
+
+from payrail_embedder.database import connect
+from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE, InvalidQuery, check_query
+
+EVERY_CHARACTER = "select c from pg_catalog.generate_series(1, 1114111) as c where c not between 55296 and 57343"
+
+
+def simple_case_fold(ch: str) -> str:
+    """Unicode simple case folding of one character (CaseFolding.txt, statuses C and S): Python's
+    full folding where it is one character, else the lower case where that is (ẞ -> ß, ᾈ -> ᾀ)."""
+    for folded in (ch.casefold(), ch.lower()):
+        if len(folded) == 1:
+            return folded
+    return ch
+
+
+def characters_where(conn: psycopg.Connection, condition: str) -> set[int]:
+    return {c for (c,) in conn.execute(f"select c from ({EVERY_CHARACTER}) as s where {condition}")}
+
+
+def test_invisible_characters_are_unicodes_default_ignorable_code_points(database_url):
+    expected = {c for c in range(0x110000) if regex.match(r"\p{Default_Ignorable_Code_Point}", chr(c))}
+    with connect(database_url) as conn:
+        in_sql = characters_where(conn, "pg_catalog.chr(c) ~ ('[' || payrail._invisible_characters() || ']')")
+    assert in_sql == expected
+    assert set(map(ord, QUERY_INVISIBLE)) == expected
+
+
+def test_the_empty_query_rule_and_its_python_mirror_agree_on_every_character(database_url):
+    with connect(database_url) as conn:
+        blank_in_sql = characters_where(conn, "payrail._is_blank(pg_catalog.chr(c))")
+        # The rule itself, end to end, on a few of them and on a few that are not blank.
+        for ch in ("\u200b", "\u202e\u2066", "\U000e0041", "\ufe0f \u00ad", "\u3000"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="query is empty"), conn.transaction():
+                conn.execute("select payrail.query_takes_name_path(%s)", (ch,))
+        assert conn.execute("select payrail.query_takes_name_path(%s)", ("\u200ba",)).fetchone() == (False,)
+    assert blank_in_sql == set(map(ord, QUERY_BLANK))
+    for code in range(1, 0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        try:
+            check_query(chr(code))
+            blank_in_python = False
+        except InvalidQuery as refusal:
+            blank_in_python = str(refusal) == "query is empty"
+        assert blank_in_python == (code in blank_in_sql), f"U+{code:04X}"
+
+
+def test_case_folding_is_unicodes_simple_folding_of_every_character(database_url):
+    with connect(database_url) as conn:
+        folded_in_sql = dict(
+            conn.execute(
+                f"select c, pg_catalog.ascii(payrail._fold_case(pg_catalog.chr(c))) from ({EVERY_CHARACTER}) as s"
+                " where payrail._fold_case(pg_catalog.chr(c)) <> pg_catalog.chr(c)"
+            ).fetchall()
+        )
+    expected = {c: ord(simple_case_fold(chr(c))) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF}
+    expected = {c: f for c, f in expected.items() if f != c}
+    if folded_in_sql != expected:
+        pairs = sorted(expected.items())
+        pytest.fail(
+            "payrail._fold_case differs from Unicode's simple case folding; its two strings are now:\n"
+            + "".join(chr(c) for c, _ in pairs) + "\n" + "".join(chr(f) for _, f in pairs)
+        )  # fmt: skip
+
+
+INSERT = "insert into payrail.provider_methods (provider, method, urls, docs_url, guidance) values (%s, %s, %s, %s, %s)"
+VALID = {"provider": "Acme", "method": "Geocode", "urls": ["https://a.example/x"], "docs_url": None, "guidance": "G."}
+
+
+def refusal(conn: psycopg.Connection, **fields) -> str | None:
+    """The constraint that refused the record, or None if it was saved (then rolled back)."""
+    record = {**VALID, **fields}
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("set local role payrail_operator")
+            conn.execute(INSERT, tuple(record[k] for k in ("provider", "method", "urls", "docs_url", "guidance")))
+    except psycopg.errors.CheckViolation as error:
+        return error.diag.constraint_name
+    return None
+
+
+# One of each kind: zero-width space, joiner, bidi override and isolate, a tag, a variation
+# selector, a soft hyphen, a Hangul filler, the word joiner.
+INVISIBLE_SAMPLES = ["\u200b", "\u200d", "\u202e", "\u2067", "\U000e0041", "\ufe0f", "\u00ad", "\u3164", "\u2060"]
+
+
+@pytest.mark.parametrize("invisible", INVISIBLE_SAMPLES, ids=lambda ch: f"U+{ord(ch):04X}")
+def test_invisible_characters_are_refused_in_names_and_urls(database_url, invisible):
+    with connect(database_url) as conn:
+        assert refusal(conn, provider=f"Ac{invisible}me") == "provider_methods_provider_check"
+        assert refusal(conn, method=f"Geo{invisible}code") == "provider_methods_method_check"
+        assert refusal(conn, urls=[f"https://a{invisible}.example/"]) == "provider_methods_urls_https_check"
+        assert refusal(conn, docs_url=f"https://docs.example/{invisible}x") == "provider_methods_docs_url_check"
+        in_guidance = refusal(conn, guidance=f"Purpose: geocode.{invisible} Notes: paid.")
+        assert in_guidance == ("provider_methods_guidance_characters_check" if 0xE0000 <= ord(invisible) <= 0xE007F else None)
+
+
+def test_a_name_whose_comparison_key_would_not_fit_an_index_is_refused_by_its_rule(database_url):
+    # U+FDFA is one character and 18 letters in NFKC: 120 of them make a 3,960-byte key, past
+    # what a btree index entry can hold; refused by the name's rule, not by the index (54000).
+    with connect(database_url) as conn:
+        assert refusal(conn, provider="\ufdfa" * 120) == "provider_methods_provider_check"
+        assert refusal(conn, method="\ufdfa" * 37) == "provider_methods_method_check"  # 1,221 bytes
+        # The longest keys allowed fit every index, the pair's included (2,379 bytes).
+        assert refusal(conn, provider="\ufdfa" * 36, method="\ufdfa" * 36) is None
+        assert refusal(conn, provider="日" * 120, method="\U0002000b" * 120) is None
+
+
+LOOK_ALIKES = [
+    ("Stripe", "Ｓｔｒｉｐｅ"),  # fullwidth
+    ("Stripe", "𝐒𝐭𝐫𝐢𝐩𝐞"),  # mathematical bold
+    ("Café", "CAFE\u0301"),  # decomposed accent, another case
+    ("Straße", "STRAẞE"),  # capital sharp s
+    ("Kelvin", "\u212aelvin"),  # the Kelvin sign
+    ("Σίσυφος", "ΣΊΣΥΦΟΣ"),  # final sigma
+    ("ﬁnance", "FINANCE"),  # a ligature
+]
+
+
+@pytest.mark.parametrize(("name", "look_alike"), LOOK_ALIKES)
+def test_one_provider_cannot_exist_twice_in_two_encodings(database_url, name, look_alike):
+    with connect(database_url) as conn, conn.transaction(force_rollback=True):
+        conn.execute(INSERT, (name, "Pay", [], None, "G."))
+        with pytest.raises(psycopg.errors.UniqueViolation) as raised, conn.transaction():
+            conn.execute(INSERT, (look_alike, "pay", [], None, "G."))
+        assert raised.value.diag.constraint_name == "provider_methods_provider_method_key"
+
+
+def test_the_name_path_finds_a_name_however_it_is_written(database_url):
+    from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL
+
+    with connect(database_url) as conn, conn.transaction(force_rollback=True):
+        conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
+        conn.execute(
+            "insert into payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model,"
+            " embedding_content_hash) values ('Stripe', 'Create a refund', 'G.', true, %s, %s,"
+            " payrail._content_hash('Stripe', 'Create a refund', 'G.'))",
+            ([1.0] * FAKE_DIMENSIONS, FAKE_MODEL),
+        )  # fmt: skip
+        conn.execute("set local role payrail_agent")
+        for query in ("Ｓｔｒｉｐｅ", "S\u200btripe", "\u202estripe\u202c", "ＳＴＲＩＰＥ / create\u3000a  refund"):
+            rows = conn.execute("select provider, method from payrail.search_provider_methods(%s)", (query,)).fetchall()
+            assert rows == [("Stripe", "Create a refund")], query
+
+
+def test_the_python_key_mirror_is_the_databases(database_url):
+    """tests/test_properties.py's normalized() on the look-alikes and on every cased character."""
+    from test_properties import normalized
+
+    samples = [n for pair in LOOK_ALIKES for n in pair] + ["  a\u3000\u00a0b\t", "\u212b", "ǅ", "ᾈ", "İ", "ß"]
+    samples.append("".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) in ("Lu", "Lt", "Ll")))
+    with connect(database_url) as conn:
+        in_sql = [k for (k,) in conn.execute("select payrail._normalize_name(n) from unnest(%s::text[]) with ordinality as u(n, i) order by i", (samples,))]
+    assert in_sql == [normalized(s) for s in samples]
