@@ -18,10 +18,10 @@ At the end, a final sync, then every record must carry the vector of its content
 payrail.provider_method_history must hold, per record, exactly the versions the editor's log
 says each committed edit replaced. Everything else is a violation.
 
-The embedder is the fake OpenAI server of tests/openai_fake.py (real HTTP on 127.0.0.1), so the
-run measures the registry, not a model. The database is a throwaway embedded PostgreSQL
-(unix socket) unless --database-url names a local one (unix socket or loopback) whose registry
-is empty; db/ is applied to it. Clients are threads of this one process, each with its own
+The embedder is the tests' fake OpenAI server (payrail_test_support.openai_fake: real HTTP on
+127.0.0.1), so the run measures the registry, not a model. The database is a throwaway embedded
+PostgreSQL (unix socket) unless --database-url names a local one (unix socket or loopback) whose
+registry is empty; db/ is applied to it. Clients are threads of this one process, each with its own
 connection. Prints a table, or with --json a JSON summary; exits 1 on any violation or
 unexpected error. Stops by itself: workers stop at the deadline, and a worker still busy 60 s
 later counts as an unexpected error.
@@ -46,16 +46,14 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the fake OpenAI server of the tests
 sys.path.insert(0, str(REPO / "benchmarks"))
-
-from openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding  # noqa: E402
 
 from payrail_embedder import catalog, sync  # noqa: E402
 from payrail_embedder.database import apply_schema  # noqa: E402
 from payrail_embedder.embedders import OpenAIEmbedder, record_text  # noqa: E402
 from payrail_embedder.records import Line, ProviderMethod  # noqa: E402
 from payrail_embedder.search import embed_queries  # noqa: E402
+from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding  # noqa: E402
 
 SEARCH_CLIENTS = 4
 SYNC_INTERVAL = 0.2

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 import payrail_embedder
-from agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 from payrail_embedder import api
 from payrail_embedder.api import Match, Registry
+from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 
 
 @pytest.fixture

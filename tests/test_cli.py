@@ -18,11 +18,11 @@ import numpy as np
 import psycopg
 import pytest
 
-from conftest import run_cli
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder.cli import cli
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_test_support.cli import run_cli
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 
 PUBLIC_FIELDS = {"provider", "method", "urls", "docsUrl", "guidance"}
 

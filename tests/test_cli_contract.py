@@ -15,8 +15,9 @@ import sys
 import psycopg
 import pytest
 
-from conftest import CLI, REPO, run_cli
 from payrail_embedder.cli import FAILURE_EXIT_STATUS
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import run_cli
 
 CATALOG = [
     {"provider": "Acme Maps", "method": "Geocode an address", "urls": [], "docsUrl": None,

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from conftest import run_cli
-from openai_fake import fake_embedding
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_test_support.cli import run_cli
+from payrail_test_support.openai_fake import fake_embedding
 
 FAKE_EDITOR = Path(__file__).with_name("fake_editor.py")
 

@@ -13,9 +13,9 @@ import re
 import numpy as np
 import pytest
 
-from conftest import run_cli
-from openai_fake import fake_embedding
 from payrail_embedder.embedders import record_text
+from payrail_test_support.cli import run_cli
+from payrail_test_support.openai_fake import fake_embedding
 
 CATALOG = [
     ("Stripe", "Create a PaymentIntent", "Purpose: Charge a customer card in a chosen currency.", True),

@@ -18,15 +18,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
-from conftest import CLI, REPO, run_cli
-from environments import cli_environment
-from openai_fake import FAKE_MODEL, fake_embedding
 from payrail_embedder import SearchUnavailable, sync
 from payrail_embedder.api import Registry
 from payrail_embedder.database import apply_schema, connect
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
-from servers import replace_database
+from payrail_test_support import CLI, REPO
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
+from payrail_test_support.cli import run_cli
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
+from payrail_test_support.servers import replace_database
 
 NAME_QUERY = "Stripe"
 # What a client whose connection the stopping server ended reports (the server's notice, or

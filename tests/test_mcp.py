@@ -13,8 +13,8 @@ import time
 import anyio
 import pytest
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog, mcp_client
-from conftest import CLI, REPO
+from payrail_test_support import CLI, REPO
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog, mcp_client
 
 TOOL = "search_provider_methods"
 MATCH_KEYS = ["provider", "method", "urls", "docsUrl", "guidance"]

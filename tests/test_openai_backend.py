@@ -15,12 +15,12 @@ import numpy as np
 import psycopg
 import pytest
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY
-from conftest import run_cli
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder import catalog, database
 from payrail_embedder.embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable, OpenAIEmbedder, record_text
 from payrail_embedder.records import read_lines
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY
+from payrail_test_support.cli import run_cli
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 
 MATCH_KEYS = {"provider", "method", "urls", "docsUrl", "guidance"}
 # The cli_env fixture's PAYRAIL_EMBEDDING_TIMEOUT and PAYRAIL_EMBEDDING_RETRIES.

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder import catalog
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import content_hash, record_text
 from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 
 SETTINGS = settings(
     max_examples=200,

@@ -13,8 +13,8 @@ import numpy as np
 import psycopg
 import pytest
 
-from conftest import REPO
-from openai_fake import fake_embedding
+from payrail_test_support import REPO
+from payrail_test_support.openai_fake import fake_embedding
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import soak  # noqa: E402

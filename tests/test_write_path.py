@@ -18,11 +18,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from conftest import CLI, REPO, run_cli
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder import model_switch, sync
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import OPENAI_MAX_BATCH, OpenAIEmbedder, record_text
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import run_cli
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 
 NEW_MODEL = "fake-embedding-2"
 NEW_DIMENSIONS = 48

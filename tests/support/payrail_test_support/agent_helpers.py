@@ -13,11 +13,11 @@ from typing import TextIO
 
 import numpy as np
 
-from conftest import CLI, REPO
-from openai_fake import FAKE_MODEL, fake_embedding
 from payrail_embedder import catalog, database
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
 from payrail_embedder.records import read_lines
+from payrail_test_support import CLI, REPO
+from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
 
 MATCH_KEYS = ("provider", "method", "urls", "docsUrl", "guidance")
 

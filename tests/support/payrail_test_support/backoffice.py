@@ -22,8 +22,9 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from conftest import CLI, REPO, run_cli
 from payrail_embedder.database import connect
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import run_cli
 
 # Login roles, created once per server (roles belong to the cluster). The passwords matter only
 # on the scram-sha-256 server; the embedded test servers trust their socket.
