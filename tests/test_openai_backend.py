@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 
 import numpy as np
 import psycopg
@@ -25,6 +24,7 @@ from payrail_test_support.agent_helpers import (
 )
 from payrail_test_support.cli import cli_import, cli_json, run_cli, write_jsonl
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_test_support.ports import unused_port
 
 MATCH_KEYS = {"provider", "method", "urls", "docsUrl", "guidance"}
 # The cli_env fixture's PAYRAIL_EMBEDDING_TIMEOUT and PAYRAIL_EMBEDDING_RETRIES.
@@ -46,14 +46,6 @@ def registry_snapshot(database_url: str) -> tuple[list, list]:
         ).fetchall()
         model = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchall()
     return rows, model
-
-
-def closed_port_base_url() -> str:
-    """An OpenAI base URL on a local port nobody listens on: connections are refused."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
 
 
 def direct_embedder(openai_fake, **options) -> OpenAIEmbedder:
@@ -164,7 +156,7 @@ def test_search_reports_unavailable_when_embedding_fails(behaviour, cli_env, ope
     expected_requests, detail_mentions = FAILURES[behaviour]
     env = dict(cli_env)
     if behaviour == "refused":
-        env["OPENAI_BASE_URL"] = closed_port_base_url()
+        env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{unused_port()}/v1"  # connections are refused
     else:
         openai_fake.behaviour = behaviour
     snapshot_before = registry_snapshot(database_url)
