@@ -36,10 +36,9 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     sign_in,
     start_backoffice,
     stored,
-    write_jsonl,
 )
 from payrail_test_support import REPO
-from payrail_test_support.cli import run_cli
+from payrail_test_support.cli import run_cli, write_jsonl
 from payrail_test_support.openai_fake import fake_embedding
 
 ACME = (ENABLED["provider"], ENABLED["method"])
