@@ -25,9 +25,9 @@ from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches, import_catalog
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.environments import cli_environment
-from payrail_test_support.openai_fake import FAKE_MODEL
+from payrail_test_support.openai_fake import FAKE_MODEL, SwitchAt
 from payrail_test_support.servers import replace_database
-from payrail_test_support.stored import assert_whole_or_nothing, rows
+from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 
 NAME_QUERY = "Stripe"
 # What a client whose connection the stopping server ended reports (the server's notice, or
@@ -98,13 +98,6 @@ class HoldRequest(list):
         if len(self) == self.n:
             self.reached.set()
             self.released.wait(60)
-
-
-def insert_drafts(url: str, count: int) -> list[str]:
-    names = [(f"Draft {n:03d}", f"Method {n:03d}", f"Purpose: draft number {n} waiting for sync.") for n in range(count)]
-    with psycopg.connect(url) as conn, conn.cursor() as cursor:
-        cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names)
-    return [f"{p} / {m}" for p, m, _ in names]
 
 
 def records(url: str) -> list[dict]:
@@ -249,7 +242,7 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
             "select provider || ' / ' || method from payrail.provider_methods where not enabled order by id limit 1"
         ).fetchone()
 
-    openai_fake.requests = FailFrom(openai_fake, len(openai_fake.requests) + 2, behaviour)
+    openai_fake.requests = SwitchAt(openai_fake, 2, behaviour)
     with connect(database_url, autocommit=True) as conn:
         report = sync.sync(conn, embedder, batch_size=4)
     # Sync embeds the shortest texts first: the fresh drafts (all of one length, so in id order),
@@ -262,16 +255,3 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
         report = sync.sync(conn, embedder, batch_size=4)
     assert report.to_json() == {"embedded": 5, "changedMeanwhile": 0, "pending": []}
     assert all(assert_whole_or_nothing(r) for r in records(database_url))
-
-
-class FailFrom(list):
-    """Stands in for FakeOpenAI.requests: from the n-th request on, the fake behaves as told."""
-
-    def __init__(self, fake, n: int, behaviour: str):
-        super().__init__(fake.requests)
-        self.fake, self.n, self.behaviour = fake, n, behaviour
-
-    def append(self, item):
-        super().append(item)
-        if len(self) == self.n:
-            self.fake.behaviour = self.behaviour

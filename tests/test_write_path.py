@@ -23,9 +23,9 @@ from payrail_embedder.database import connect
 from payrail_embedder.embedders import OPENAI_MAX_BATCH, OpenAIEmbedder, record_text
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import, cli_json, run_cli
-from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, SwitchAt, fake_embedding
 from payrail_test_support.ranking import fake_semantic_path
-from payrail_test_support.stored import assert_whole_or_nothing, rows
+from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 
 NEW_MODEL = "fake-embedding-2"
 NEW_DIMENSIONS = 48
@@ -51,33 +51,6 @@ CATALOG = [
     rec("OpenWeather", "Current weather", "Purpose: current weather conditions for a city."),
     rec("Amadeus", "Hotel offers", "Purpose: find live hotel availability through a paid API.", enabled=False),
 ]
-
-
-def insert_drafts(url: str, count: int) -> list[str]:
-    names = [(f"Provider {n:04d}", f"Method {n:04d}", f"Purpose: generated record number {n} for sync.") for n in range(count)]
-    with psycopg.connect(url) as conn:
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names
-            )
-    return [f"{p} / {m}" for p, m, _ in names]
-
-
-class SwitchAt(list):
-    """Stands in for FakeOpenAI.requests: from the n-th request on, the fake behaves as told.
-
-    The fake appends each request before it looks at its behaviour, so the switch is exact; it
-    happens once, so a test may set the behaviour back later.
-    """
-
-    def __init__(self, fake, n: int, behaviour: str):
-        super().__init__()
-        self.fake, self.n, self.behaviour = fake, n, behaviour
-
-    def append(self, item):
-        super().append(item)
-        if len(self) == self.n:
-            self.fake.behaviour = self.behaviour
 
 
 def fake_embedder(openai_fake, model=FAKE_MODEL, **kwargs) -> OpenAIEmbedder:

@@ -1,13 +1,26 @@
-"""What the registry holds, read back, and the rule its vectors keep: whole or nothing."""
+"""What the registry holds: drafts written as an operator writes them in psql, rows read back, and
+the rule their vectors keep (whole or nothing)."""
 
 from __future__ import annotations
 
 import numpy as np
+import psycopg
 from psycopg.rows import dict_row
 
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, fake_embedding
+
+
+def insert_drafts(url: str, count: int) -> list[str]:
+    """count new drafts, without vectors, inserted with plain SQL; returns their "provider / method" names."""
+    names = [(f"Provider {n:04d}", f"Method {n:04d}", f"Purpose: generated record number {n} for sync.") for n in range(count)]
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names
+            )
+    return [f"{p} / {m}" for p, m, _ in names]
 
 
 def rows(url: str) -> list[dict]:
