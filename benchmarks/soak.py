@@ -9,7 +9,7 @@ For --seconds (5 minutes by default), on one registry:
   equals content hash, by the registry's model, and the stored vector is the fake embedding of
   that content) and is returned with its stored fields; and that the answer is exactly the one
   the contract prescribes in that snapshot (the name path's order, or the exact cosine top 3
-  computed here with NumPy, equal distances aside);
+  computed with NumPy, equal distances aside: payrail_test_support.search_checker);
 - 1 editor, one committed UPDATE at a time: toggles enabled, changes URLs, rewrites the guidance
   of drafts, runs disable -> edit guidance -> (sync) -> enable cycles, and checks that a content
   edit of an enabled record without a vector is refused; it logs every committed edit;
@@ -18,10 +18,10 @@ At the end, a final sync, then every record must carry the vector of its content
 payrail.provider_method_history must hold, per record, exactly the versions the editor's log
 says each committed edit replaced. Everything else is a violation.
 
-The embedder is the fake OpenAI server of tests/openai_fake.py (real HTTP on 127.0.0.1), so the
-run measures the registry, not a model. The database is a throwaway embedded PostgreSQL
-(unix socket) unless --database-url names a local one (unix socket or loopback) whose registry
-is empty; db/ is applied to it. Clients are threads of this one process, each with its own
+The embedder is the tests' fake OpenAI server (payrail_test_support.openai_fake: real HTTP on
+127.0.0.1), so the run measures the registry, not a model. The database is a throwaway embedded
+PostgreSQL (unix socket) unless --database-url names a local one (unix socket or loopback) whose
+registry is empty; db/ is applied to it. Clients are threads of this one process, each with its own
 connection. Prints a table, or with --json a JSON summary; exits 1 on any violation or
 unexpected error. Stops by itself: workers stop at the deadline, and a worker still busy 60 s
 later counts as an unexpected error.
@@ -38,24 +38,19 @@ import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the fake OpenAI server of the tests
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding  # noqa: E402
-
-from payrail_embedder import catalog, sync  # noqa: E402
-from payrail_embedder.database import apply_schema  # noqa: E402
-from payrail_embedder.embedders import OpenAIEmbedder, record_text  # noqa: E402
-from payrail_embedder.records import Line, ProviderMethod  # noqa: E402
-from payrail_embedder.search import embed_queries  # noqa: E402
+from payrail_embedder import catalog, sync
+from payrail_embedder.database import apply_schema
+from payrail_embedder.embedders import OpenAIEmbedder, record_text
+from payrail_embedder.records import Line, ProviderMethod
+from payrail_embedder.search import embed_queries
+from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding
+from payrail_test_support.search_checker import SEARCH_SQL, check_answer
 
 SEARCH_CLIENTS = 4
 SYNC_INTERVAL = 0.2
@@ -63,8 +58,6 @@ SYNC_INTERVAL = 0.2
 SYNC_EMBEDDING_LATENCY = 0.05
 EDIT_INTERVAL = 0.01
 STOP_GRACE = 60.0
-# Distances this close are ties within float32 arithmetic: either order is right.
-TIE_TOLERANCE = 1e-5
 EXAMPLES_KEPT = 20
 
 WORDS = (
@@ -75,13 +68,7 @@ WORDS = (
 # Method names several providers share, so method-name queries meet the limit of 3.
 SHARED_METHODS = ["Search", "Create a refund", "Get a quote"]
 
-SEARCH_SQL = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
 STATE_COLUMNS = "provider, method, urls, docs_url, guidance, enabled"
-
-
-def normalized(name: str) -> str:
-    """payrail._normalize_name for the ASCII names this script generates."""
-    return " ".join(name.lower().split())
 
 
 # --- the catalog ---------------------------------------------------------------------------------
@@ -161,7 +148,7 @@ def run_until(deadline: float, worker: str, tally: Tally, step) -> None:
             time.sleep(0.1)
 
 
-# --- search clients and the checker --------------------------------------------------------------
+# --- search clients --------------------------------------------------------------
 
 
 class SearchClient:
@@ -209,94 +196,6 @@ class SearchClient:
             self.tally.add("near_ties")
         for problem in problems:
             self.tally.violation(f"{self.name} {path} {query!r}: {problem}")
-
-
-def check_answer(conn: psycopg.Connection, query: str, path: str, rows: list[tuple], vector) -> tuple[list[str], bool]:
-    """In the search's own snapshot: was each returned record fit to return, and was the answer exact?"""
-    problems = []
-    if len(rows) > 3:
-        problems.append(f"{len(rows)} rows")
-    returned = [(r[0], r[1]) for r in rows]
-    stored = conn.execute(
-        """
-        select r.provider, r.method, pm.id, pm.enabled, pm.urls, pm.docs_url, pm.guidance, pm.embedding,
-               pm.embedding_model, pm.embedding_content_hash = pm.content_hash as hash_current, m.name as registry_model
-        from unnest(%s::text[], %s::text[]) with ordinality as r(provider, method, position)
-        left join payrail.provider_methods as pm on pm.provider = r.provider and pm.method = r.method
-        left join payrail.embedding_model as m on true
-        order by r.position
-        """,
-        ([p for p, _ in returned], [m for _, m in returned]),
-    ).fetchall()
-    for row, (provider, method, record_id, enabled, urls, docs_url, guidance, embedding, model, current, registry) in zip(
-        rows, stored
-    ):
-        label = f"{provider} / {method}"
-        if record_id is None:
-            problems.append(f"returned {label}, which does not exist")
-            continue
-        if not enabled:
-            problems.append(f"returned the disabled record {label}")
-        if embedding is None or not current or model != registry:
-            problems.append(f"returned {label} without a vector of its current content (hash current: {current})")
-        elif not np.allclose(embedding.to_numpy(), fake_embedding(record_text(provider, method, guidance)), atol=1e-6):
-            problems.append(f"returned {label}, whose vector was not made from its content")
-        if (list(row[2]), row[3], row[4]) != (list(urls), docs_url, guidance):
-            problems.append(f"returned {label} with other fields than stored")
-
-    enabled = conn.execute(
-        "select provider, method, embedding from payrail.provider_methods where enabled"
-    ).fetchall()
-    expected_by_name = name_path_answer(query, [(p, m) for p, m, _ in enabled])
-    if expected_by_name:
-        if path != "name" or returned != expected_by_name:
-            problems.append(f"name path: returned {returned} by the {path} path, expected {expected_by_name}")
-        return problems, False
-    if path != "semantic":
-        problems.append(f"answered by the name path, but no enabled record has that name: {returned}")
-        return problems, False
-    more, near_tie = semantic_problems(returned, enabled, vector)
-    return problems + more, near_tie
-
-
-def name_path_answer(query: str, enabled: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The contract's name path: pairs, then providers, then methods; ties by normalized names; 3 at most."""
-    q = normalized(query)
-    ranked = []
-    for provider, method in enabled:
-        if q in (normalized(f"{provider} {method}"), normalized(f"{provider} / {method}")):
-            rank = 1
-        elif normalized(provider) == q:
-            rank = 2
-        elif normalized(method) == q:
-            rank = 3
-        else:
-            continue
-        ranked.append((rank, normalized(provider), normalized(method), (provider, method)))
-    return [entry[-1] for entry in sorted(ranked)[:3]]
-
-
-def semantic_problems(returned: list[tuple[str, str]], enabled: list[tuple], vector) -> tuple[list[str], bool]:
-    """The exact cosine top 3 over the snapshot's enabled records, ties by normalized names."""
-    if not enabled:
-        return ([] if not returned else [f"returned {returned} with no record enabled"]), False
-    matrix = np.stack([e.to_numpy() for _, _, e in enabled]).astype(np.float64)
-    q = np.asarray(vector, dtype=np.float64)
-    distances = 1 - matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
-    distance_of = {(p, m): d for (p, m, _), d in zip(enabled, distances)}
-    expected = [
-        name for _, _, _, name in sorted((d, normalized(p), normalized(m), (p, m)) for (p, m), d in distance_of.items())
-    ][:3]
-    if returned == expected:
-        return [], False
-    # Equal distances may come back in either order in float32: same length, and each position's
-    # distance equal to the expected one within the tolerance.
-    if len(set(returned)) == len(returned) == len(expected) and all(
-        name in distance_of and abs(distance_of[name] - distance_of[want]) <= TIE_TOLERANCE
-        for name, want in zip(returned, expected)
-    ):
-        return [], True
-    return [f"semantic path: returned {returned}, expected {expected}"], False
 
 
 # --- the editor ----------------------------------------------------------------------------------

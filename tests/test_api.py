@@ -5,15 +5,15 @@ with the fake OpenAI server as the embedder, configured through the environment 
 from __future__ import annotations
 
 import os
-import socket
 
 import psycopg
 import pytest
 
 import payrail_embedder
-from agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 from payrail_embedder import api
 from payrail_embedder.api import Match, Registry
+from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
+from payrail_test_support.ports import unused_port
 
 
 @pytest.fixture
@@ -33,12 +33,6 @@ def agent_env(cli_env, database_url, openai_fake, monkeypatch, tmp_path):
 def registry(agent_env):
     with Registry() as registry:
         yield registry
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def agent_backends(database_url: str) -> list[int]:
@@ -135,7 +129,7 @@ def test_embedding_failure_is_search_unavailable_and_names_still_work(registry, 
 
 
 def test_unreachable_database_is_search_unavailable():
-    registry = Registry(f"postgresql://127.0.0.1:{closed_port()}/payrail", backend="openai", connect_timeout=1)
+    registry = Registry(f"postgresql://127.0.0.1:{unused_port()}/payrail", backend="openai", connect_timeout=1)
     for _ in range(2):  # a failed first call leaves nothing half-open behind
         with pytest.raises(payrail_embedder.SearchUnavailable) as raised:
             registry.search_provider_methods("Stripe")

@@ -16,7 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from playwright.sync_api import expect
 
-from backoffice_helpers import (  # noqa: F401 (fixtures)
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import record_text
+from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     CATALOG,
     DRAFT,
     ENABLED,
@@ -34,12 +36,10 @@ from backoffice_helpers import (  # noqa: F401 (fixtures)
     sign_in,
     start_backoffice,
     stored,
-    write_jsonl,
 )
-from conftest import REPO, run_cli
-from openai_fake import fake_embedding
-from payrail_embedder.database import connect
-from payrail_embedder.embedders import record_text
+from payrail_test_support import REPO
+from payrail_test_support.cli import run_cli, write_jsonl
+from payrail_test_support.openai_fake import fake_embedding
 
 ACME = (ENABLED["provider"], ENABLED["method"])
 

@@ -1,8 +1,7 @@
 """The `payrail-embedder` command line, run as a real subprocess against real PostgreSQL,
 with the fake OpenAI server as the embedder.
 
-Expected orders are computed here from openai_fake.fake_embedding and embedders.record_text,
-never written down by hand.
+Expected orders come from payrail_test_support.ranking, never written down by hand.
 """
 
 from __future__ import annotations
@@ -18,11 +17,12 @@ import numpy as np
 import psycopg
 import pytest
 
-from conftest import run_cli
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder.cli import cli
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_test_support.cli import cli_import, cli_json, run_cli, write_jsonl
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_test_support.ranking import cosine_ranking, fake_semantic_path, fake_vector, name_path, normalized
 
 PUBLIC_FIELDS = {"provider", "method", "urls", "docsUrl", "guidance"}
 
@@ -58,31 +58,6 @@ def as_exported(record: dict) -> dict:
     return {**public(record), "enabled": record.get("enabled") or False}
 
 
-def normalize(name: str) -> str:
-    """payrail._normalize_name for the ASCII names these tests search by."""
-    return " ".join(name.split()).lower()
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    return path
-
-
-def cli_json(env: dict, *args: str) -> tuple[int, dict]:
-    result = run_cli(env, *args)
-    try:
-        return result.returncode, json.loads(result.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}")
-
-
-def import_catalog(env: dict, path: Path, records: list[dict]) -> dict:
-    code, report = cli_json(env, "import", "--json", str(write_jsonl(path, records)))
-    assert code == 0, report
-    assert report == {"created": len(records), "updated": 0, "unchanged": 0, "refused": [], "saved": True}
-    return report
-
-
 def export_text(env: dict, path: Path) -> str:
     result = run_cli(env, "export", "-o", str(path))
     assert result.returncode == 0, result.stderr
@@ -91,7 +66,7 @@ def export_text(env: dict, path: Path) -> str:
 
 
 def search(env: dict, query: str) -> tuple[int, dict]:
-    return cli_json(env, "search", "--json", query)
+    return cli_json(env, "search", "--json", query)[:2]
 
 
 def search_matches(env: dict, query: str) -> list[dict]:
@@ -102,48 +77,6 @@ def search_matches(env: dict, query: str) -> list[dict]:
         assert set(match) == PUBLIC_FIELDS, match
     assert len(answer["matches"]) <= 3
     return answer["matches"]
-
-
-def expected_name_path(records: list[dict], query: str) -> list[dict]:
-    """The documented name-path order: pair match, provider match, method match; ties by
-    lower-cased provider then method; enabled only; at most 3."""
-    q = normalize(query)
-    ranked = []
-    for r in records:
-        if not r.get("enabled"):
-            continue
-        pairs = {normalize(f"{r['provider']} {r['method']}"), normalize(f"{r['provider']} / {r['method']}")}
-        if q in pairs:
-            rank = 1
-        elif normalize(r["provider"]) == q:
-            rank = 2
-        elif normalize(r["method"]) == q:
-            rank = 3
-        else:
-            continue
-        ranked.append(((rank, normalize(r["provider"]), normalize(r["method"])), r))
-    return [r for _, r in sorted(ranked, key=lambda item: item[0])][:3]
-
-
-def cosine_distances(records: list[dict], query: str) -> list[tuple[float, str, str, dict]]:
-    """Every record with its exact cosine distance to the query, in search order."""
-    q = fake_embedding(query).astype(np.float64)
-    scored = []
-    for r in records:
-        v = fake_embedding(record_text(r["provider"], r["method"], r["guidance"])).astype(np.float64)
-        distance = 1.0 - float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
-        scored.append((distance, normalize(r["provider"]), normalize(r["method"]), r))
-    return sorted(scored, key=lambda s: s[:3])
-
-
-def expected_semantic(records: list[dict], query: str) -> list[dict]:
-    scored = cosine_distances([r for r in records if r.get("enabled")], query)
-    # Float rounding must not decide the order: the places that matter are exact ties
-    # (identical bags of words, broken by name) or clearly apart.
-    head = [s[0] for s in scored[:4]]
-    for closer, farther in zip(head, head[1:]):
-        assert closer == farther or farther - closer > 1e-4, f"ambiguous distances {head} for {query!r}"
-    return [s[3] for s in scored[:3]]
 
 
 def stored_row(url: str, provider: str, method: str) -> dict:
@@ -237,7 +170,7 @@ ROUND_TRIP = [
 
 
 def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path):
-    import_catalog(cli_env, tmp_path / "catalog.jsonl", ROUND_TRIP)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", ROUND_TRIP)
     assert sorted(inputs_of(openai_fake.requests)) == sorted(
         record_text(r["provider"], r["method"], r["guidance"]) for r in ROUND_TRIP
     )
@@ -253,7 +186,7 @@ def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path
     assert stdout.returncode == 0, stdout.stderr
     assert stdout.stdout == first
 
-    code, report = cli_json(cli_env, "import", "--json", str(tmp_path / "export-1.jsonl"))
+    code, report, _ = cli_json(cli_env, "import", "--json", str(tmp_path / "export-1.jsonl"))
     assert code == 0, report
     assert report == {"created": 0, "updated": 0, "unchanged": len(ROUND_TRIP), "refused": [], "saved": True}
     assert len(openai_fake.requests) == requests_after_import
@@ -270,7 +203,7 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
         rec("Globex", "Room Rates", "Purpose: Room rates by city.", docs_url="https://globex.example/docs"),
         rec("Initech", "Flight Search", "Purpose: Flight offers.", enabled=False),
     ]
-    import_catalog(cli_env, tmp_path / "base.jsonl", base)
+    cli_import(cli_env, tmp_path / "base.jsonl", base)
     requests_before = len(openai_fake.requests)
     before = stored_row(database_url, "Acme Travel", "Hotel Search")
     assert_embedded_from(before, base[0])
@@ -280,8 +213,8 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
     urls_edit = dict(base[0], urls=["https://acme.example/hotels", "https://acme.example/pricing"])
     urls_edit["docsUrl"] = "https://acme.example/docs"
     del urls_edit["enabled"]
-    code, report = cli_json(
-        cli_env, "import", "--json", str(write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]]))
+    code, report, _ = cli_json(
+        cli_env, "import", "--json", write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]])
     )
     assert code == 0, report
     assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True}
@@ -291,8 +224,8 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
     np.testing.assert_array_equal(np.asarray(row["embedding"]), np.asarray(vector_before))
 
     guidance_edit = dict(base[1], guidance="Purpose: Nightly room rates by city and date.\nNotes: paid.")
-    code, report = cli_json(
-        cli_env, "import", "--json", str(write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]]))
+    code, report, _ = cli_json(
+        cli_env, "import", "--json", write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]])
     )
     assert code == 0, report
     assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True}
@@ -342,7 +275,7 @@ def test_import_refuses_a_file_with_a_bad_line(kind, cli_env, database_url, tmp_
     assert f"{path}:{bad_number}: " in plain.stderr and reason in plain.stderr, plain.stderr
     assert "nothing saved" in plain.stdout
 
-    code, report = cli_json(cli_env, "import", "--json", str(path))
+    code, report, _ = cli_json(cli_env, "import", "--json", str(path))
     assert code != 0
     assert report["saved"] is False
     assert len(report["refused"]) == 1, report
@@ -353,7 +286,7 @@ def test_import_refuses_a_file_with_a_bad_line(kind, cli_env, database_url, tmp_
         assert f"{path}:2" in refusal["reason"]
     assert export_text(cli_env, tmp_path / "after-refusal.jsonl") == before
 
-    code, report = cli_json(cli_env, "import", "--skip-invalid", "--json", str(path))
+    code, report, _ = cli_json(cli_env, "import", "--skip-invalid", "--json", str(path))
     assert report["saved"] is True, report
     assert (report["created"], report["updated"], report["unchanged"]) == (1, 1, 0)
     assert [(r["line"], reason in r["reason"]) for r in report["refused"]] == [(bad_number, True)]
@@ -378,7 +311,7 @@ NAME_CATALOG = [
 
 
 def test_search_name_path_returns_documented_order_without_embedding(cli_env, openai_fake, tmp_path):
-    import_catalog(cli_env, tmp_path / "catalog.jsonl", NAME_CATALOG)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", NAME_CATALOG)
     requests_after_import = len(openai_fake.requests)
 
     queries = [
@@ -389,11 +322,11 @@ def test_search_name_path_returns_documented_order_without_embedding(cli_env, op
         "Hotel Search",  # a pair, a provider and three methods (one of them a draft) at once
     ]
     for query in queries:
-        expected = expected_name_path(NAME_CATALOG, query)
+        expected = name_path(NAME_CATALOG, query)
         assert expected, f"{query!r} should take the name path"
         assert search_matches(cli_env, query) == [public(r) for r in expected], query
-    assert len(expected_name_path(NAME_CATALOG, "Acme Travel")) == 3
-    assert len({normalize(r["provider"]) for r in expected_name_path(NAME_CATALOG, "Hotel Search")}) == 3
+    assert len(name_path(NAME_CATALOG, "Acme Travel")) == 3
+    assert len({normalized(r["provider"]) for r in name_path(NAME_CATALOG, "Hotel Search")}) == 3
 
     assert len(openai_fake.requests) == requests_after_import, "the name path needs no embedding"
 
@@ -418,20 +351,21 @@ SEMANTIC_CATALOG = [
 
 
 def test_search_semantic_path_orders_by_cosine_distance(cli_env, openai_fake, tmp_path):
-    import_catalog(cli_env, tmp_path / "catalog.jsonl", SEMANTIC_CATALOG)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", SEMANTIC_CATALOG)
 
     for query in ("live hotel availability and room rates", "alpha beta gamma weather forecast for farms"):
-        assert expected_name_path(SEMANTIC_CATALOG, query) == []
+        assert name_path(SEMANTIC_CATALOG, query) == []
         # A draft is the nearest of all: only the enabled rule keeps it out.
-        assert cosine_distances(SEMANTIC_CATALOG, query)[0][3]["enabled"] is False
+        assert cosine_ranking(SEMANTIC_CATALOG, fake_embedding(query), fake_vector)[0][1]["enabled"] is False
         requests_before = len(openai_fake.requests)
 
         matches = search_matches(cli_env, query)
-        assert matches == [public(r) for r in expected_semantic(SEMANTIC_CATALOG, query)], query
+        assert matches == [public(r) for r in fake_semantic_path(SEMANTIC_CATALOG, query)], query
         assert len(matches) == 3
         assert [r["input"] for r in openai_fake.requests[requests_before:]] == [[query]]
 
-    tie = cosine_distances([r for r in SEMANTIC_CATALOG if r["enabled"]], "alpha beta gamma weather forecast for farms")
+    enabled = [r for r in SEMANTIC_CATALOG if r["enabled"]]
+    tie = cosine_ranking(enabled, fake_embedding("alpha beta gamma weather forecast for farms"), fake_vector)
     assert tie[0][0] == tie[1][0], "the second query must exercise the tie-break"
 
 
@@ -505,13 +439,13 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
     insert_rows(database_url, DRAFTS)
     pending = [f"{r['provider']} / {r['method']}" for r in DRAFTS]
 
-    code, dry = cli_json(cli_env, "sync", "--dry-run", "--json")
+    code, dry, _ = cli_json(cli_env, "sync", "--dry-run", "--json")
     assert code == 0, dry
     assert list(dry) == ["wouldEmbed"] and sorted(dry["wouldEmbed"]) == sorted(pending)
     assert openai_fake.requests == []
     assert all(stored_row(database_url, r["provider"], r["method"])["embedding"] is None for r in DRAFTS)
 
-    code, summary = cli_json(cli_env, "sync", "--json")
+    code, summary, _ = cli_json(cli_env, "sync", "--json")
     assert code == 0, summary
     assert (summary["embedded"], summary["changedMeanwhile"]) == (len(DRAFTS), 0), summary
     assert sorted(inputs_of(openai_fake.requests)) == sorted(
@@ -525,9 +459,9 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
         assert row["enabled"] is False
         assert_embedded_from(row, r)
 
-    assert cli_json(cli_env, "sync", "--dry-run", "--json") == (0, {"wouldEmbed": []})
+    assert cli_json(cli_env, "sync", "--dry-run", "--json")[:2] == (0, {"wouldEmbed": []})
     requests_after_sync = len(openai_fake.requests)
-    code, summary = cli_json(cli_env, "sync", "--json")
+    code, summary, _ = cli_json(cli_env, "sync", "--json")
     assert (code, summary["embedded"], summary["changedMeanwhile"]) == (0, 0, 0), summary
     assert len(openai_fake.requests) == requests_after_sync
 
@@ -539,13 +473,13 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
 
     catalog = [embedded] + [dict(r, enabled=True) for r in DRAFTS]
     query = "nightly room rates for a hotel"
-    assert search_matches(cli_env, query) == [public(r) for r in expected_semantic(catalog, query)]
+    assert search_matches(cli_env, query) == [public(r) for r in fake_semantic_path(catalog, query)]
     assert search_matches(cli_env, "Globex") == [public(dict(DRAFTS[1], enabled=True))]
 
 
 def test_operator_edits_guidance_in_psql_then_syncs_and_enables(cli_env, database_url, openai_fake, tmp_path):
     original = rec("Acme Travel", "Hotel Search", "Purpose: hotel availability.", urls=["https://acme.example/h"])
-    import_catalog(cli_env, tmp_path / "catalog.jsonl", [original])
+    cli_import(cli_env, tmp_path / "catalog.jsonl", [original])
     before = stored_row(database_url, "Acme Travel", "Hotel Search")
     assert_embedded_from(before, original)
     vector_before = before["embedding"]
@@ -574,7 +508,7 @@ def test_operator_edits_guidance_in_psql_then_syncs_and_enables(cli_env, databas
     assert (row["guidance"], row["enabled"], row["embedding"]) == (edited["guidance"], False, None)
     assert search_matches(cli_env, "Acme Travel") == []
 
-    code, summary = cli_json(cli_env, "sync", "--json")
+    code, summary, _ = cli_json(cli_env, "sync", "--json")
     assert code == 0, summary
     assert summary["embedded"] == 1, summary
     assert_embedded_from(stored_row(database_url, "Acme Travel", "Hotel Search"), edited)
@@ -603,7 +537,7 @@ def test_deployment_login_roles_run_the_workflow(cli_env, database_url, openai_f
                 "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
                 ("Acme Travel", "Hotel Search", "Purpose: hotel availability."),
             )
-        code, summary = cli_json({**cli_env, "PAYRAIL_DATABASE_URL": url_for(operator)}, "sync", "--json")
+        code, summary, _ = cli_json({**cli_env, "PAYRAIL_DATABASE_URL": url_for(operator)}, "sync", "--json")
         assert (code, summary.get("embedded")) == (0, 1), summary
         with psycopg.connect(url_for(operator)) as conn:
             conn.execute("update payrail.provider_methods set enabled = true")

@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 import psycopg
 import pytest
 
-from conftest import CLI, REPO, run_cli
 from payrail_embedder.cli import FAILURE_EXIT_STATUS
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.ports import unused_port
 
 CATALOG = [
     {"provider": "Acme Maps", "method": "Geocode an address", "urls": [], "docsUrl": None,
@@ -28,9 +29,7 @@ CATALOG = [
 
 @pytest.fixture
 def registry(cli_env, tmp_path):
-    path = tmp_path / "catalog.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in CATALOG), encoding="utf-8")
-    assert run_cli(cli_env, "import", str(path)).returncode == 0
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     return cli_env
 
 
@@ -188,14 +187,8 @@ def test_eval_warns_about_labels_the_registry_cannot_return(registry, tmp_path):
     assert "warning: line 1: Nobody / Nothing is not in the registry" in text.stderr, text.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_mcp_over_http_prints_its_url_refuses_a_busy_port_and_exits_0_on_sigterm(registry):
-    port = free_port()
+    port = unused_port()
     server = subprocess.Popen([str(CLI), "mcp", "--http", str(port)], env=registry, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline() == f"serving MCP over streamable HTTP at http://127.0.0.1:{port}/mcp (loopback only)\n"

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from conftest import run_cli
-from openai_fake import fake_embedding
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.openai_fake import fake_embedding
 
 FAKE_EDITOR = Path(__file__).with_name("fake_editor.py")
 
@@ -34,10 +34,7 @@ DRAFT = {**ENABLED, "method": "Reverse geocode", "guidance": "Purpose: turn coor
 
 @pytest.fixture
 def registry(cli_env, tmp_path):
-    path = tmp_path / "catalog.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (ENABLED, DRAFT)), encoding="utf-8")
-    result = run_cli(cli_env, "import", str(path))
-    assert result.returncode == 0, result.stderr
+    cli_import(cli_env, tmp_path / "catalog.jsonl", [ENABLED, DRAFT])
     return cli_env
 
 

@@ -1,21 +1,17 @@
 """payrail-embedder eval: labelled queries through the real search path, scored.
 
-The expected metrics are computed here from openai_fake.fake_embedding and numpy cosine (the
-semantic path) and from the name rules (the name path), with the metric definitions written out
-again below, never copied from a run.
+The expected metrics are computed here from the answers of payrail_test_support.ranking, with
+the metric definitions written out again below, never copied from a run.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
-import numpy as np
 import pytest
 
-from conftest import run_cli
-from openai_fake import fake_embedding
-from payrail_embedder.embedders import record_text
+from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.ranking import normalized, search_answer
 
 CATALOG = [
     ("Stripe", "Create a PaymentIntent", "Purpose: Charge a customer card in a chosen currency.", True),
@@ -28,6 +24,7 @@ CATALOG = [
     # Closest of all to the hotel question, but a disabled draft: it can never be returned.
     ("Amadeus", "Hotel Search", "Purpose: Find live hotel room availability and prices through a paid API.", False),
 ]
+RECORDS = [{"provider": p, "method": m, "urls": [], "docsUrl": None, "guidance": g, "enabled": on} for p, m, g, on in CATALOG]
 
 LABELLED = [
     {"query": "charge the customer card in euros", "relevant": [["Stripe", "Create a PaymentIntent"]]},
@@ -47,33 +44,16 @@ LABELLED = [
 ]
 
 
-def normalize(name: str) -> str:
-    return re.sub(r"\s+", " ", name.strip()).lower()
-
-
 def expected_top3(query: str) -> list[tuple[str, str]]:
-    enabled = [(p, m, g) for p, m, g, on in CATALOG if on]
-    name = normalize(query)
-    by_name = sorted(
-        (normalize(p), normalize(m), p, m) for p, m, _ in enabled if name in (normalize(p), normalize(m))
-    )
-    if by_name:
-        return [(p, m) for _, _, p, m in by_name[:3]]
-    q = fake_embedding(query)
-    scored = sorted(
-        ((1.0 - float(np.dot(fake_embedding(record_text(p, m, g)), q)), normalize(p), normalize(m), p, m) for p, m, g in enabled)
-    )
-    distances = [s[0] for s in scored[:4]]
-    assert all(b - a > 1e-4 for a, b in zip(distances, distances[1:])), f"near ties decide {query!r}: {distances}"
-    return [(p, m) for _, _, _, p, m in scored[:3]]
+    return [(r["provider"], r["method"]) for r in search_answer(RECORDS, query)]
 
 
 def expected_report() -> tuple[dict[str, float], list[int]]:
     totals = {"hit@1": 0.0, "hit@3": 0.0, "recall@1": 0.0, "recall@3": 0.0, "capped_recall@3": 0.0, "mrr@3": 0.0}
     missed_lines = []
     for line, labelled in enumerate(LABELLED, start=1):
-        relevant = {(normalize(p), normalize(m)) for p, m in labelled["relevant"]}
-        top = [(normalize(p), normalize(m)) for p, m in expected_top3(labelled["query"])]
+        relevant = {(normalized(p), normalized(m)) for p, m in labelled["relevant"]}
+        top = [(normalized(p), normalized(m)) for p, m in expected_top3(labelled["query"])]
         ranks = [rank for rank, pair in enumerate(top, start=1) if pair in relevant]
         totals["hit@1"] += 1 in ranks
         totals["hit@3"] += bool(ranks)
@@ -88,15 +68,7 @@ def expected_report() -> tuple[dict[str, float], list[int]]:
 
 @pytest.fixture
 def registry(cli_env, tmp_path):
-    catalog = tmp_path / "catalog.jsonl"
-    catalog.write_text(
-        "".join(
-            json.dumps({"provider": p, "method": m, "urls": [], "docsUrl": None, "guidance": g, "enabled": on}) + "\n"
-            for p, m, g, on in CATALOG
-        )
-    )
-    result = run_cli(cli_env, "import", str(catalog))
-    assert result.returncode == 0, result.stderr
+    cli_import(cli_env, tmp_path / "catalog.jsonl", RECORDS)
     labelled = tmp_path / "labelled.jsonl"
     labelled.write_text("".join(json.dumps(item) + "\n" for item in LABELLED))
     return labelled

@@ -13,20 +13,21 @@ import json
 import subprocess
 import threading
 
-import numpy as np
 import psycopg
 import pytest
 from psycopg import sql
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
-from conftest import CLI, REPO, run_cli
-from environments import cli_environment
-from openai_fake import FAKE_MODEL, fake_embedding
 from payrail_embedder import SearchUnavailable, sync
 from payrail_embedder.api import Registry
 from payrail_embedder.database import apply_schema, connect
-from payrail_embedder.embedders import OpenAIEmbedder, record_text
-from servers import replace_database
+from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_test_support import CLI, REPO
+from payrail_test_support.agent_helpers import SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches, import_catalog
+from payrail_test_support.cli import cli_json, run_cli
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.openai_fake import FAKE_MODEL, SwitchAt
+from payrail_test_support.servers import replace_database
+from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 
 NAME_QUERY = "Stripe"
 # What a client whose connection the stopping server ended reports (the server's notice, or
@@ -99,48 +100,9 @@ class HoldRequest(list):
             self.released.wait(60)
 
 
-def insert_drafts(url: str, count: int) -> list[str]:
-    names = [(f"Draft {n:03d}", f"Method {n:03d}", f"Purpose: draft number {n} waiting for sync.") for n in range(count)]
-    with psycopg.connect(url) as conn, conn.cursor() as cursor:
-        cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names)
-    return [f"{p} / {m}" for p, m, _ in names]
-
-
 def records(url: str) -> list[dict]:
-    with connect(url) as conn:
-        conn.row_factory = psycopg.rows.dict_row
-        return conn.execute(
-            """
-            select pm.provider, pm.method, pm.guidance, pm.enabled, pm.embedding, pm.embedding_model,
-                   pm.embedding_content_hash = pm.content_hash as hash_current, m.name as registry_model
-            from payrail.provider_methods as pm left join payrail.get_embedding_model() as m on true
-            -- Enabled first: an import numbers its new records in name order, not file order.
-            order by not pm.enabled, pm.id
-            """
-        ).fetchall()
-
-
-def valid(record: dict) -> bool:
-    """True when the record has the vector of its current content, False when it has none; anything
-    else (a vector of other content or model, or an enabled record without one) fails the test.
-    """
-    if record["embedding"] is None:
-        assert not record["enabled"], record
-        return False
-    assert record["hash_current"] and record["embedding_model"] == record["registry_model"], record
-    expected = fake_embedding(record_text(record["provider"], record["method"], record["guidance"]))
-    np.testing.assert_allclose(record["embedding"].to_numpy(), expected, rtol=1e-6, atol=1e-7)
-    return True
-
-
-def cli_json(env: dict, *args: str) -> tuple[int, dict | None, str]:
-    result = run_cli(env, *args)
-    assert "Traceback" not in result.stderr, result.stderr
-    try:
-        payload = json.loads(result.stdout) if result.stdout.strip() else None
-    except json.JSONDecodeError:
-        pytest.fail(f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}")
-    return result.returncode, payload, result.stderr
+    # Enabled first: an import numbers its new records in name order, not file order.
+    return sorted(rows(url), key=lambda record: (not record["enabled"], record["id"]))
 
 
 def holding_environment(registry_url: str, openai_fake, tmp_path) -> dict[str, str]:
@@ -151,7 +113,7 @@ def holding_environment(registry_url: str, openai_fake, tmp_path) -> dict[str, s
 
 def expected_answers() -> dict[str, dict]:
     return {
-        NAME_QUERY: {"matches": [as_match(r) for r in CATALOG if r["provider"] == NAME_QUERY]},
+        NAME_QUERY: {"matches": expected_name_matches(NAME_QUERY)},
         SEMANTIC_QUERY: {"matches": expected_semantic_matches(SEMANTIC_QUERY)},
     }
 
@@ -198,10 +160,10 @@ def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_resta
 
     own_server.start()
     # The catalog's records kept their vectors; the drafts have the vector of their content or none.
-    assert [valid(r) for r in records(registry_url)] == [True] * 7 + [True] * 10 + [False] * 10
+    assert [assert_whole_or_nothing(r) for r in records(registry_url)] == [True] * 7 + [True] * 10 + [False] * 10
     code, summary, _ = cli_json(env, "sync", "--json")
     assert (code, summary) == (0, {"embedded": 10, "changedMeanwhile": 0, "pending": []})
-    assert all(valid(r) for r in records(registry_url))
+    assert all(assert_whole_or_nothing(r) for r in records(registry_url))
 
 
 def test_postgres_stopped_during_searches_is_search_unavailable_and_search_answers_again_after_restart(
@@ -272,7 +234,7 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
     with psycopg.connect(database_url) as conn:
         # The catalog's draft had a vector; its content changes, so it loses it.
         conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where not enabled")
-    assert [valid(r) for r in records(database_url)] == [True] * 6 + [False] * 9
+    assert [assert_whole_or_nothing(r) for r in records(database_url)] == [True] * 6 + [False] * 9
     embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, timeout=2, max_retries=0)
 
     with psycopg.connect(database_url) as conn:
@@ -280,29 +242,16 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
             "select provider || ' / ' || method from payrail.provider_methods where not enabled order by id limit 1"
         ).fetchone()
 
-    openai_fake.requests = FailFrom(openai_fake, len(openai_fake.requests) + 2, behaviour)
+    openai_fake.requests = SwitchAt(openai_fake, 2, behaviour)
     with connect(database_url, autocommit=True) as conn:
         report = sync.sync(conn, embedder, batch_size=4)
     # Sync embeds the shortest texts first: the fresh drafts (all of one length, so in id order),
     # then the catalog draft. The first batch holds four fresh drafts; the failure leaves the rest.
     assert report.embedded == 4 and report.pending == names[4:] + [catalog_draft] and report.error, report
-    assert [valid(r) for r in records(database_url)] == [True] * 6 + [False] + [True] * 4 + [False] * 4
+    assert [assert_whole_or_nothing(r) for r in records(database_url)] == [True] * 6 + [False] + [True] * 4 + [False] * 4
 
     openai_fake.behaviour = "ok"
     with connect(database_url, autocommit=True) as conn:
         report = sync.sync(conn, embedder, batch_size=4)
     assert report.to_json() == {"embedded": 5, "changedMeanwhile": 0, "pending": []}
-    assert all(valid(r) for r in records(database_url))
-
-
-class FailFrom(list):
-    """Stands in for FakeOpenAI.requests: from the n-th request on, the fake behaves as told."""
-
-    def __init__(self, fake, n: int, behaviour: str):
-        super().__init__(fake.requests)
-        self.fake, self.n, self.behaviour = fake, n, behaviour
-
-    def append(self, item):
-        super().append(item)
-        if len(self) == self.n:
-            self.fake.behaviour = self.behaviour
+    assert all(assert_whole_or_nothing(r) for r in records(database_url))

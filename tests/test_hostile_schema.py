@@ -17,11 +17,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY
-from conftest import run_cli
-from environments import cli_environment
 from payrail_embedder.database import apply_schema
-from servers import replace_database
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY
+from payrail_test_support.cli import run_cli
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.servers import replace_database
 
 NUMBERS = ["smallint", "integer", "bigint", "numeric", "real", "double precision"]
 TEXTS = ["text", "character varying", "name", '"char"']

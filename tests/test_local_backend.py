@@ -13,8 +13,9 @@ import numpy as np
 import psycopg
 import pytest
 
-from conftest import REPO, run_cli
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
+from payrail_test_support import REPO
+from payrail_test_support.cli import run_cli
 
 pytestmark = pytest.mark.local_model
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
 from payrail_embedder import catalog, database
 from payrail_embedder.embedders import EmbeddingUnavailable, LocalEmbedder, load_sentence_transformer, record_text
 from payrail_embedder.local_model import (
@@ -33,6 +32,7 @@ from payrail_embedder.local_model import (
     load_bundled,
 )
 from payrail_embedder.records import read_lines
+from payrail_test_support import REPO
 
 pytestmark = pytest.mark.local_model
 

@@ -13,8 +13,9 @@ import time
 import anyio
 import pytest
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog, mcp_client
-from conftest import CLI, REPO
+from payrail_test_support import CLI, REPO
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog, mcp_client
+from payrail_test_support.ports import unused_port
 
 TOOL = "search_provider_methods"
 MATCH_KEYS = ["provider", "method", "urls", "docsUrl", "guidance"]
@@ -33,12 +34,6 @@ def errlog(tmp_path):
         yield log
         log.seek(0)
         print(log.read())
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def error_of(result) -> dict:
@@ -120,7 +115,7 @@ def test_failures_are_tool_errors_that_name_them(mcp_env, openai_fake, errlog):
 
 def test_unreachable_database_is_a_tool_error(errlog, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))} | {
-        "PAYRAIL_DATABASE_URL": f"postgresql://127.0.0.1:{free_port()}/payrail",
+        "PAYRAIL_DATABASE_URL": f"postgresql://127.0.0.1:{unused_port()}/payrail",
         "PAYRAIL_DATA_DIR": str(tmp_path / "unused"),
         "PAYRAIL_EMBEDDER": "openai",
         "OPENAI_API_KEY": "test-key",
@@ -136,7 +131,7 @@ def test_unreachable_database_is_a_tool_error(errlog, tmp_path):
 def test_streamable_http_on_localhost(mcp_env, tmp_path):
     from mcp.client import Client
 
-    port = free_port()
+    port = unused_port()
     log = open(tmp_path / "http.log", "w")
     server = subprocess.Popen([str(CLI), "mcp", "--http", str(port)], env=mcp_env, cwd=REPO, stdout=log, stderr=log)
     try:

@@ -1,26 +1,30 @@
 """The openai backend end to end: the real openai client over real HTTP to a local fake server,
 the real payrail-embedder console script in a subprocess, and a real PostgreSQL per server.
 
-Expected orders are computed here from openai_fake.fake_embedding and numpy cosine, never written
-down, so the tests say what the ranking must be rather than what it happened to be.
+Expected orders come from payrail_test_support.ranking, never written down, so the tests say
+what the ranking must be rather than what it happened to be.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import socket
 
 import numpy as np
 import psycopg
 import pytest
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY
-from conftest import run_cli
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
-from payrail_embedder import catalog, database
 from payrail_embedder.embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable, OpenAIEmbedder, record_text
-from payrail_embedder.records import read_lines
+from payrail_test_support.agent_helpers import (
+    CATALOG,
+    SEMANTIC_QUERY,
+    expected_name_matches,
+    expected_semantic_matches,
+    import_catalog,
+)
+from payrail_test_support.cli import cli_import, cli_json, run_cli, write_jsonl
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_test_support.ports import unused_port
 
 MATCH_KEYS = {"provider", "method", "urls", "docsUrl", "guidance"}
 # The cli_env fixture's PAYRAIL_EMBEDDING_TIMEOUT and PAYRAIL_EMBEDDING_RETRIES.
@@ -28,56 +32,6 @@ EMBEDDING_TIMEOUT = 2.0
 EMBEDDING_RETRIES = 1
 
 NAME_QUERY = "Stripe"
-
-
-def write_jsonl(path, records) -> str:
-    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
-    return str(path)
-
-
-def as_match(record: dict) -> dict:
-    return {key: record[key] for key in MATCH_KEYS}
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def expected_semantic_matches(records: list[dict], query: str) -> list[dict]:
-    """The enabled records by cosine similarity of their fake embeddings to the query's, first 3.
-
-    Refuses a catalog where a tie (or a difference within float32 noise) would decide the order.
-    """
-    query_vector = fake_embedding(query)
-    scored = sorted(
-        (
-            (cosine(fake_embedding(record_text(r["provider"], r["method"], r["guidance"])), query_vector), r)
-            for r in records
-            if r["enabled"]
-        ),
-        key=lambda pair: -pair[0],
-    )
-    deciding = [score for score, _ in scored[:4]]
-    gaps = [higher - lower for higher, lower in zip(deciding, deciding[1:])]
-    assert all(gap > 1e-4 for gap in gaps), f"the test catalog has near ties for {query!r}: {deciding}"
-    return [as_match(record) for _, record in scored[:3]]
-
-
-def expected_name_matches(records: list[dict], provider: str) -> list[dict]:
-    """The name path for an exact provider name: its enabled methods, by method name, at most 3."""
-    hits = [r for r in records if r["enabled"] and r["provider"].casefold() == provider.casefold()]
-    return [as_match(r) for r in sorted(hits, key=lambda r: r["method"].casefold())[:3]]
-
-
-def search_json(env: dict, query: str):
-    result = run_cli(env, "search", "--json", query)
-    return result, json.loads(result.stdout) if result.stdout.strip() else None
-
-
-def import_catalog(env: dict, path) -> dict:
-    result = run_cli(env, "import", "--json", str(path))
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def registry_snapshot(database_url: str) -> tuple[list, list]:
@@ -94,14 +48,6 @@ def registry_snapshot(database_url: str) -> tuple[list, list]:
     return rows, model
 
 
-def closed_port_base_url() -> str:
-    """An OpenAI base URL on a local port nobody listens on: connections are refused."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
-
-
 def direct_embedder(openai_fake, **options) -> OpenAIEmbedder:
     """The backend the CLI builds from cli_env, made in this process (same client, same HTTP)."""
     options = {"timeout": EMBEDDING_TIMEOUT, "max_retries": EMBEDDING_RETRIES, **options}
@@ -112,23 +58,15 @@ def direct_embedder(openai_fake, **options) -> OpenAIEmbedder:
 def loaded_catalog(database_url, openai_fake, tmp_path):
     """The test catalog imported with a healthy fake, in process to keep the failure tests fast
     (the CLI import itself is what test_import_then_search_through_the_cli covers)."""
-    path = tmp_path / "catalog.jsonl"
-    write_jsonl(path, CATALOG)
-    with database.connect(database_url, autocommit=True) as conn:
-        report = catalog.import_records(conn, lambda: direct_embedder(openai_fake), read_lines(path))
-    assert (report.created, report.refused, report.saved) == (len(CATALOG), [], True)
-    return str(path)
+    import_catalog(database_url, openai_fake, tmp_path)
 
 
 # 1. Success ---------------------------------------------------------------------------------------
 
 
 def test_import_then_search_through_the_cli(cli_env, openai_fake, database_url, tmp_path):
-    path = write_jsonl(tmp_path / "catalog.jsonl", CATALOG)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
 
-    report = import_catalog(cli_env, path)
-
-    assert (report["created"], report["refused"], report["saved"]) == (len(CATALOG), [], True)
     embedded = [text for request in openai_fake.requests for text in request["input"]]
     assert sorted(embedded) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG)
     assert {request["model"] for request in openai_fake.requests} == {FAKE_MODEL}
@@ -138,12 +76,12 @@ def test_import_then_search_through_the_cli(cli_env, openai_fake, database_url, 
         ]
 
     # The semantic path: the query, and only the query, is embedded; the order is the computed one.
-    expected = expected_semantic_matches(CATALOG, SEMANTIC_QUERY)
+    expected = expected_semantic_matches(SEMANTIC_QUERY)
     requests_before = len(openai_fake.requests)
 
-    result, payload = search_json(cli_env, SEMANTIC_QUERY)
+    code, payload, stderr = cli_json(cli_env, "search", "--json", SEMANTIC_QUERY)
 
-    assert result.returncode == 0, result.stderr
+    assert code == 0, stderr
     assert list(payload) == ["matches"]
     assert all(set(match) == MATCH_KEYS for match in payload["matches"])
     assert payload["matches"] == expected
@@ -153,10 +91,10 @@ def test_import_then_search_through_the_cli(cli_env, openai_fake, database_url, 
     # The name path: an exact provider name answers without the embedding service.
     requests_before = len(openai_fake.requests)
 
-    result, payload = search_json(cli_env, NAME_QUERY)
+    code, payload, stderr = cli_json(cli_env, "search", "--json", NAME_QUERY)
 
-    assert result.returncode == 0, result.stderr
-    assert payload == {"matches": expected_name_matches(CATALOG, NAME_QUERY)}
+    assert code == 0, stderr
+    assert payload == {"matches": expected_name_matches(NAME_QUERY)}
     assert len(payload["matches"]) == 2
     assert len(openai_fake.requests) == requests_before, "a name-path search called the embedding service"
 
@@ -177,11 +115,8 @@ def test_import_batches_embedding_requests(cli_env, openai_fake, database_url, t
         }
         for number in range(count)
     ]
-    path = write_jsonl(tmp_path / "many.jsonl", records)
+    cli_import(cli_env, tmp_path / "many.jsonl", records)
 
-    report = import_catalog(cli_env, path)
-
-    assert (report["created"], report["refused"], report["saved"]) == (count, [], True)
     sizes = [len(request["input"]) for request in openai_fake.requests]
     assert len(sizes) == math.ceil(count / OPENAI_MAX_BATCH)
     assert all(0 < size <= OPENAI_MAX_BATCH for size in sizes), sizes
@@ -221,19 +156,19 @@ def test_search_reports_unavailable_when_embedding_fails(behaviour, cli_env, ope
     expected_requests, detail_mentions = FAILURES[behaviour]
     env = dict(cli_env)
     if behaviour == "refused":
-        env["OPENAI_BASE_URL"] = closed_port_base_url()
+        env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{unused_port()}/v1"  # connections are refused
     else:
         openai_fake.behaviour = behaviour
     snapshot_before = registry_snapshot(database_url)
     requests_before = len(openai_fake.requests)
 
-    result, payload = search_json(env, SEMANTIC_QUERY)
+    code, payload, stderr = cli_json(env, "search", "--json", SEMANTIC_QUERY)
 
-    assert result.returncode != 0
-    assert payload is not None and set(payload) == {"error", "detail"}, result.stdout + result.stderr
+    assert code != 0
+    assert set(payload) == {"error", "detail"}, payload
     assert payload["error"] == "search_unavailable"
     assert isinstance(payload["detail"], str) and detail_mentions in payload["detail"].lower(), payload["detail"]
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in stderr
     failing_requests = len(openai_fake.requests) - requests_before
     if expected_requests is None:
         assert 1 <= failing_requests <= EMBEDDING_RETRIES + 1
@@ -245,9 +180,9 @@ def test_search_reports_unavailable_when_embedding_fails(behaviour, cli_env, ope
 
     # Names need no embedding, so they still answer while the service is failing.
     requests_before = len(openai_fake.requests)
-    result, payload = search_json(env, NAME_QUERY)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert payload == {"matches": expected_name_matches(CATALOG, NAME_QUERY)}
+    code, payload, stderr = cli_json(env, "search", "--json", NAME_QUERY)
+    assert code == 0, (payload, stderr)
+    assert payload == {"matches": expected_name_matches(NAME_QUERY)}
     assert len(openai_fake.requests) == requests_before
 
     assert registry_snapshot(database_url) == snapshot_before

@@ -15,10 +15,10 @@ import pytest
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
-from agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, expected_semantic_matches, import_catalog, mcp_client
-from conftest import run_cli
-from openai_fake import FAKE_MODEL, fake_embedding
 from payrail_embedder.api import Registry
+from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, expected_semantic_matches, import_catalog, mcp_client
+from payrail_test_support.cli import run_cli
+from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
 
 QUERIES = NAME_QUERIES + SEMANTIC_QUERIES
 AGENT_LOGIN = "payrail_test_agent"

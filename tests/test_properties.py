@@ -19,12 +19,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder import catalog
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import content_hash, record_text
 from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
 from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_test_support.ranking import WHITE_SPACE, name_path, normalized
 
 SETTINGS = settings(
     max_examples=200,
@@ -35,9 +36,6 @@ SETTINGS = settings(
 
 # --- the contract's rules, in Python ---------------------------------------------------------------
 
-# White space as the registry trims it (payrail._trim_white_space): Unicode's White_Space, and the
-# byte order mark. (U+0085, in White_Space too, is a control character: every field refuses it.)
-WHITE_SPACE = "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
 GUIDANCE_CONTROLS_ALLOWED = "\n\t"
 # The white space a name may hold (the rest are control characters).
 NAME_SPACES = "".join(ch for ch in WHITE_SPACE if unicodedata.category(ch) != "Cc")
@@ -50,23 +48,6 @@ def trim(text: str) -> str:
 def stored_name(name: str) -> str:
     """payrail._canonical_name: how a name is stored, without the spaces around it, in Unicode NFC."""
     return unicodedata.normalize("NFC", name.strip(NAME_SPACES))
-
-
-def simple_case_fold(ch: str) -> str:
-    """Unicode simple case folding of one character: full folding where it is one character, else
-    the lower case where that is (ẞ -> ß)."""
-    for folded in (ch.casefold(), ch.lower()):
-        if len(folded) == 1:
-            return folded
-    return ch
-
-
-def normalized(name: str) -> str:
-    """payrail._normalize_name: invisible characters dropped, NFKC, simple case folding, NFKC,
-    runs of white space collapsed to one space, trimmed."""
-    name = unicodedata.normalize("NFKC", "".join(ch for ch in name if ch not in QUERY_INVISIBLE))
-    name = unicodedata.normalize("NFKC", "".join(map(simple_case_fold, name)))
-    return re.sub(f"[{re.escape(WHITE_SPACE)}]+", " ", name).strip(" ")
 
 
 def invisible(text: str) -> bool:
@@ -353,19 +334,9 @@ def seed_search(database_url: str, records: list[tuple[str, str, bool]] = SEEDED
 
 
 def name_path_answer(query: str) -> list[tuple[str, str]]:
-    """The contract's name path over SEEDED: pairs, then providers, then methods; ties by names."""
-    q = normalized(query)
-    ranked = []
-    for provider, method, enabled in SEEDED:
-        if not enabled:
-            continue
-        if q in (normalized(f"{provider} {method}"), normalized(f"{provider} / {method}")):
-            ranked.append((1, normalized(provider), normalized(method), (provider, method)))
-        elif q == normalized(provider):
-            ranked.append((2, normalized(provider), normalized(method), (provider, method)))
-        elif q == normalized(method):
-            ranked.append((3, normalized(provider), normalized(method), (provider, method)))
-    return [entry[-1] for entry in sorted(ranked)[:3]]
+    """The contract's name path over SEEDED."""
+    records = [{"provider": p, "method": m, "enabled": enabled} for p, m, enabled in SEEDED]
+    return [(r["provider"], r["method"]) for r in name_path(records, query)]
 
 
 @st.composite

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_cli
+from payrail_test_support import REPO
+from payrail_test_support.cli import run_cli
 
 PYTHON_BLOCKS = re.findall(r"```python\n(.+?)```", (REPO / "README.md").read_text(), re.S)
 

@@ -21,14 +21,14 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, import_catalog
-from conftest import run_cli
-from environments import cli_environment
-from openai_fake import FAKE_MODEL
 from payrail_embedder import search
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
-from servers import replace_database
+from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, import_catalog
+from payrail_test_support.cli import run_cli
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.openai_fake import FAKE_MODEL
+from payrail_test_support.servers import replace_database
 
 
 class Standby:

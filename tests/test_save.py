@@ -13,13 +13,14 @@ import threading
 import psycopg
 import pytest
 
-from conftest import CLI, REPO, run_cli
-from openai_fake import FAKE_MODEL
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_embedder.records import ProviderMethod
 from payrail_embedder.write import Change, Conflict, Refused, Saved, save_changes
-from test_write_path import assert_whole_or_nothing, cli_json, rows, write_jsonl
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import cli_json, run_cli, write_jsonl
+from payrail_test_support.openai_fake import FAKE_MODEL
+from payrail_test_support.stored import assert_whole_or_nothing, rows
 
 
 def record(n: int, **changes) -> dict:

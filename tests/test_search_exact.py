@@ -1,5 +1,6 @@
 """The semantic path is exact: payrail.search_provider_methods returns what a plain NumPy cosine
-ordering of every enabled record returns (ties by normalized provider, then method), on random data.
+ordering of every enabled record returns (ties by normalized provider, then method), on random data:
+payrail_test_support.ranking's semantic path.
 
 The data mixes what an optimisation of the ordering could get wrong: vectors of any length (cosine,
 not inner product), exact copies and power-of-two multiples under other names (exact ties, so the
@@ -8,20 +9,16 @@ names decide), names whose raw and normalized orders differ, and disabled record
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
+from payrail_test_support.ranking import semantic_path
+
 DIMENSIONS = 24
 MODEL = "random-test-model"
 PROVIDERS = ["Acme", "bravo", "CHARLIE", "delta   Works", "Echo", "foxtrot  Labs"]
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"\s+", " ", name.strip()).lower()
 
 
 def random_registry(rng: np.random.Generator) -> list[dict]:
@@ -48,21 +45,6 @@ def random_registry(rng: np.random.Generator) -> list[dict]:
     for index in rng.choice(len(originals), 30, replace=False):
         add(originals[index].copy(), index, enabled=False)  # as near as the original, but never shown
     return records
-
-
-def expected_order(records: list[dict], query: np.ndarray) -> list[dict]:
-    enabled = [r for r in records if r["enabled"]]
-    matrix = np.array([r["vector"] for r in enabled], dtype=np.float64)
-    q = query.astype(np.float64)
-    distances = 1.0 - (matrix @ q) / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
-    ranked = sorted(
-        (float(d), normalize(r["provider"]), normalize(r["method"]), r) for d, r in zip(distances, enabled)
-    )
-    # Equal distances must be exact ties (same direction); any other pair near the cut must be
-    # clearly apart, or float rounding, not the ordering rule, would decide the test.
-    for (d1, *_, r1), (d2, *_, r2) in zip(ranked[:4], ranked[1:4]):
-        assert r1["origin"] == r2["origin"] or d2 - d1 > 1e-5, f"near tie {d1} / {d2}: pick another seed"
-    return [r for *_, r in ranked[:3]]
 
 
 def load(database_url: str, records: list[dict]) -> None:
@@ -94,7 +76,7 @@ def test_semantic_order_equals_numpy_exact_cosine(database_url, seed):
     with psycopg.connect(database_url, autocommit=True) as conn:
         register_vector(conn)
         for number, query in enumerate(queries):
-            expected = expected_order(records, query)
+            expected = semantic_path(records, query, lambda record: record["vector"])
             rows = conn.execute(
                 "select provider, method from payrail.search_provider_methods(%s, %s, %s)",
                 (f"random semantic query {number}", query.astype(np.float32), MODEL),

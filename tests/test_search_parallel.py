@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from conftest import server_names
+from payrail_test_support.servers import server_names
 from test_search_two_pass import MODEL, PLAIN_EXACT_ORDER, load, unit
 
 DIMENSIONS = 1536

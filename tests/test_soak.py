@@ -1,23 +1,23 @@
 """The soak benchmark as CI runs it: benchmarks/soak.py for 30 seconds in a real subprocess on one
-embedded server, and its checker shown to catch the wrong answers it exists to catch.
+embedded server, and its checker (payrail_test_support.search_checker) shown to catch the wrong
+answers it exists to catch.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 
 import numpy as np
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 
-from conftest import REPO
-from openai_fake import fake_embedding
-
-sys.path.insert(0, str(REPO / "benchmarks"))
-import soak  # noqa: E402
+from payrail_test_support import REPO
+from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, import_catalog
+from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
+from payrail_test_support.search_checker import SEARCH_SQL, check_answer
 
 SOAK_SECONDS = 30
 
@@ -50,15 +50,16 @@ def test_soak_for_30_seconds_finds_no_violation(soak_database):
     assert summary["seconds"] < SOAK_SECONDS + 20, summary  # it stops by itself
 
 
-def test_the_checker_catches_wrong_answers(database_url, openai_fake):
+def test_the_checker_catches_wrong_answers(database_url, openai_fake, tmp_path):
     """check_answer, given answers that break the contract, reports each; a right answer passes."""
-    names = soak.seed_registry(database_url, openai_fake, 24, random.Random(3))
-    query = "hotel availability weather forecast"
+    import_catalog(database_url, openai_fake, tmp_path)
+    query = SEMANTIC_QUERY
     vector = fake_embedding(query)
-    with soak.connect(database_url, "checker-test", autocommit=True) as conn:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        register_vector(conn)
 
         def search(q, v=None):
-            return conn.execute(soak.SEARCH_SQL, (q, v, soak.FAKE_MODEL if v is not None else None)).fetchall()
+            return conn.execute(SEARCH_SQL, (q, v, FAKE_MODEL if v is not None else None)).fetchall()
 
         def row_of(provider, method):
             return conn.execute(
@@ -68,17 +69,19 @@ def test_the_checker_catches_wrong_answers(database_url, openai_fake):
             ).fetchone()
 
         right = search(query, vector)
-        assert soak.check_answer(conn, query, "semantic", right, vector)[0] == []
-        name_query = names[3][0]  # a provider: the name path
-        assert soak.check_answer(conn, name_query, "name", search(name_query), None)[0] == []
+        assert len(right) == 3
+        assert check_answer(conn, query, "semantic", right, vector)[0] == []
+        name_query = NAME_QUERIES[0]  # a provider: the name path
+        assert len(search(name_query)) > 1
+        assert check_answer(conn, name_query, "name", search(name_query), None)[0] == []
 
         def problems(rows, q=query, path="semantic", v=vector):
-            found, _ = soak.check_answer(conn, q, path, rows, v)
+            found, _ = check_answer(conn, q, path, rows, v)
             assert found, rows
             return " ".join(found)
 
-        draft = row_of(*names[0])  # every fourth record starts as a draft
-        assert "disabled record" in problems([draft, *right[:2]])
+        draft = next(r for r in CATALOG if not r["enabled"])
+        assert "disabled record" in problems([row_of(draft["provider"], draft["method"]), *right[:2]])
         assert "semantic path: returned" in problems(list(reversed(right)))
         assert "semantic path: returned" in problems(right[:2])  # a partial answer
         assert "other fields than stored" in problems([(*right[0][:2], ["https://elsewhere.example"], *right[0][3:]), *right[1:]])

@@ -13,9 +13,10 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from conftest import CLI, REPO, run_cli
 from payrail_embedder.database import sql_dir, sql_files
-from servers import replace_database
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import run_cli
+from payrail_test_support.servers import replace_database
 
 DB = REPO / "db"
 SQL_FILE_NAME = re.compile(r"^(\d{3})-[a-z0-9_]+\.sql$")

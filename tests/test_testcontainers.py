@@ -7,8 +7,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from conftest import server_names
-from servers import docker_available, start_docker
+from payrail_test_support.servers import docker_available, server_names, start_docker
 
 
 def test_the_docker_server_is_in_the_suite_exactly_when_an_engine_answers():

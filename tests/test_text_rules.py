@@ -16,17 +16,9 @@ import regex
 
 from payrail_embedder.database import connect
 from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE, InvalidQuery, check_query
+from payrail_test_support.ranking import normalized, simple_case_fold
 
 EVERY_CHARACTER = "select c from pg_catalog.generate_series(1, 1114111) as c where c not between 55296 and 57343"
-
-
-def simple_case_fold(ch: str) -> str:
-    """Unicode simple case folding of one character (CaseFolding.txt, statuses C and S): Python's
-    full folding where it is one character, else the lower case where that is (ẞ -> ß, ᾈ -> ᾀ)."""
-    for folded in (ch.casefold(), ch.lower()):
-        if len(folded) == 1:
-            return folded
-    return ch
 
 
 def characters_where(conn: psycopg.Connection, condition: str) -> set[int]:
@@ -160,9 +152,8 @@ def test_the_name_path_finds_a_name_however_it_is_written(database_url):
 
 
 def test_the_python_key_mirror_is_the_databases(database_url):
-    """tests/test_properties.py's normalized() on the look-alikes and on every cased character."""
-    from test_properties import normalized
-
+    """The test oracle's normalized() (payrail_test_support.ranking) on the look-alikes and on every
+    cased character."""
     samples = [n for pair in LOOK_ALIKES for n in pair] + ["  a\u3000\u00a0b\t", "\u212b", "ǅ", "ᾈ", "İ", "ß"]
     samples.append("".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)) in ("Lu", "Lt", "Ll")))
     with connect(database_url) as conn:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
-from conftest import REPO
+from payrail_test_support import REPO
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 
 CLIENTS = REPO / "tests" / "typescript"
 README_BLOCKS = re.findall(r"```js\n(.+?)```", (REPO / "README.md").read_text().split("### From TypeScript", 1)[1].split("\n### ", 1)[0], re.S)

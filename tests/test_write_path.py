@@ -1,7 +1,8 @@
 """The operators' write path: sync under failure and kill -9, model switch, preview and history,
 with the real CLI in a subprocess, the fake OpenAI server over HTTP and real PostgreSQL servers.
 
-Expected vectors and orders come from openai_fake.fake_embedding and embedders.record_text.
+Expected vectors come from the fake OpenAI server's fake_embedding, orders from
+payrail_test_support.ranking.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import time
 import numpy as np
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
-from conftest import CLI, REPO, run_cli
-from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_embedder import model_switch, sync
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import OPENAI_MAX_BATCH, OpenAIEmbedder, record_text
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import cli_import, cli_json, run_cli
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, SwitchAt, fake_embedding
+from payrail_test_support.ranking import fake_semantic_path
+from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 
 NEW_MODEL = "fake-embedding-2"
 NEW_DIMENSIONS = 48
@@ -48,93 +51,6 @@ CATALOG = [
     rec("OpenWeather", "Current weather", "Purpose: current weather conditions for a city."),
     rec("Amadeus", "Hotel offers", "Purpose: find live hotel availability through a paid API.", enabled=False),
 ]
-
-
-def write_jsonl(path, records) -> str:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    return str(path)
-
-
-def cli_json(env: dict, *args: str) -> tuple[int, dict, str]:
-    result = run_cli(env, *args)
-    try:
-        return result.returncode, json.loads(result.stdout), result.stderr
-    except json.JSONDecodeError:
-        pytest.fail(f"not JSON (exit {result.returncode}): {result.stdout!r} {result.stderr!r}")
-
-
-def import_catalog(env, tmp_path, records=CATALOG) -> None:
-    code, report, _ = cli_json(env, "import", "--json", write_jsonl(tmp_path / "catalog.jsonl", records))
-    assert (code, report["created"], report["saved"]) == (0, len(records), True), report
-
-
-def cosine(a, b) -> float:
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def expected_semantic(records, query, dimensions=FAKE_DIMENSIONS) -> list[dict]:
-    q = fake_embedding(query, dimensions)
-    scored = sorted(
-        ((cosine(fake_embedding(record_text(r["provider"], r["method"], r["guidance"]), dimensions), q), r)
-         for r in records if r["enabled"]),
-        key=lambda pair: -pair[0],
-    )  # fmt: skip
-    gaps = [a - b for (a, _), (b, _) in zip(scored[:4], scored[1:4])]
-    assert all(gap > 1e-4 for gap in gaps), f"near ties for {query!r}"
-    return [public(r) for _, r in scored[:3]]
-
-
-def rows(url: str) -> list[dict]:
-    """Every record with its embedding columns, in id order."""
-    with connect(url) as conn:
-        cursor = conn.cursor(row_factory=dict_row)
-        return cursor.execute(
-            """
-            select pm.id, pm.provider, pm.method, pm.guidance, pm.enabled, pm.content_hash,
-                   pm.embedding, pm.embedding_model, pm.embedding_content_hash, m.name as registry_model
-            from payrail.provider_methods as pm left join payrail.get_embedding_model() as m on true
-            order by pm.id
-            """
-        ).fetchall()
-
-
-def assert_whole_or_nothing(row: dict, dimensions=FAKE_DIMENSIONS) -> bool:
-    """A record either has the vector of its current content by the registry's model, or none at all."""
-    if row["embedding"] is None:
-        assert (row["embedding_model"], row["embedding_content_hash"]) == (None, None), row
-        return False
-    assert row["embedding_model"] == row["registry_model"], row
-    assert row["embedding_content_hash"] == row["content_hash"], row
-    expected = fake_embedding(record_text(row["provider"], row["method"], row["guidance"]), dimensions)
-    np.testing.assert_allclose(row["embedding"].to_numpy(), expected, rtol=1e-6, atol=1e-7)
-    return True
-
-
-def insert_drafts(url: str, count: int) -> list[str]:
-    names = [(f"Provider {n:04d}", f"Method {n:04d}", f"Purpose: generated record number {n} for sync.") for n in range(count)]
-    with psycopg.connect(url) as conn:
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names
-            )
-    return [f"{p} / {m}" for p, m, _ in names]
-
-
-class SwitchAt(list):
-    """Stands in for FakeOpenAI.requests: from the n-th request on, the fake behaves as told.
-
-    The fake appends each request before it looks at its behaviour, so the switch is exact; it
-    happens once, so a test may set the behaviour back later.
-    """
-
-    def __init__(self, fake, n: int, behaviour: str):
-        super().__init__()
-        self.fake, self.n, self.behaviour = fake, n, behaviour
-
-    def append(self, item):
-        super().append(item)
-        if len(self) == self.n:
-            self.fake.behaviour = self.behaviour
 
 
 def fake_embedder(openai_fake, model=FAKE_MODEL, **kwargs) -> OpenAIEmbedder:
@@ -312,7 +228,7 @@ def test_sync_refuses_vectors_of_other_dimensions_midway_and_names_both(cli_env,
 
 
 def test_sync_with_another_model_than_the_registrys_is_refused_before_any_request(cli_env, database_url, openai_fake, tmp_path):
-    import_catalog(cli_env, tmp_path, CATALOG[:2])
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG[:2])
     insert_drafts(database_url, 2)
     requests = len(openai_fake.requests)
     result = run_cli({**cli_env, "PAYRAIL_EMBEDDING_MODEL": NEW_MODEL}, "sync", "--json")
@@ -328,14 +244,14 @@ def test_sync_with_another_model_than_the_registrys_is_refused_before_any_reques
 def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure_then_switches(
     cli_env, database_url, openai_fake, tmp_path
 ):
-    import_catalog(cli_env, tmp_path)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     new_env = {**cli_env, "PAYRAIL_EMBEDDING_MODEL": NEW_MODEL}
     code, shown, _ = cli_json(cli_env, "model", "show", "--json")
     assert (code, shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (
         0, FAKE_MODEL, FAKE_DIMENSIONS, len(CATALOG), {}
     )  # fmt: skip
     code, before, _ = cli_json(cli_env, "search", "--json", QUERY)
-    assert code == 0 and before["matches"] == expected_semantic(CATALOG, QUERY)
+    assert code == 0 and before["matches"] == [public(r) for r in fake_semantic_path(CATALOG, QUERY)]
 
     # The new model answers with other dimensions; its second request fails.
     openai_fake.dimensions = NEW_DIMENSIONS
@@ -382,7 +298,7 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
 
     # Now the new model answers, and a client still on the old one gets search_unavailable (PYE02 in SQL).
     code, answer, _ = cli_json(new_env, "search", "--json", QUERY)
-    assert (code, answer["matches"]) == (0, expected_semantic(CATALOG, QUERY, NEW_DIMENSIONS))
+    assert (code, answer["matches"]) == (0, [public(r) for r in fake_semantic_path(CATALOG, QUERY, NEW_DIMENSIONS)])
     code, answer, _ = cli_json(cli_env, "search", "--json", QUERY)
     assert (code, answer["error"]) == (1, "search_unavailable"), answer
     assert FAKE_MODEL in answer["detail"] and NEW_MODEL in answer["detail"]
@@ -400,7 +316,7 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
 
 
 def test_model_switch_restages_a_record_edited_after_it_was_staged(cli_env, database_url, openai_fake, tmp_path):
-    import_catalog(cli_env, tmp_path)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     openai_fake.dimensions = NEW_DIMENSIONS
     real = fake_embedder(openai_fake, NEW_MODEL)
     edited = dict(CATALOG[0], guidance="Purpose: live hotel availability, edited during the switch.")
@@ -494,11 +410,11 @@ def test_a_vector_writer_waits_for_a_switch_in_progress_then_is_refused(database
 
 
 def test_preview_counts_the_draft_as_enabled_and_changes_nothing(cli_env, database_url, openai_fake, tmp_path):
-    import_catalog(cli_env, tmp_path)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     draft = CATALOG[-1]
     code, answer, _ = cli_json(cli_env, "preview", QUERY, "--draft", "amadeus /  HOTEL offers", "--json")
     with_draft = [dict(r, enabled=True) if r is draft else r for r in CATALOG]
-    assert (code, answer["matches"]) == (0, expected_semantic(with_draft, QUERY))
+    assert (code, answer["matches"]) == (0, [public(r) for r in fake_semantic_path(with_draft, QUERY)])
     assert answer["matches"][0] == public(draft)
     # The name path counts it too, without embedding the query.
     requests = len(openai_fake.requests)
@@ -507,7 +423,7 @@ def test_preview_counts_the_draft_as_enabled_and_changes_nothing(cli_env, databa
     }
     assert len(openai_fake.requests) == requests
     # Nothing changed: search does not show the draft.
-    assert cli_json(cli_env, "search", "--json", QUERY)[1]["matches"] == expected_semantic(CATALOG, QUERY)
+    assert cli_json(cli_env, "search", "--json", QUERY)[1]["matches"] == [public(r) for r in fake_semantic_path(CATALOG, QUERY)]
     text = run_cli(cli_env, "preview", QUERY, "--draft", "Amadeus / Hotel offers").stdout
     assert text.startswith("1. Amadeus / Hotel offers\n")
 
@@ -522,7 +438,7 @@ def test_preview_counts_the_draft_as_enabled_and_changes_nothing(cli_env, databa
 
 def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env, database_url, openai_fake, tmp_path):
     original = rec("Acme Maps", "Geocode", "Purpose: turn an address into coordinates.", enabled=False, urls=["https://acme.example/v1"])
-    import_catalog(cli_env, tmp_path, [original])
+    cli_import(cli_env, tmp_path / "catalog.jsonl", [original])
     with psycopg.connect(database_url) as conn:
         conn.execute("update payrail.provider_methods set urls = '{https://acme.example/v2}' where provider = 'Acme Maps'")
         conn.execute("update payrail.provider_methods set guidance = 'Purpose: geocoding, rewritten.' where provider = 'Acme Maps'")

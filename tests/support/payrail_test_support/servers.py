@@ -45,6 +45,17 @@ def docker_available() -> bool:
         return False
 
 
+def server_names() -> list[str]:
+    """The servers every database test runs on: the embedded 18 and 16, Docker where an engine
+    answers, and PAYRAIL_TEST_DATABASE_URL when that is set."""
+    names = ["pg18", "pg16"]
+    if docker_available():
+        names.append("docker")
+    if os.environ.get("PAYRAIL_TEST_DATABASE_URL"):
+        names.append("external")
+    return names
+
+
 def replace_database(url: str, database: str) -> str:
     """The same server URL, pointing at another database."""
     parts = urlsplit(url)

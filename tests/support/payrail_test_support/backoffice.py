@@ -8,7 +8,6 @@ Test modules import the fixtures they use from here; the browser, one per sessio
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import re
 import subprocess
@@ -22,8 +21,9 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from conftest import CLI, REPO, run_cli
 from payrail_embedder.database import connect
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import cli_import
 
 # Login roles, created once per server (roles belong to the cluster). The passwords matter only
 # on the scram-sha-256 server; the embedded test servers trust their socket.
@@ -77,16 +77,6 @@ def create_roles(admin_url: str) -> None:
             conn.execute(
                 sql.SQL("grant {} to {}").format(sql.SQL(", ").join(map(sql.Identifier, groups)), sql.Identifier(role))
             )
-
-
-def write_jsonl(path: Path, records: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    return path
-
-
-def import_records(env: dict, tmp_path: Path, records: list[dict]) -> None:
-    result = run_cli(env, "import", str(write_jsonl(tmp_path / "catalog.jsonl", records)))
-    assert result.returncode == 0, result.stderr
 
 
 def stored(database_url: str, provider: str, method: str) -> dict | None:
@@ -278,7 +268,7 @@ def record_form(record: dict, version: int, token: str, **changes) -> dict:
 def registry(cli_env, database_url, tmp_path) -> dict:
     """The test database holding CATALOG (imported through the CLI), with the login roles made."""
     create_roles(database_url)
-    import_records(cli_env, tmp_path, CATALOG)
+    cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     return cli_env
 
 

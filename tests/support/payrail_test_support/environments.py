@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from openai_fake import FAKE_MODEL
+from payrail_test_support.openai_fake import FAKE_MODEL
 
 
 def cli_environment(database_url: str, openai_fake, tmp_path: Path) -> dict[str, str]:

@@ -116,3 +116,21 @@ class FakeOpenAI:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class SwitchAt(list):
+    """Stands in for FakeOpenAI.requests (empty: it counts from when a test puts it in place): from
+    the n-th request on, the fake behaves as told.
+
+    The fake appends each request before it looks at its behaviour, so the switch is exact; it
+    happens once, so a test may set the behaviour back later.
+    """
+
+    def __init__(self, fake, n: int, behaviour: str):
+        super().__init__()
+        self.fake, self.n, self.behaviour = fake, n, behaviour
+
+    def append(self, item):
+        super().append(item)
+        if len(self) == self.n:
+            self.fake.behaviour = self.behaviour

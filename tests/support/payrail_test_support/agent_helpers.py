@@ -1,23 +1,22 @@
 """A small catalog that the openai-backend and agent-interface tests (API, MCP, parity) share, the
 answers it must give, and an MCP client of the real `payrail-embedder mcp` subprocess.
 
-Expected orders are computed from openai_fake.fake_embedding, never written down.
+Expected orders come from payrail_test_support.ranking, never written down.
 """
 
 from __future__ import annotations
 
-import json
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TextIO
 
-import numpy as np
-
-from conftest import CLI, REPO
-from openai_fake import FAKE_MODEL, fake_embedding
 from payrail_embedder import catalog, database
-from payrail_embedder.embedders import OpenAIEmbedder, record_text
+from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_embedder.records import read_lines
+from payrail_test_support import CLI, REPO
+from payrail_test_support.cli import write_jsonl
+from payrail_test_support.openai_fake import FAKE_MODEL
+from payrail_test_support.ranking import fake_semantic_path, name_path
 
 MATCH_KEYS = ("provider", "method", "urls", "docsUrl", "guidance")
 
@@ -106,27 +105,21 @@ def as_match(record: dict) -> dict:
 
 
 def expected_semantic_matches(query: str) -> list[dict]:
-    """The enabled records by cosine similarity of their fake embeddings to the query's, first 3."""
-    query_vector = fake_embedding(query)
-    scored = sorted(
-        (
-            (float(np.dot(fake_embedding(record_text(r["provider"], r["method"], r["guidance"])), query_vector)), r)
-            for r in CATALOG
-            if r["enabled"]
-        ),
-        key=lambda pair: -pair[0],
-    )
-    deciding = [score for score, _ in scored[:4]]
-    assert all(a - b > 1e-4 for a, b in zip(deciding, deciding[1:])), f"near ties for {query!r}: {deciding}"
-    return [as_match(record) for _, record in scored[:3]]
+    """The semantic path's answer over CATALOG, as search shows it."""
+    return [as_match(record) for record in fake_semantic_path(CATALOG, query)]
+
+
+def expected_name_matches(query: str) -> list[dict]:
+    """The name path's answer over CATALOG, as search shows it."""
+    return [as_match(record) for record in name_path(CATALOG, query)]
 
 
 def import_catalog(database_url: str, openai_fake, directory: Path) -> None:
     """Imports CATALOG as `payrail-embedder import` does, in process (a subprocess per test costs
     seconds), embedding with the fake OpenAI server over HTTP.
     """
-    path = directory / "agent-catalog.jsonl"
-    path.write_text("".join(json.dumps(record) + "\n" for record in CATALOG), encoding="utf-8")
+    path = write_jsonl(directory / "agent-catalog.jsonl", CATALOG)
+
     def embedder():
         return OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url)
 
