@@ -33,7 +33,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from threadpoolctl import threadpool_limits
 
-from payrail_embedder.embedders import content_hash
+from payrail_test_support.stored import content_hash
 from throwaway_postgres import throwaway_postgres
 
 MODEL = "benchmark-model"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from payrail_embedder import catalog
 from payrail_embedder.database import connect
-from payrail_embedder.embedders import content_hash, record_text
+from payrail_embedder.embedders import record_text
 from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
 from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
@@ -326,10 +326,10 @@ def seed_search(database_url: str, records: list[tuple[str, str, bool]] = SEEDED
                 """
                 insert into payrail.provider_methods
                   (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash)
-                values (%s, %s, %s, %s, %s, %s, %s)
+                values (%s, %s, %s, %s, %s, %s, payrail._content_hash(%s, %s, %s))
                 """,
                 (provider, method, guidance, enabled, fake_embedding(record_text(provider, method, guidance)),
-                 FAKE_MODEL, content_hash(provider, method, guidance)),
+                 FAKE_MODEL, provider, method, guidance),
             )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from payrail_embedder.embedders import content_hash
+from payrail_test_support.stored import content_hash
 
 MODEL = "two-pass-test-model"
 PLAIN_EXACT_ORDER = """

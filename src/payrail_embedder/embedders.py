@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -40,11 +39,6 @@ class Embedder(Protocol):
 def record_text(provider: str, method: str, guidance: str) -> str:
     """What a record's embedding is made from: exactly the content its content hash covers."""
     return f"{provider}: {method}\n{guidance}"
-
-
-def content_hash(provider: str, method: str, guidance: str) -> bytes:
-    """Same digest as payrail._content_hash in SQL (U+001F cannot occur in these fields)."""
-    return hashlib.sha256(f"{provider}\x1f{method}\x1f{guidance}".encode()).digest()
 
 
 def batched(items: Sequence, size: int) -> Iterator[Sequence]:

@@ -3,6 +3,8 @@ the rule their vectors keep (whole or nothing)."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import psycopg
 from psycopg.rows import dict_row
@@ -10,6 +12,13 @@ from psycopg.rows import dict_row
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, fake_embedding
+
+
+def content_hash(provider: str, method: str, guidance: str) -> bytes:
+    """payrail._content_hash's digest, for loaders that write enabled records by binary COPY at
+    benchmark scale; the database refuses an enabled record whose hash is not its content's, so a
+    wrong copy here fails loudly. The registry's own code lets SQL hash."""
+    return hashlib.sha256(f"{provider}\x1f{method}\x1f{guidance}".encode()).digest()
 
 
 def insert_drafts(url: str, count: int) -> list[str]:
