@@ -32,10 +32,10 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     new_page,
     page,
     registry,
-    screenshot_path,
     sign_in,
     start_backoffice,
     stored,
+    take_screenshot,
 )
 from payrail_test_support import REPO
 from payrail_test_support.cli import run_cli, write_jsonl
@@ -412,7 +412,7 @@ def test_a_new_operator_fixes_a_word_and_agents_answers_change(browser, cli_env,
     try:
         page = new_page(browser, running)
         sign_in(page)
-        page.screenshot(path=screenshot_path(tmp_path, "backoffice-records.png"))
+        take_screenshot(page, tmp_path, "backoffice-records.png")
 
         page.get_by_role("link", name=name(before[0]), exact=True).click()
         guidance = page.get_by_label("Guidance")
@@ -424,7 +424,7 @@ def test_a_new_operator_fixes_a_word_and_agents_answers_change(browser, cli_env,
         page.get_by_role("textbox", name="Query").fill(query)
         page.get_by_role("button", name="Try").click()
         expect(page.get_by_role("region", name="What agents get now")).to_contain_text("Purpose: Live hotel room availability")
-        page.screenshot(path=screenshot_path(tmp_path, "backoffice-record.png"), full_page=True)
+        take_screenshot(page, tmp_path, "backoffice-record.png", full_page=True)
         page.context.close()
     finally:
         running.stop()

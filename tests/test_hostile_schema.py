@@ -95,10 +95,17 @@ def hostile_login(server):
 def test_db_apply_refuses_a_vector_schema_that_others_can_write_and_says_how_to_fix_it(server, hostile_login):
     url = fresh_database(server, "refuse")
     login = hostile_login(url)
+    # A member login named before "every role": while PUBLIC may create, PUBLIC's grant is named.
+    early_login = f"aaa_{urlsplit(url).path.lstrip('/')}"[:63]
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("grant create on schema public to public")
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
-        apply_schema(url)
+        admin.execute(sql.SQL("create role {} login in role payrail_operator").format(sql.Identifier(early_login)))
+    try:
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            apply_schema(url)
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop role {}").format(sql.Identifier(early_login)))
     assert "schema public is on the registry's search path, and every role (PUBLIC) can create objects in it" in str(refused.value)
     assert 'Run "revoke create on schema public from public;"' in refused.value.diag.message_hint
     with psycopg.connect(url, autocommit=True) as admin:

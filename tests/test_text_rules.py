@@ -16,6 +16,7 @@ import regex
 
 from payrail_embedder.database import connect
 from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE, InvalidQuery, check_query
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL
 from payrail_test_support.ranking import normalized, simple_case_fold
 
 EVERY_CHARACTER = "select c from pg_catalog.generate_series(1, 1114111) as c where c not between 55296 and 57343"
@@ -135,8 +136,6 @@ def test_one_provider_cannot_exist_twice_in_two_encodings(database_url, name, lo
 
 
 def test_the_name_path_finds_a_name_however_it_is_written(database_url):
-    from openai_fake import FAKE_DIMENSIONS, FAKE_MODEL
-
     with connect(database_url) as conn, conn.transaction(force_rollback=True):
         conn.execute("select payrail.set_embedding_model(%s, %s)", (FAKE_MODEL, FAKE_DIMENSIONS))
         conn.execute(

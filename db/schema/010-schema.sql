@@ -51,12 +51,13 @@ begin
   select n.nspname, w.writer into v_unsafe
   from pg_catalog.pg_namespace as n,
   lateral (
-    select 'every role (PUBLIC)' as writer
+    -- PUBLIC first: when every role may create, the fix is to revoke it from PUBLIC.
+    select 1 as rank, 'every role (PUBLIC)' as writer
     where exists (
       select from pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) as a
       where a.grantee = 0 and a.privilege_type = 'CREATE')
     union all
-    select pg_catalog.quote_ident(r.rolname)
+    select 2, pg_catalog.quote_ident(r.rolname)
     from pg_catalog.pg_roles as r
     where not r.rolsuper
       and not pg_catalog.pg_has_role(r.oid, current_user, 'MEMBER')
@@ -67,7 +68,7 @@ begin
   ) as w
   where n.nspname = 'payrail'
      or n.oid = (select e.extnamespace from pg_catalog.pg_extension as e where e.extname = 'vector')
-  order by n.nspname, w.writer
+  order by n.nspname, w.rank, w.writer
   limit 1;
   if found then
     raise exception using
