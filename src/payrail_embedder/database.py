@@ -184,12 +184,16 @@ def stop_embedded_server(data_dir: Path) -> bool:
 
 T = TypeVar("T")
 
+# How often every writer's transaction (a save, a sync batch, a model switch) is redone when
+# another transaction deadlocks or serializes it: one budget, so no writer gives up first.
+TRANSACTION_ATTEMPTS = 5
 
-def retry_transient(work: Callable[[], T], *, attempts: int = 3) -> T:
+
+def retry_transient(work: Callable[[], T]) -> T:
     """Runs work, a whole transaction, again when another transaction deadlocked or
     serialized it (40P01, 40001): safe because work redoes everything it did. Waits a little,
     longer each time and at random, so the two do not collide again in step."""
-    for attempt in range(1, attempts):
+    for attempt in range(1, TRANSACTION_ATTEMPTS):
         try:
             return work()
         except psycopg.Error as error:

@@ -29,8 +29,6 @@ from .registry_model import adopt_embedder_model, require_embedder_model
 
 # How often one change is planned and saved again when another writer changes its record meanwhile.
 SAVE_ATTEMPTS = 3
-# How often the save's transaction is redone when another transaction deadlocks it.
-TRANSACTION_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -338,7 +336,7 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
 
 def _retry_transient(transaction: Callable[[], None]) -> None:
     try:
-        database.retry_transient(transaction, attempts=TRANSACTION_ATTEMPTS)
+        database.retry_transient(transaction)
     except psycopg.Error as error:
         if error.sqlstate not in errcodes.TRANSIENT:
             raise
