@@ -99,25 +99,32 @@ class TransientFailure(Exception):
 
 
 PLAN = """
-select pm.id, pm.version,
-       payrail._canonical_name(c.provider) as provider, payrail._canonical_name(c.method) as method,
-       payrail._normalize_name(c.provider) as provider_key, payrail._normalize_name(c.method) as method_key,
+with c as (
+  select c.*, payrail._canonical_name(c.provider) as stored_provider, payrail._canonical_name(c.method) as stored_method,
+         payrail._normalize_name(c.provider) as provider_key, payrail._normalize_name(c.method) as method_key
+  from unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::boolean[])
+         with ordinality as c(id, provider, method, guidance, enabled, position)
+)
+select pm.id, pm.version, c.stored_provider as provider, c.stored_method as method, c.provider_key, c.method_key,
        -- Content that changes is embedded; so is a record that will be enabled without a current vector.
        pm.id is null
-         or pm.content_hash <> payrail._content_hash(
-              payrail._canonical_name(c.provider), payrail._canonical_name(c.method), c.guidance)
+         or pm.content_hash <> payrail._content_hash(c.stored_provider, c.stored_method, c.guidance)
          or (coalesce(c.enabled, pm.enabled)
              and not (pm.embedding is not null and pm.embedding_model is not distinct from m.name))
          as needs_embedding
-from unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::boolean[])
-       with ordinality as c(id, provider, method, guidance, enabled, position)
+from c
 left join payrail.get_embedding_model() as m on true
+-- By id, or by name through the unique key's index (one lookup, not a scan that normalizes every name).
 left join lateral (
   select p.id, p.version, p.content_hash, p.enabled, p.embedding is not null as embedding, p.embedding_model
   from payrail.provider_methods as p
-  where case when c.id is not null then p.id = c.id
-             else payrail._normalize_name(p.provider) = payrail._normalize_name(c.provider)
-                  and payrail._normalize_name(p.method) = payrail._normalize_name(c.method) end
+  where p.id = c.id
+  union all
+  select p.id, p.version, p.content_hash, p.enabled, p.embedding is not null as embedding, p.embedding_model
+  from payrail.provider_methods as p
+  where c.id is null
+    and payrail._normalize_name(p.provider) = c.provider_key
+    and payrail._normalize_name(p.method) = c.method_key
 ) as pm on true
 order by c.position
 """
@@ -294,12 +301,14 @@ def _embed(
         progress(len(batch))
 
 
-def _replanned(conn: psycopg.Connection, plan: _Plan) -> _Plan:
-    """The same change planned against the record as it is now, keeping the vector if its text is the same."""
-    fresh = _plan(conn, [plan.change])[0]
-    if plan.vector is not None and fresh.text == plan.text:
-        fresh.vector, fresh.embedder = plan.vector, plan.embedder
-    return fresh
+def _replanned(conn: psycopg.Connection, plans: Sequence[_Plan]) -> list[_Plan]:
+    """The same changes planned against the records as they are now (one query), each keeping its
+    vector if its text is the same."""
+    fresh_plans = _plan(conn, [plan.change for plan in plans])
+    for plan, fresh in zip(plans, fresh_plans):
+        if plan.vector is not None and fresh.text == plan.text:
+            fresh.vector, fresh.embedder = plan.vector, plan.embedder
+    return fresh_plans
 
 
 def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plans: list[_Plan], all_or_nothing: bool) -> None:
@@ -321,8 +330,8 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
                 "select from payrail.provider_methods where id = any(%s) order by id for update",
                 ([plans[i].record_id for i in pending if plans[i].record_id is not None],),
             )
-            for i in pending:
-                plans[i] = _replanned(conn, plans[i])
+            for i, fresh in zip(pending, _replanned(conn, [plans[i] for i in pending])):
+                plans[i] = fresh
             _embed(conn, embedder_factory, [plans[i] for i in pending])
             for i in pending:
                 if plans[i].vector is not None:
@@ -360,7 +369,7 @@ def _save_until_decided(conn: psycopg.Connection, embedder_factory: Callable[[],
                 plan.outcome = _outcome_of_failure(conn, error)
                 return plan
             last_error = error
-        plan = _replanned(conn, plan)
+        (plan,) = _replanned(conn, [plan])
         _embed(conn, embedder_factory, [plan])
         if plan.vector is not None:
             adopt_embedder_model(conn, plan.embedder, len(plan.vector))
