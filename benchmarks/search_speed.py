@@ -8,7 +8,8 @@ vectors (loaded with binary COPY), then, for each first pass (`half`: the schema
 payrail.provider_method_half_vectors; `exact`: over the exact vectors, what db/ installs on
 pgvector before 0.7, measured by dropping that table), query by query and interleaved so all see
 the same machine load:
-- NumPy: M @ q over the same unit vectors (float32), top 3, on one BLAS thread and on all cores;
+- NumPy: M @ q over the same unit vectors (float32), top 3, on one BLAS thread and on all cores
+  (OpenBLAS's idle threads sleep at once rather than spin into the next measurement);
 - the semantic path: payrail.search_provider_methods(query, vector, model), a new random vector
   each time, as the schema runs it (with parallel workers where it plans them) and in a session
   that allows none (max_parallel_workers_per_gather = 0: one core);
@@ -28,7 +29,11 @@ import statistics
 import threading
 import time
 
-import numpy as np
+# OpenBLAS's idle threads spin for about 0.1 s of CPU after every call on all cores (measured:
+# 110 ms), on the cores the search measured next needs: its leader and worker ran up to 2x slower.
+# Threads that sleep at once leave the machine to the search.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+import numpy as np  # noqa: E402 (after the setting OpenBLAS reads when it loads)
 import psycopg
 from pgvector.psycopg import register_vector
 from threadpoolctl import threadpool_limits
