@@ -116,16 +116,14 @@ from c
 left join payrail.get_embedding_model() as m on true
 -- By id, or by name through the unique key's index (one lookup, not a scan that normalizes every name).
 left join lateral (
-  select p.id, p.version, p.content_hash, p.enabled, p.embedding is not null as embedding, p.embedding_model
-  from payrail.provider_methods as p
-  where p.id = c.id
+  select p.id from payrail.provider_methods as p where p.id = c.id
   union all
-  select p.id, p.version, p.content_hash, p.enabled, p.embedding is not null as embedding, p.embedding_model
-  from payrail.provider_methods as p
+  select p.id from payrail.provider_methods as p
   where c.id is null
     and payrail._normalize_name(p.provider) = c.provider_key
     and payrail._normalize_name(p.method) = c.method_key
-) as pm on true
+) as found on true
+left join payrail.provider_methods as pm on pm.id = found.id
 order by c.position
 """
 
