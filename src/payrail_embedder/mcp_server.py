@@ -143,18 +143,16 @@ def serve(registry: Registry, http_port: int | None = None) -> None:
     # Opens the pool (and loads a local model) while the host is still handshaking.
     threading.Thread(target=registry.warm_up, name="payrail-warm-up", daemon=True).start()
     # Stopped with SIGTERM (agent hosts, service managers), the server exits 0, as for a closed stdin.
-    if sock is None:
-        # At once: a SystemExit raised inside the SDK's stdio tasks was now and then reported as an
-        # unhandled error (a traceback on stderr) or swallowed (the server kept running), and a
-        # read of stdin blocks in a thread nothing can cancel. Searches write nothing to lose; the
-        # pool's connections close with the process.
-        signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
-    else:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
         if sock is None:
+            # At once: a SystemExit raised inside the SDK's stdio tasks was now and then reported as
+            # an unhandled error (a traceback on stderr) or swallowed (the server kept running), and
+            # a read of stdin blocks in a thread nothing can cancel. Searches write nothing to lose;
+            # the pool's connections close with the process.
+            signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
             server.run("stdio")
         else:
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
             serve_http(server, sock)
     finally:
         registry.close()
