@@ -552,3 +552,14 @@ def test_deployment_login_roles_run_the_workflow(cli_env, database_url, openai_f
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(f"drop role if exists {operator}")
             conn.execute(f"drop role if exists {agent}")
+
+
+def test_db_status_never_prints_the_password_of_the_url(cli_env):
+    """Not even a wrong one: status says which database it tried, without the secret."""
+    parts = urlsplit(cli_env["PAYRAIL_DATABASE_URL"])
+    secret = f"not-the-password-{uuid.uuid4().hex}"
+    wrong = parts._replace(netloc=f"{parts.username or 'postgres'}:{secret}@{parts.hostname or ''}").geturl()
+    for args in (["db", "status"], ["db", "status", "--json"]):
+        result = run_cli({**cli_env, "PAYRAIL_DATABASE_URL": wrong}, *args)
+        assert secret not in result.stdout + result.stderr, result
+        assert urlsplit(wrong).path.lstrip("/") in result.stdout, result

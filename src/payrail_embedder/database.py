@@ -85,12 +85,23 @@ def resolve_database_url(database_url: str | None, data_dir: Path | None) -> str
     return embedded_database_url(data_dir or default_data_dir())
 
 
+# Connection parameters that are secrets: never printed, logged or shown.
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+
+
+def display_url(database_url: str) -> str:
+    """The connection string without its secrets (password, sslpassword): what commands print
+    and log to say which database they use."""
+    parameters = psycopg.conninfo.conninfo_to_dict(database_url)
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in parameters.items() if k not in SECRET_PARAMETERS})
+
+
 def status(database_url: str | None, data_dir: Path | None) -> dict:
     """Which database is configured, whether the embedded one runs and where, and the registry's
     counts; never starts the embedded server. "error" says why the database could not be read."""
     report = {"database": "configured" if database_url else "embedded", "url": None, "embedded": None, "registry": None, "error": None}
     if database_url:
-        report["url"] = psycopg.conninfo.make_conninfo(database_url, password=None)
+        report["url"] = display_url(database_url)
     else:
         pgdata = embedded_pgdata(data_dir or default_data_dir())
         info = pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
