@@ -13,61 +13,15 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.database import sql_dir, sql_files
+from payrail_embedder.database import apply_schema, sql_dir, sql_files
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import run_cli
+from payrail_test_support.registry_state import fingerprint
 from payrail_test_support.servers import replace_database
 
 DB = REPO / "db"
 SQL_FILE_NAME = re.compile(r"^(\d{3})-[a-z0-9_]+\.sql$")
 INCLUDE_LINE = re.compile(r"^\\ir\s+(\S+)\s*$")
-
-# Everything db/ defines that a client or an operator relies on, as comparable text.
-CATALOG_FINGERPRINT = """
-with payrail_tables as (
-  select c.oid from pg_catalog.pg_class as c where c.relnamespace = 'payrail'::regnamespace
-)
-select kind, name, definition from (
-  select 'function' as kind, p.oid::regprocedure::text as name,
-         concat_ws(E'\n', pg_catalog.pg_get_functiondef(p.oid), p.proacl::text,
-                   pg_catalog.obj_description(p.oid, 'pg_proc')) as definition
-  from pg_catalog.pg_proc as p
-  where p.pronamespace = 'payrail'::regnamespace
-  union all
-  select 'constraint', con.conrelid::regclass::text || '.' || con.conname, pg_catalog.pg_get_constraintdef(con.oid)
-  from pg_catalog.pg_constraint as con
-  where con.connamespace = 'payrail'::regnamespace
-  union all
-  select 'trigger', t.tgrelid::regclass::text || '.' || t.tgname, pg_catalog.pg_get_triggerdef(t.oid)
-  from pg_catalog.pg_trigger as t
-  where not t.tgisinternal and t.tgrelid in (select oid from payrail_tables)
-  union all
-  select 'index', i.indexrelid::regclass::text, pg_catalog.pg_get_indexdef(i.indexrelid)
-  from pg_catalog.pg_index as i
-  where i.indrelid in (select oid from payrail_tables)
-  union all
-  select 'column', a.attrelid::regclass::text || '.' || a.attname,
-         concat_ws(' ', pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated, a.attidentity,
-                   pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attacl::text,
-                   pg_catalog.col_description(a.attrelid, a.attnum))
-  from pg_catalog.pg_attribute as a
-  left join pg_catalog.pg_attrdef as d on (d.adrelid, d.adnum) = (a.attrelid, a.attnum)
-  where a.attrelid in (select oid from payrail_tables) and a.attnum > 0 and not a.attisdropped
-  union all
-  select 'relation', c.oid::regclass::text,
-         concat_ws(' ', c.relkind, c.relacl::text, pg_catalog.obj_description(c.oid, 'pg_class'))
-  from pg_catalog.pg_class as c
-  where c.oid in (select oid from payrail_tables)
-  union all
-  select 'schema', n.nspname, concat_ws(' ', n.nspacl::text, pg_catalog.obj_description(n.oid, 'pg_namespace'))
-  from pg_catalog.pg_namespace as n
-  where n.nspname = 'payrail'
-  union all
-  select 'extension', e.extname, e.extnamespace::regnamespace::text
-  from pg_catalog.pg_extension as e
-) as catalog
-order by kind, name
-"""
 
 
 def sql_file_number(path: Path) -> int:
@@ -114,11 +68,6 @@ def empty_database(server):
     finally:
         with psycopg.connect(server.admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
-
-
-def fingerprint(url: str) -> list[tuple[str, str, str]]:
-    with psycopg.connect(url) as conn:
-        return conn.execute(CATALOG_FINGERPRINT).fetchall()
 
 
 def assert_registry_installed(rows: list[tuple[str, str, str]]) -> None:
@@ -183,6 +132,30 @@ def test_two_concurrent_db_apply_on_an_empty_database_both_succeed(server, tmp_p
         installed = fingerprint(url)
         assert_registry_installed(installed)
         assert installed == fingerprint(reference)
+
+
+def test_every_stored_definition_resolves_under_the_empty_search_path_of_a_dump(server, tmp_path):
+    """pg_dump's output sets search_path to '' and has the server parse every stored definition
+    again from the text it printed: trigger conditions, constraints, defaults, generated columns,
+    index expressions, views and SQL function bodies. One that finds an operator or a function
+    only through the search path (IS DISTINCT FROM between vectors did) fails there and is left
+    out of the restore, or comes back meaning something else. Restored by psql stopping at the
+    first error, the catalog must be the one dumped."""
+    dump = tmp_path / "schema.sql"
+    with empty_database(server) as source, empty_database(server) as restored:
+        apply_schema(source)
+        subprocess.run(
+            [server.psql.parent / "pg_dump", "--schema-only", f"--file={dump}", source], check=True, timeout=120
+        )
+        result = subprocess.run(
+            [server.psql, "-X", "-v", "ON_ERROR_STOP=1", "--single-transaction", f"--file={dump}", restored],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0 and "ERROR" not in result.stderr, result.stderr
+        assert_registry_installed(fingerprint(restored))
+        assert fingerprint(restored) == fingerprint(source)
 
 
 def test_db_apply_rebuilds_the_half_precision_vectors_from_the_records(database_url, tmp_path):

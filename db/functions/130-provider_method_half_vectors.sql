@@ -40,7 +40,12 @@ begin
     execute function payrail.tg_provider_methods__keep_half_vector();
   create or replace trigger tg_provider_methods__keep_half_vector_on_update
     after update on payrail.provider_methods
-    for each row when (old.enabled is distinct from new.enabled or old.embedding is distinct from new.embedding)
+    -- "old.embedding is distinct from new.embedding", spelt with pgvector's <> operator: a dump
+    -- prints IS DISTINCT FROM without the operator's schema, so a restore, under pg_dump's empty
+    -- search_path, cannot find it; <> it prints with the schema, as OPERATOR(public.<>).
+    for each row when (old.enabled is distinct from new.enabled
+                       or (old.embedding is null) <> (new.embedding is null)
+                       or old.embedding <> new.embedding)
     execute function payrail.tg_provider_methods__keep_half_vector();
 
   delete from payrail.provider_method_half_vectors as hv

@@ -177,7 +177,11 @@ immutable strict parallel safe
 set search_path from current
 -- Its comparison key (compatibility forms expand: U+FDFA is 18 letters) must fit the btree
 -- indexes on names, pairs included: 1,200 bytes, where 120 letters of any script take at most 480.
-return pg_catalog.char_length(payrail._trim_white_space(p_name)) between 1 and 120
+-- Not BETWEEN: it is stored as an AND inside this AND, which a dump prints and its restore
+-- flattens, so a restored registry would hold another definition (and db apply would then
+-- rebuild the name indexes).
+return pg_catalog.char_length(payrail._trim_white_space(p_name)) >= 1
+   and pg_catalog.char_length(payrail._trim_white_space(p_name)) <= 120
    and p_name !~ '[\u0001-\u001f\u007f-\u009f]'
    and p_name !~ ('[' || payrail._invisible_characters() || ']')
    and pg_catalog.octet_length(payrail._normalize_name(p_name)) <= 1200;

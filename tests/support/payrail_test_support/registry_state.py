@@ -1,0 +1,58 @@
+"""What a registry holds, as comparable values: its catalog (every definition, grant and comment
+db/ makes). Tests compare it across `db apply` runs, dumps and restores."""
+
+from __future__ import annotations
+
+import psycopg
+
+# Everything db/ defines that a client or an operator relies on, as comparable text.
+CATALOG_FINGERPRINT = """
+with payrail_tables as (
+  select c.oid from pg_catalog.pg_class as c where c.relnamespace = 'payrail'::regnamespace
+)
+select kind, name, definition from (
+  select 'function' as kind, p.oid::regprocedure::text as name,
+         concat_ws(E'\n', pg_catalog.pg_get_functiondef(p.oid), p.proacl::text,
+                   pg_catalog.obj_description(p.oid, 'pg_proc')) as definition
+  from pg_catalog.pg_proc as p
+  where p.pronamespace = 'payrail'::regnamespace
+  union all
+  select 'constraint', con.conrelid::regclass::text || '.' || con.conname, pg_catalog.pg_get_constraintdef(con.oid)
+  from pg_catalog.pg_constraint as con
+  where con.connamespace = 'payrail'::regnamespace
+  union all
+  select 'trigger', t.tgrelid::regclass::text || '.' || t.tgname, pg_catalog.pg_get_triggerdef(t.oid)
+  from pg_catalog.pg_trigger as t
+  where not t.tgisinternal and t.tgrelid in (select oid from payrail_tables)
+  union all
+  select 'index', i.indexrelid::regclass::text, pg_catalog.pg_get_indexdef(i.indexrelid)
+  from pg_catalog.pg_index as i
+  where i.indrelid in (select oid from payrail_tables)
+  union all
+  select 'column', a.attrelid::regclass::text || '.' || a.attname,
+         concat_ws(' ', pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated, a.attidentity,
+                   a.attstorage, a.attcompression, pg_catalog.pg_get_expr(d.adbin, d.adrelid), a.attacl::text,
+                   pg_catalog.col_description(a.attrelid, a.attnum))
+  from pg_catalog.pg_attribute as a
+  left join pg_catalog.pg_attrdef as d on (d.adrelid, d.adnum) = (a.attrelid, a.attnum)
+  where a.attrelid in (select oid from payrail_tables) and a.attnum > 0 and not a.attisdropped
+  union all
+  select 'relation', c.oid::regclass::text,
+         concat_ws(' ', c.relkind, c.reloptions::text, c.relacl::text, pg_catalog.obj_description(c.oid, 'pg_class'))
+  from pg_catalog.pg_class as c
+  where c.oid in (select oid from payrail_tables)
+  union all
+  select 'schema', n.nspname, concat_ws(' ', n.nspacl::text, pg_catalog.obj_description(n.oid, 'pg_namespace'))
+  from pg_catalog.pg_namespace as n
+  where n.nspname = 'payrail'
+  union all
+  select 'extension', e.extname, concat_ws(' ', e.extnamespace::regnamespace::text, e.extversion)
+  from pg_catalog.pg_extension as e
+) as catalog
+order by kind, name
+"""
+
+
+def fingerprint(url: str) -> list[tuple[str, str, str]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(CATALOG_FINGERPRINT).fetchall()
