@@ -4,6 +4,7 @@
 -- The "drop constraint if exists" of a first install are expected; keep them quiet.
 set client_min_messages = warning;
 \ir schema/000-extensions.sql
+\ir schema/005-roles.sql
 \ir schema/010-schema.sql
 \ir schema/015-text_rules.sql
 \ir schema/020-embedding_model.sql

@@ -23,6 +23,7 @@ from payrail_embedder.embedders import record_text
 from payrail_test_support.cli import cli_import, cli_json, run_cli, write_jsonl
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import cosine_ranking, fake_semantic_path, fake_vector, name_path, normalized
+from payrail_test_support.registry_state import group_roles
 
 PUBLIC_FIELDS = {"provider", "method", "urls", "docsUrl", "guidance"}
 
@@ -552,6 +553,18 @@ def test_deployment_login_roles_run_the_workflow(cli_env, database_url, openai_f
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(f"drop role if exists {operator}")
             conn.execute(f"drop role if exists {agent}")
+
+
+def test_db_roles_says_the_group_roles_exist_and_changes_nothing(cli_env, database_url):
+    """On a server that has them (db apply made them), as a rerun finds them; creating them on a
+    new server is tests/test_operations.py's."""
+    roles = ["payrail_agent", "payrail_operator", "payrail_embedder"]
+    before = group_roles(database_url)
+    assert [role["rolname"] for role in before] == sorted(roles)
+    assert cli_json(cli_env, "db", "roles", "--json")[:2] == (0, {"created": [], "existing": roles})
+    result = run_cli(cli_env, "db", "roles")
+    assert (result.returncode, result.stdout.splitlines()) == (0, [f"{role} exists already" for role in roles])
+    assert group_roles(database_url) == before
 
 
 def test_db_status_never_prints_the_password_of_the_url(cli_env):

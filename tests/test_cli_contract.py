@@ -119,7 +119,7 @@ def test_json_keys_are_camel_case_on_every_report(registry, database_url):
         conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where not enabled")
     reports = [json.loads(run_cli(registry, *args).stdout) for args in (
         ("sync", "--dry-run", "--json"), ("sync", "--json"), ("model", "show", "--json"), ("history", "--json", "Acme Maps / Reverse geocode"),
-        ("db", "status", "--json"),
+        ("db", "status", "--json"), ("db", "roles", "--json"),
     )]  # fmt: skip
 
     def keys(value):

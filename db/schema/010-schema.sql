@@ -27,20 +27,6 @@ $$The search path of the registry's functions, files and sessions: pg_catalog, p
 
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
--- Group roles without login; a deployment grants them to its login roles.
-do $$
-declare
-  v_role name;
-begin
-  foreach v_role in array array['payrail_agent', 'payrail_operator', 'payrail_embedder'] loop
-    if not exists (select from pg_catalog.pg_roles where rolname = v_role) then
-      execute pg_catalog.format('create role %I nologin', v_role);
-    end if;
-  end loop;
-end
-$$;
-
-
 -- A schema on that path that a role other than the deployer (or a superuser) could create
 -- objects in would let it plant an operator or function that the registry's code, run by another
 -- role, resolves. Refuse, naming the fix, before anything else is installed.
@@ -82,7 +68,3 @@ begin
   end if;
 end
 $$;
-
-comment on role payrail_agent is 'Payrail agents: may only call the search functions; cannot read any table.';
-comment on role payrail_operator is 'Payrail operators: edit the public fields and enabled of provider methods.';
-comment on role payrail_embedder is 'Payrail embedder: reads record content and writes embeddings.';

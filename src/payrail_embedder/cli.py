@@ -140,6 +140,26 @@ def db_apply(settings: Settings):
     click.echo(f"applied {len(files)} files from {database.sql_dir()}")
 
 
+@db.command("roles")
+@JSON_OPTION
+@click.pass_obj
+def db_roles(settings: Settings, as_json):
+    """Create the registry's group roles (without login) where they are missing; nothing else.
+
+    Roles belong to the server, not to a database, so a dump holds none: run this on a new server
+    before restoring a dump into it (docs/operations.md). Idempotent; creating a role needs
+    CREATEROLE. `db apply` creates them too.
+    """
+    report = database.create_roles(settings.resolved_database_url)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    for role in report["created"]:
+        click.echo(f"created {role}")
+    for role in report["existing"]:
+        click.echo(f"{role} exists already")
+
+
 @db.command("url")
 @click.pass_obj
 def db_url(settings: Settings):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -181,6 +182,33 @@ def apply_schema(database_url: str) -> list[Path]:
             for path in files:
                 conn.execute(path.read_text(encoding="utf-8"))
     return files
+
+
+# The group roles' own file: `db apply` runs it with the rest, `db roles` alone.
+ROLES_FILE = Path("schema") / "005-roles.sql"
+# What that file says of each role (a NOTICE each): the one channel a DO block has to report.
+ROLE_NOTICE = re.compile(r"created role (?P<created>\S+)|role (?P<existing>\S+) exists")
+
+
+def create_roles(database_url: str) -> dict[str, list[str]]:
+    """Creates the registry's group roles where they are missing, as `db apply` does, and nothing
+    else: roles belong to the server, so a dump holds none, and a restore needs them first.
+    Returns {"created": [...], "existing": [...]}."""
+    report: dict[str, list[str]] = {"created": [], "existing": []}
+
+    def record(notice: psycopg.errors.Diagnostic) -> None:
+        said = ROLE_NOTICE.fullmatch(notice.message_primary or "")
+        if said:
+            kind = "created" if said["created"] else "existing"
+            report[kind].append(said[kind])
+
+    with psycopg.connect(database_url, application_name="payrail-embedder") as conn:
+        conn.add_notice_handler(record)
+        with conn.transaction():
+            # A server or role may hide notices by default; they are this file's report.
+            conn.execute("set local client_min_messages = notice")
+            conn.execute((sql_dir() / ROLES_FILE).read_text(encoding="utf-8"))
+    return report
 
 
 def stop_embedded_server(data_dir: Path) -> bool:

@@ -1,9 +1,10 @@
 """What a registry holds, as comparable values: its catalog (every definition, grant and comment
-db/ makes). Tests compare it across `db apply` runs, dumps and restores."""
+db/ makes) and its group roles. Tests compare them across `db apply` runs, dumps and restores."""
 
 from __future__ import annotations
 
 import psycopg
+from psycopg.rows import dict_row
 
 # Everything db/ defines that a client or an operator relies on, as comparable text.
 CATALOG_FINGERPRINT = """
@@ -53,6 +54,21 @@ order by kind, name
 """
 
 
+# The group roles as the server holds them (a database's dump holds none).
+GROUP_ROLES = """
+select r.rolname, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb, r.rolcanlogin, r.rolreplication,
+       r.rolbypassrls, r.rolconnlimit, pg_catalog.shobj_description(r.oid, 'pg_authid') as comment
+from pg_catalog.pg_roles as r
+where r.rolname in ('payrail_agent', 'payrail_operator', 'payrail_embedder')
+order by 1
+"""
+
+
 def fingerprint(url: str) -> list[tuple[str, str, str]]:
     with psycopg.connect(url) as conn:
         return conn.execute(CATALOG_FINGERPRINT).fetchall()
+
+
+def group_roles(url: str) -> list[dict]:
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return conn.execute(GROUP_ROLES).fetchall()
