@@ -8,11 +8,13 @@ import subprocess
 from pathlib import Path
 
 import click
+import psycopg
 from click.testing import CliRunner
 
 from payrail_embedder import errcodes
 from payrail_embedder.cli import FAILURE_EXIT_STATUS, cli
 from payrail_embedder.records import parse_record
+from payrail_test_support.servers import server_names
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -99,3 +101,17 @@ def test_sample_catalog():
     assert len(paid) >= 10
     hotel = [r for r in records if r.enabled and "live hotel availability" in r.guidance.lower()]
     assert len(hotel) >= 3
+
+
+def test_the_supported_versions_in_the_readme_are_the_servers_every_test_runs_on(servers):
+    """Supported means tested: the README's PostgreSQL and pgvector versions are exactly those of
+    the embedded servers the suite runs (Docker and PAYRAIL_TEST_DATABASE_URL come and go)."""
+    claim = re.search(r"\*\*Supported versions: PostgreSQL ([^*]+?), with pgvector ([\d.]+)\*\*", README)
+    assert claim, "README.md states no supported versions"
+    embedded = [name for name in server_names() if re.fullmatch(r"pg\d+", name)]
+    assert sorted(f"pg{version}" for version in re.findall(r"\d+", claim[1])) == sorted(embedded)
+    for name in embedded:
+        with psycopg.connect(servers(name).admin_url) as conn:
+            assert conn.info.server_version // 10000 == int(name.removeprefix("pg"))
+            offered = conn.execute("select default_version from pg_available_extensions where name = 'vector'").fetchone()
+        assert offered == (claim[2],), name
