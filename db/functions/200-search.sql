@@ -41,27 +41,50 @@ set search_path from current
 -- One plan, kept: the query's text changes no plan, and planning it anew for every query
 -- (PostgreSQL's first five) cost 0.3 ms a call of query_takes_name_path at 1,000 records.
 set plan_cache_mode = force_generic_plan
+-- That one plan is made from whatever statistics exist when a session first asks, none right
+-- after a load or a restore; no estimate may then turn a lookup into a scan that normalizes
+-- every stored name (1 s a question at 10,000 records). Each lookup has its own index.
+set enable_seqscan = off
+-- A few rows: starting workers would cost more than the lookups (14 ms against 0.3 at 100,000
+-- records, where the planner's guess of 268 rows a lookup planned a parallel append).
+set max_parallel_workers_per_gather = 0
 as $$
+  -- One lookup per way of naming a record, each through its own index of enabled records (an OR
+  -- of the four is a scan when the planner misjudges it); the counted draft by its id alone.
   -- Exact pair first, then provider, then method; within each, by normalized provider and method.
-  -- Enabled records through the indexes that hold no draft; the counted draft by its id alone.
-  select pm.*
-  from (select * from payrail.provider_methods where enabled
-        union all
-        select * from payrail.provider_methods where id = p_counted_draft_id and not enabled) as pm,
-       lateral (select payrail._normalize_name(p_query)) as q(name)
-  where (payrail._normalize_name(pm.provider) = q.name
-         or payrail._normalize_name(pm.method) = q.name
-         or payrail._normalize_name(pm.provider || ' ' || pm.method) = q.name
-         or payrail._normalize_name(pm.provider || ' / ' || pm.method) = q.name)
-  order by
-    case
-      when q.name in (payrail._normalize_name(pm.provider || ' ' || pm.method),
-                      payrail._normalize_name(pm.provider || ' / ' || pm.method)) then 1
-      when payrail._normalize_name(pm.provider) = q.name then 2
-      else 3
-    end,
-    payrail._normalize_name(pm.provider),
-    payrail._normalize_name(pm.method)
+  select (m.pm).*
+  from (
+    select distinct on ((found.pm).id) found.pm, found.rank
+    from (select payrail._normalize_name(p_query)) as q(name),
+    lateral (
+      select p, 1 from payrail.provider_methods as p
+      where p.enabled and payrail._normalize_name(p.provider || ' ' || p.method) = q.name
+      union all
+      select p, 1 from payrail.provider_methods as p
+      where p.enabled and payrail._normalize_name(p.provider || ' / ' || p.method) = q.name
+      union all
+      select p, 2 from payrail.provider_methods as p
+      where p.enabled and payrail._normalize_name(p.provider) = q.name
+      union all
+      select p, 3 from payrail.provider_methods as p
+      where p.enabled and payrail._normalize_name(p.method) = q.name
+      union all
+      select p, case
+                  when q.name in (payrail._normalize_name(p.provider || ' ' || p.method),
+                                  payrail._normalize_name(p.provider || ' / ' || p.method)) then 1
+                  when payrail._normalize_name(p.provider) = q.name then 2
+                  else 3
+                end
+      from payrail.provider_methods as p
+      where p.id = p_counted_draft_id and not p.enabled
+        and q.name in (payrail._normalize_name(p.provider), payrail._normalize_name(p.method),
+                       payrail._normalize_name(p.provider || ' ' || p.method),
+                       payrail._normalize_name(p.provider || ' / ' || p.method))
+    ) as found(pm, rank)
+    -- A record found more than one way counts once, by its best way.
+    order by (found.pm).id, found.rank
+  ) as m
+  order by m.rank, payrail._normalize_name((m.pm).provider), payrail._normalize_name((m.pm).method)
   limit 3
 $$;
 
@@ -290,11 +313,13 @@ begin
     v_scan_limit := null;
   end loop;
 
-  -- Second pass: the exact order of the records the first pass could not tell apart.
+  -- Second pass: the exact order of the records the first pass could not tell apart, each found
+  -- by its id. "offset 0" keeps the lookup a subquery run once per id: a join would let a plan
+  -- made without statistics (right after a load) hash the whole table instead.
   return query
     select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
-    from rows from (pg_catalog.unnest(v_nearest_ids), pg_catalog.unnest(v_nearest_distances)) as n(id, distance)
-    join payrail.provider_methods as pm on pm.id = n.id
+    from rows from (pg_catalog.unnest(v_nearest_ids), pg_catalog.unnest(v_nearest_distances)) as n(id, distance),
+    lateral (select p.* from payrail.provider_methods as p where p.id = n.id offset 0) as pm
     where v_cutoff is null or n.distance <= v_cutoff
     order by pm.embedding <=> p_query_embedding, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
     limit 3;

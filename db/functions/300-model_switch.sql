@@ -7,6 +7,10 @@ language plpgsql
 volatile
 security invoker
 set search_path from current
+-- Each statement joins the whole registry with the whole staging table: hash joins, whatever the
+-- statistics say. Right after a bulk load they can say a table is empty, and a nested loop over
+-- "one row" would scan the staging table once per record.
+set enable_nestloop = off
 as $$
 declare
   v_missing_count bigint;

@@ -59,6 +59,33 @@ NAMED = """
       and payrail._normalize_name((%(name)s::text[])[1]) in (payrail._normalize_name(n.provider || ' / ' || n.method),
                                                             payrail._normalize_name(n.provider || ' ' || n.method)))
 """
+# The (provider, method) keys a name in NAMED's forms can be: the two arguments, or one argument
+# divided at each " / " or " " in it (a stored name's key, joined by either, is the key of the
+# pair: stored names are trimmed, and no character composes with a space or a slash). Records are
+# found by these keys through the unique key's index, never by normalizing every stored name,
+# and NAMED is checked on what they find.
+NAME_KEYS = """
+  select payrail._normalize_name((%(name)s::text[])[1]), payrail._normalize_name((%(name)s::text[])[2])
+  where cardinality(%(name)s::text[]) = 2
+  union all
+  select pg_catalog.left(k.name, d.at - 1), pg_catalog.substr(k.name, d.at + pg_catalog.length(s.separator))
+  from (select payrail._normalize_name((%(name)s::text[])[1])) as k(name),
+       (values (' / '), (' ')) as s(separator),
+       lateral pg_catalog.generate_series(1, pg_catalog.length(k.name)) as d(at)
+  where cardinality(%(name)s::text[]) = 1 and pg_catalog.substr(k.name, d.at, pg_catalog.length(s.separator)) = s.separator
+"""
+
+
+def _named(table: str, columns: str) -> str:
+    """The rows of table (provider, method and columns, as n) that a NAMED name finds, each once,
+    looked up by their keys (NAME_KEYS); "offset 0" keeps each lookup a probe of the index."""
+    return f"""
+      select distinct n.* from ({NAME_KEYS}) as k(provider_key, method_key),
+      lateral (select {columns} from {table} as pm
+               where payrail._normalize_name(pm.provider) = k.provider_key
+                 and payrail._normalize_name(pm.method) = k.method_key offset 0) as n
+      where {NAMED}
+    """
 
 
 def _check_name_form(name: Sequence[str]) -> None:
@@ -82,8 +109,8 @@ def find_by_name(conn: psycopg.Connection, name: Sequence[str]) -> dict:
     rows = (
         conn.cursor(row_factory=dict_row)
         .execute(
-            f"""select {RECORD_COLUMNS} from payrail.provider_methods as pm, lateral (select pm.provider, pm.method) as n
-                where {NAMED} order by payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)""",
+            f"""select n.* from ({_named("payrail.provider_methods", RECORD_COLUMNS)}) as n
+                order by payrail._normalize_name(n.provider), payrail._normalize_name(n.method)""",
             {"name": list(name)},
         )
         .fetchall()
@@ -98,9 +125,9 @@ def resolve_former_name(conn: psycopg.Connection, name: Sequence[str]) -> tuple[
         conn.cursor(row_factory=dict_row)
         .execute(
             f"""select distinct on (payrail._normalize_name(n.provider), payrail._normalize_name(n.method)) n.provider, n.method
-                from (select provider, method from payrail.provider_methods
-                      union all select provider, method from payrail.provider_method_history) as n
-                where {NAMED}
+                from ({_named("payrail.provider_methods", "pm.provider, pm.method")}
+                      union all
+                      {_named("payrail.provider_method_history", "pm.provider, pm.method")}) as n
                 order by payrail._normalize_name(n.provider), payrail._normalize_name(n.method)""",
             {"name": list(name)},
         )
