@@ -127,7 +127,7 @@ def main() -> None:
         mcp_stderr.seek(0)
         rows["mcp"]["stderr lines"] = len(mcp_stderr.read().splitlines())
 
-    print(f"outage: {args.runs} runs of warm / stopped / restarted, name-path query {QUERY!r}; medians in ms")
+    print(f"outage: {args.runs} runs of warm / stopped / restarted, name-path query {QUERY!r}; medians in ms; not analyzed by the benchmark (autovacuum on, as a server runs)")
     print("| interface | warm ms | while stopped ms | answer while stopped | first after restart ms | answer after restart | stderr lines |")
     print("|---|---:|---:|---|---:|---|---:|")
     for name, row in rows.items():

@@ -3,7 +3,7 @@
     ./scripts/benchmark parallel_shapes [--records 100000] [--dimensions 1536] [--postgres 18]
 
 One throwaway embedded PostgreSQL with db/ applied and N enabled records of random unit vectors
-(loaded as benchmarks/search_speed.py does). The same first-pass query (the 64 nearest
+(by binary COPY, as `search_speed --load copy` does, then vacuum analyzed). The same first-pass query (the 64 nearest
 half-precision vectors by inner product) is wrapped in each shape a search could take: a top-level
 SELECT, SQL functions (inlinable or not, security definer, called in FROM or in the select list),
 PL/pgSQL statements (RETURN QUERY, SELECT INTO, an assignment, a FOR loop) and combinations; then
@@ -30,7 +30,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from search_speed import MODEL, WORKERS_PLANNED, load, shared_buffers_for, unit_vectors
+from search_speed import MODEL, WORKERS_PLANNED, analyze, load_by_copy, shared_buffers_for, unit_vectors
 from throwaway_postgres import throwaway_postgres
 
 FIRST_PASS = """
@@ -214,13 +214,14 @@ def main() -> None:
         urls = {}
         for records in (args.records, args.small_records):
             urls[records] = server.registry(f"shapes_{records}")
-            load(urls[records], unit_vectors(np.random.default_rng(records), records, args.dimensions), None)
+            load_by_copy(urls[records], unit_vectors(np.random.default_rng(records), records, args.dimensions), None)
+            analyze(urls[records])
             create_shapes(urls[records])
         with psycopg.connect(urls[args.records]) as conn:
             version = conn.execute("show server_version").fetchone()[0]
         ran = "workers launched per call" if args.postgres >= 18 else "background-worker pages read"
         print(f"PostgreSQL {version}, {os.cpu_count()} CPUs, {args.records} records of {args.dimensions} dimensions;"
-              f" sessions: {WORKERS_FREE}; p50 of {args.queries} calls\n")
+              f" sessions: {WORKERS_FREE}; p50 of {args.queries} calls; loaded by binary COPY, then vacuum (analyze)\n")
         headers = ["shape", "workers planned", ran, "p50 ms, 0 workers", "p50 ms, 2 workers"]
         print_table(headers, measure(urls[args.records], SHAPES, WORKERS_FREE, args.queries, args.dimensions)
                     + measure(urls[args.records], SEARCHES, {}, args.queries, args.dimensions))

@@ -278,7 +278,7 @@ def main() -> None:
             )
 
     print(f"records: {len(records)} ({records_path}); dev queries: {len(queries)} ({queries_path})")
-    print(f"model: {embedder.model_name} on the {embedder.runtime} runtime, {os.cpu_count()} CPUs")
+    print(f"model: {embedder.model_name} on the {embedder.runtime} runtime, {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)")
     print(f"product record_text: {record_text('PROVIDER', 'METHOD', 'GUIDANCE')!r}")
     print_table(
         ["write path (local model)", "records", "seconds", "records/s"],

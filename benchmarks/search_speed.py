@@ -1,13 +1,18 @@
 """Search latency: the SQL semantic path and name path against an exact in-memory NumPy top 3.
 
-    ./scripts/benchmark search_speed [--sizes 1000,10000,100000] [--dimensions 1536,384] [--first-pass half,exact]
+    ./scripts/benchmark search_speed [--sizes 1000,10000,100000] [--dimensions 1536,384] [--first-pass half,exact] [--load import|copy]
 
-One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied, its shared_buffers
-large enough to hold the largest derived table; for each size N, N enabled records of random unit
-vectors (loaded with binary COPY), then, for each first pass (`half`: the schema's, over
-payrail.provider_method_half_vectors; `exact`: over the exact vectors, what db/ installs on
-pgvector before 0.7, measured by dropping that table), query by query and interleaved so all see
-the same machine load:
+One process, one run: a throwaway embedded PostgreSQL 18 with db/ applied and autovacuum off (so
+the moment right after a load, before any statistics, lasts until the benchmark analyzes), its
+shared_buffers large enough to hold the largest derived table. For each size N, N enabled records
+loaded the way users load them (`--load import`, the default: `payrail-embedder import` of a JSON
+Lines file in a subprocess, embedded by an OpenAI-compatible fake server over HTTP that answers a
+random unit vector per text; `--load copy`: binary COPY, faster for trying settings), then two
+states, each measured in new sessions (plans made afresh): right after the load (nothing
+analyzed), and after `vacuum (analyze)` with every page read into shared_buffers. In each state,
+for each first pass (`half`: the schema's, over payrail.provider_method_half_vectors; `exact`:
+over the exact vectors, what db/ installs on pgvector before 0.7, measured by dropping that
+table), query by query and interleaved so all see the same machine load:
 - NumPy: M @ q over the same unit vectors (float32), top 3, on one BLAS thread and on all cores
   (OpenBLAS's idle threads sleep at once rather than spin into the next measurement);
 - the semantic path: payrail.search_provider_methods(query, vector, model), a new random vector
@@ -26,8 +31,10 @@ import argparse
 import os
 import re
 import statistics
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 # OpenBLAS's idle threads spin for about 0.1 s of CPU after every call on all cores (measured:
 # 110 ms), on the cores the search measured next needs: its leader and worker ran up to 2x slower.
@@ -38,23 +45,19 @@ import psycopg
 from pgvector.psycopg import register_vector
 from threadpoolctl import threadpool_limits
 
+from import_throughput import catalog_record, cli_import, print_table, start_fake, write_catalog
+from payrail_embedder.embedders import record_text
+from payrail_test_support.openai_fake import FAKE_MODEL, random_embedding
 from payrail_test_support.stored import content_hash
 from throwaway_postgres import throwaway_postgres
 
-MODEL = "benchmark-model"
+MODEL = FAKE_MODEL
 SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
 NAME_SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s)"
-METHODS_PER_PROVIDER = 4
-# About the length of the benchmark catalog's guidance, so rows are as wide as real ones.
-GUIDANCE = (
-    "Purpose: Returns the current and forecast values for the requested resource, with paging.\n"
-    "Instructions: HTTP GET. Required parameters: id (STRING): the resource id; date (STRING): "
-    "day to look up. Optional parameters: page (NUMBER): page number; limit (NUMBER): page size.\n"
-    "Notes: Category: Data. Tool: Benchmark Provider {number}."
-)
 # What a production server needs for search (README "Production server"): workers for all cores but
 # the leader's; shared_buffers is sized in main(). --set adds or overrides.
 DEFAULT_SETTINGS = {
+    "autovacuum": "off",
     "max_wal_size": "4GB",
     "checkpoint_timeout": "30min",
     "max_parallel_workers_per_gather": str(max(0, (os.cpu_count() or 1) - 1)),
@@ -84,8 +87,26 @@ def unit_vectors(rng: np.random.Generator, count: int, dimensions: int) -> np.nd
     return matrix
 
 
-def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
-    """N enabled records with these vectors, by binary COPY; returns the seconds it took."""
+def catalog_vectors(count: int, dimensions: int) -> np.ndarray:
+    """The unit vectors the fake embedding server answers for the first `count` catalog records."""
+    matrix = np.empty((count, dimensions), dtype=np.float32)
+    for number in range(count):
+        record = catalog_record(number)
+        matrix[number] = random_embedding(record_text(record["provider"], record["method"], record["guidance"]), dimensions)
+    return matrix
+
+
+def load_by_import(url: str, fake, count: int, scratch: str) -> str:
+    """The first `count` catalog records imported by the CLI: the seconds it took (its peak memory)."""
+    path = write_catalog(Path(scratch) / f"catalog-{count}.jsonl", count)
+    seconds, peak_mb, report = cli_import(url, fake, path, Path(scratch))
+    path.unlink()
+    assert report["created"] == count, report
+    return f"{seconds:.1f} ({peak_mb:.0f} MB)"
+
+
+def load_by_copy(url: str, matrix: np.ndarray, storage: str | None) -> str:
+    """The catalog records with these vectors, by binary COPY: the seconds it took."""
     started = time.perf_counter()
     with psycopg.connect(url) as conn:
         register_vector(conn)
@@ -93,18 +114,22 @@ def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
             conn.execute(f"alter table payrail.provider_methods alter column embedding set storage {storage}")
         conn.execute("select payrail.set_embedding_model(%s, %s)", (MODEL, matrix.shape[1]))
         copy_sql = (
-            "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model,"
-            " embedding_content_hash) from stdin (format binary)"
+            "copy payrail.provider_methods (provider, method, urls, docs_url, guidance, enabled, embedding,"
+            " embedding_model, embedding_content_hash) from stdin (format binary)"
         )
         with conn.cursor().copy(copy_sql) as copy:
-            copy.set_types(["text", "text", "text", "bool", "vector", "text", "bytea"])
+            copy.set_types(["text", "text", "text[]", "text", "text", "bool", "vector", "text", "bytea"])
             for number, vector in enumerate(matrix):
-                provider = f"Benchmark Provider {number // METHODS_PER_PROVIDER:06d}"
-                method = f"Method {number:06d}"
-                guidance = GUIDANCE.format(number=number // METHODS_PER_PROVIDER)
-                copy.write_row((provider, method, guidance, True, vector, MODEL, content_hash(provider, method, guidance)))
+                r = catalog_record(number)
+                copy.write_row((r["provider"], r["method"], r["urls"], r["docsUrl"], r["guidance"], True, vector, MODEL,
+                                content_hash(r["provider"], r["method"], r["guidance"])))
+    return f"{time.perf_counter() - started:.1f}"
+
+
+def analyze(url: str) -> None:
+    """What autovacuum would do by and by (pages all-visible, statistics), then every page cached."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("vacuum (analyze)")  # as autovacuum would: pages all-visible, statistics
+        conn.execute("vacuum (analyze)")
         # Bring every page into shared_buffers, as pg_prewarm would. A sequential scan of a table
         # over a quarter of shared_buffers reads through a small ring of buffers and leaves the
         # rest uncached; an index scan fills the buffers.
@@ -112,7 +137,6 @@ def load(url: str, matrix: np.ndarray, storage: str | None) -> float:
         conn.execute("set enable_bitmapscan = off")
         conn.execute("select sum(pg_catalog.length(guidance)) from payrail.provider_methods where id > 0")
         conn.execute("select sum(provider_method_id) from payrail.provider_method_half_vectors where provider_method_id > 0")
-    return time.perf_counter() - started
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -168,7 +192,7 @@ def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generat
         one_core.execute("set max_parallel_workers_per_gather = 0")
         for number in range(queries + 5):  # the first 5 warm up caches and prepare the statements
             q = unit_vectors(rng, 1, dimensions)[0]
-            provider = f"benchmark provider {int(rng.integers(count // METHODS_PER_PROVIDER)):06d}"
+            provider = catalog_record(int(rng.integers(count)))["provider"].lower()
 
             with threadpool_limits(limits=1):
                 top, numpy_ms = timed(lambda: top3(matrix, q))
@@ -178,9 +202,9 @@ def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generat
             named, name_ms = timed(lambda: conn.execute(NAME_SEARCH, (provider,)).fetchall())
 
             if number == 0:  # the same answer, or the comparison is meaningless
-                expected = [f"Method {int(i):06d}" for i in top]
+                expected = [catalog_record(int(i))["method"] for i in top]
                 assert [row[1] for row in semantic] == expected == [row[1] for row in alone], (semantic, alone, expected)
-                assert len(named) == min(3, METHODS_PER_PROVIDER), named
+                assert len(named) == 3, named
             if number >= 5:
                 times["numpy"].append(numpy_ms)
                 times["numpy all cores"].append(numpy_all_cores_ms)
@@ -188,7 +212,7 @@ def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generat
                 times["semantic one core"].append(one_core_ms)
                 times["name after semantic"].append(name_ms)
         for number in range(queries + 5):
-            provider = f"benchmark provider {int(rng.integers(count // METHODS_PER_PROVIDER)):06d}"
+            provider = catalog_record(int(rng.integers(count)))["provider"].lower()
             _, name_ms = timed(lambda: conn.execute(NAME_SEARCH, (provider,)).fetchall())
             if number >= 5:
                 times["name"].append(name_ms)
@@ -221,15 +245,6 @@ def throughput(url: str, dimensions: int, clients: int, seconds: float) -> float
     return sum(done) / (time.perf_counter() - started)
 
 
-def print_table(headers: list[str], rows: list[list]) -> None:
-    cells = [headers] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for number, row in enumerate(cells):
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
-        if number == 0:
-            print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated record counts")
@@ -241,6 +256,7 @@ def main() -> None:
     parser.add_argument("--storage", choices=["main", "plain", "external", "extended"], help="override the embedding column's storage (default: the schema's)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a postgresql.conf setting")
     parser.add_argument("--postgres", type=int, default=18, choices=[16, 18])
+    parser.add_argument("--load", choices=["import", "copy"], default="import", help="how records are loaded (see above)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     clients = [int(c) for c in args.clients.split(",")]
@@ -250,25 +266,37 @@ def main() -> None:
     settings = {**DEFAULT_SETTINGS, "shared_buffers": shared_buffers, **dict(item.split("=", 1) for item in args.set)}
 
     rows = []
-    with throwaway_postgres(args.postgres, settings) as server:
+    fake = start_fake(max(dimensions_list)) if args.load == "import" else None
+    with throwaway_postgres(args.postgres, settings) as server, tempfile.TemporaryDirectory(prefix="payrail-speed-") as scratch:
         with psycopg.connect(server.admin_url) as conn:
             version = conn.execute("show server_version").fetchone()[0]
             # huge_pages_status (PostgreSQL 17 and later) says whether huge pages were obtained.
             shown = dict(conn.execute(
                 "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
-                (["shared_buffers", "max_parallel_workers_per_gather", "jit", "huge_pages", "huge_pages_status"],)).fetchall())
+                (["shared_buffers", "max_parallel_workers_per_gather", "jit", "huge_pages", "huge_pages_status", "autovacuum"],)).fetchall())
         print(f"PostgreSQL {version}, settings {shown}, {os.cpu_count()} CPUs; NumPy {np.__version__} on 1 BLAS thread and on all cores")
-        print(f"{args.queries} timed queries per size, interleaved; throughput over {args.seconds:.0f} s per column\n")
+        print(f"loaded by {args.load}; measured right after the load (never analyzed) and after vacuum (analyze)")
+        print(f"{args.queries} timed queries per size, interleaved; throughput over {args.seconds:.0f} s per column\n", flush=True)
         for dimensions in dimensions_list:
-            full = unit_vectors(np.random.default_rng(dimensions), max(sizes), dimensions)
+            full = catalog_vectors(max(sizes), dimensions)
+            if fake:
+                fake.dimensions = dimensions
             for size in sizes:
                 database = f"speed_{dimensions}_{size}"
                 url = server.registry(database)
-                matrix = np.ascontiguousarray(full[:size])
-                load_seconds = load(url, matrix, args.storage)
-                for first_pass in ["half", "exact"]:  # dropping the half-precision table cannot be undone
+                matrix = full[:size]
+                if args.load == "import":
+                    load_seconds = load_by_import(url, fake, size, scratch)
+                else:
+                    load_seconds = load_by_copy(url, matrix, args.storage)
+                # Dropping the half-precision table cannot be undone: the exact first pass comes last.
+                analyzed = False
+                for state, first_pass in [("after load", "half"), ("after analyze", "half"), ("after analyze", "exact")]:
                     if first_pass not in first_passes:
                         continue
+                    if state == "after analyze" and not analyzed:
+                        analyze(url)
+                        analyzed = True
                     with psycopg.connect(url, autocommit=True) as conn:
                         if first_pass == "exact":
                             conn.execute("drop table payrail.provider_method_half_vectors")
@@ -285,8 +313,8 @@ def main() -> None:
                     numpy_p50 = statistics.median(times["numpy"])
                     semantic_p50 = statistics.median(times["semantic"])
                     rows.append(
-                        [dimensions, size, first_pass, f"{float(table_mb):.0f}",
-                         "-" if derived_mb is None else f"{float(derived_mb):.0f}", f"{load_seconds:.1f}",
+                        [dimensions, size, state, first_pass, f"{float(table_mb):.0f}",
+                         "-" if derived_mb is None else f"{float(derived_mb):.0f}", load_seconds,
                          numpy_p50, statistics.median(times["numpy all cores"]),
                          semantic_p50, percentile(times["semantic"], 0.95), statistics.median(times["semantic one core"]),
                          f"{planned}/{launched:.1f}", f"{semantic_p50 / numpy_p50:.1f}x",
@@ -294,11 +322,13 @@ def main() -> None:
                          statistics.median(times["name after semantic"]),
                          *[f"{q:.1f}" for q in qps]]
                     )
-                    print(f"  done: {dimensions} dimensions, {size} records, {first_pass} first pass", flush=True)
+                    print(f"  done: {dimensions} dimensions, {size} records, {state}, {first_pass} first pass", flush=True)
                 server.drop(database)
+    if fake:
+        fake.stop()
     print()
     print_table(
-        ["dims", "records", "first pass", "tables MB", "derived MB", "load s", "numpy 1 thread p50 ms",
+        ["dims", "records", "state", "first pass", "tables MB", "derived MB", "load s (import's peak memory)", "numpy 1 thread p50 ms",
          f"numpy {os.cpu_count()} threads p50 ms", "semantic p50 ms", "semantic p95 ms", "semantic no workers p50 ms",
          "workers planned/launched", "semantic/numpy 1 thread p50", "name p50 ms", "name p95 ms",
          "name after semantic p50 ms", *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients]],

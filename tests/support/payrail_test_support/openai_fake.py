@@ -14,6 +14,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,12 +33,23 @@ def fake_embedding(text: str, dimensions: int = FAKE_DIMENSIONS) -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
+def random_embedding(text: str, dimensions: int = FAKE_DIMENSIONS) -> np.ndarray:
+    """A random unit vector seeded by the text: unrelated texts get unrelated directions, as a real
+    model's do, so benchmarks search vectors spread like real ones (fake_embedding's bags of the
+    same words would be near-copies)."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    vector = np.random.default_rng(seed).standard_normal(dimensions, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
 @dataclass
 class FakeOpenAI:
     """behaviour: "ok", "429", "500", "hang", "wrong_dimensions", "malformed"."""
 
     behaviour: str = "ok"
     dimensions: int = FAKE_DIMENSIONS
+    # How a text becomes a vector: fake_embedding (tests compute the order) or random_embedding (benchmarks).
+    embedding: Callable[[str, int], np.ndarray] = fake_embedding
     # Multiplies every vector it answers: a service answering vectors of extreme length.
     scale: float = 1.0
     hang_seconds: float = 30.0
@@ -82,7 +94,7 @@ class FakeOpenAI:
                 dimensions = body.get("dimensions", fake.dimensions) + (1 if fake.behaviour == "wrong_dimensions" else 0)
                 data = []
                 for index, text in enumerate(inputs):
-                    vector = fake_embedding(text, dimensions) * fake.scale
+                    vector = fake.embedding(text, dimensions) * fake.scale
                     if body.get("encoding_format") == "base64":
                         embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode()
                     else:
