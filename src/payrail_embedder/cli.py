@@ -67,7 +67,7 @@ def as_failure(error: BaseException, command: str | None) -> Failure | None:
         return Failure("unknown_record" if isinstance(error, stored.UnknownRecord) else "invalid_input", str(error))
     if isinstance(error, (EmbedderMisconfigured, RegistryModelMismatch)):
         return Failure("misconfigured", str(error))
-    if isinstance(error, (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable)):
+    if isinstance(error, (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable, catalog.ImportInterrupted)):
         return Failure("unavailable", str(error))
     if isinstance(error, psycopg.Error):
         code = "not_permitted" if error.sqlstate == errcodes.INSUFFICIENT_PRIVILEGE else "unavailable"
@@ -199,6 +199,15 @@ def db_stop(settings: Settings):
         click.echo(f"no embedded PostgreSQL runs under {data_dir}")
 
 
+def count_lines(files) -> int:
+    """The non-blank lines of the files: the progress bar's length."""
+    total = 0
+    for path in files:
+        with path.open("rb") as file:
+            total += sum(1 for raw in file if raw.strip())
+    return total
+
+
 @cli.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--skip-invalid", is_flag=True, help="Save the valid lines even when some are refused.")
@@ -209,13 +218,14 @@ def import_(settings: Settings, files, skip_invalid, as_json):
 
     Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. Every line is
     checked against every rule first; new or changed content is then embedded and saved with the
-    fields in one transaction. One refused line saves nothing unless --skip-invalid; exits 2 when
-    a line was refused.
+    fields, a transaction per 2,048 lines (a rerun finishes an import that stopped midway). One
+    refused line saves nothing unless --skip-invalid; exits 2 when a line was refused.
     """
-    items = [item for path in files for item in read_lines(path)]
+    # Read twice, a batch at a time (checked, then saved), never held whole.
+    lines = lambda: (item for path in files for item in read_lines(path))  # noqa: E731
     with settings.connect() as conn:
-        with progress_bar(len(items), "embedding") as bar:
-            report = catalog.import_records(conn, settings.embedder, items, skip_invalid=skip_invalid, progress=bar.update)
+        with progress_bar(count_lines(files), "embedding") as bar:
+            report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
@@ -268,15 +278,14 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
     it. Exits 1 and lists the records left pending when the embedder fails.
     """
     with settings.connect() as conn:
-        pending = sync_module.records_to_sync(conn)
         if dry_run:
-            names = [sync_module.record_name(r) for r in pending]
+            names = [sync_module.record_name(r) for r in sync_module.records_to_sync(conn)]
             if as_json:
                 click.echo(json.dumps({"wouldEmbed": names}, ensure_ascii=False))
             else:
                 click.echo("\n".join(names + [f"{len(names)} records would be embedded"]))
             return
-        with progress_bar(len(pending), "embedding") as bar:
+        with progress_bar(sum(1 for _ in sync_module.ids_to_sync(conn)), "embedding") as bar:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
@@ -506,7 +515,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     """
     embedder = replace(settings, model=new_model).embedder()
     with settings.connect() as conn:
-        with progress_bar(len(model_switch.records_to_stage(conn, new_model)), "staging") as bar:
+        with progress_bar(sum(1 for _ in model_switch.ids_to_stage(conn, new_model)), "staging") as bar:
             report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=bar.update)
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))

@@ -3,7 +3,7 @@ the current one stays in force, then switch in one transaction (payrail.switch_e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -12,7 +12,7 @@ from psycopg.rows import dict_row
 from . import database, errcodes
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors
 from .registry_model import EmbeddingModel, registry_model
-from .sync import EMBEDDING_ORDER, PASSES, embed_in_batches
+from .sync import EMBEDDING_ORDER, PASSES, embed_in_batches, records_by_ids
 
 
 @dataclass
@@ -48,22 +48,25 @@ class SwitchReport:
         return report
 
 
+# Whether record pm has no staged vector of its current content by %(model)s.
+NEEDS_STAGING = """not exists (
+  select from payrail.embedding_staging as s
+  where s.provider_method_id = pm.id and s.model = %(model)s and s.content_hash = pm.content_hash)"""
+
+
+def ids_to_stage(conn: psycopg.Connection, model: str) -> Iterable[tuple[int, str]]:
+    """The id and name of each record without a staged vector of its current content by model, in embedding order."""
+    return conn.execute(
+        f"""select pm.id, pm.provider || ' / ' || pm.method from payrail.provider_methods as pm
+            where {NEEDS_STAGING} order by {EMBEDDING_ORDER}""",
+        {"model": model},
+    )
+
+
 def records_to_stage(conn: psycopg.Connection, model: str, ids: Sequence[int] | None = None) -> list[dict]:
     """Records without a staged vector of their current content by model (of ids, when given)."""
-    cursor = conn.cursor(row_factory=dict_row)
-    cursor.execute(
-        f"""
-        select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
-        from payrail.provider_methods as pm
-        where not exists (
-          select from payrail.embedding_staging as s
-          where s.provider_method_id = pm.id and s.model = %(model)s and s.content_hash = pm.content_hash)
-          and (%(ids)s::bigint[] is null or pm.id = any(%(ids)s::bigint[]))
-        order by {EMBEDDING_ORDER}
-        """,
-        {"model": model, "ids": list(ids) if ids is not None else None},
-    )
-    return cursor.fetchall()
+    ids = [i for i, _ in ids_to_stage(conn, model)] if ids is None else ids
+    return records_by_ids(conn, ids, NEEDS_STAGING, {"model": model})
 
 
 STAGE = """
@@ -101,6 +104,7 @@ def stage(
     run = embed_in_batches(
         conn,
         embedder,
+        lambda: ids_to_stage(conn, embedder.model_name),
         lambda ids: records_to_stage(conn, embedder.model_name, ids),
         write_staged,
         batch_size=batch_size,

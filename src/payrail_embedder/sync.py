@@ -8,7 +8,8 @@ passes at most; a failing embedder stops the run and leaves the rest listed as p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -42,8 +43,10 @@ class BatchRun:
     error: str | None = None
 
 
-# Reads the records to embed: all of them (None), or those of these ids still needing a vector.
-ReadRecords = Callable[[Sequence[int] | None], list[dict]]
+# The id and name ("Provider / Method") of each record to embed, in the order to embed them.
+ReadIds = Callable[[], Iterable[tuple[int, str]]]
+# Reads the records of these ids that still need a vector, in the order to embed them.
+ReadRecords = Callable[[Sequence[int]], list[dict]]
 # Writes one batch's vectors inside a transaction; returns the ids it did not write (changed meanwhile).
 WriteBatch = Callable[[Sequence[dict], Sequence], list[int]]
 
@@ -64,46 +67,55 @@ def failure_reason(error: Exception) -> str:
 def embed_in_batches(
     conn: psycopg.Connection,
     embedder: Embedder,
+    read_ids: ReadIds,
     read_records: ReadRecords,
     write_batch: WriteBatch,
     *,
     batch_size: int | None = None,
     progress: Callable[[int], None] = lambda done: None,
 ) -> BatchRun:
-    """Embeds what read_records returns and writes it with write_batch, a transaction per batch.
+    """Embeds the records read_ids names (read_records reads them) and writes them with write_batch, a transaction per batch.
 
     conn must be in autocommit mode, so each batch is its own transaction: a crash or a failing
     embedder keeps what was committed, and the next run embeds only the rest. Each batch's
     writes lock records in id order, like every writer of the registry, and a batch that
-    another transaction deadlocked is written again (its vectors are kept).
+    another transaction deadlocked is written again (its vectors are kept). Memory holds one
+    batch's records and vectors, and the id and name of each record to embed (about 100 bytes:
+    what the report lists as pending when the database fails), never every record's text.
     """
     if not conn.autocommit:
         raise ValueError("embedding in batches needs a connection in autocommit mode, so each batch commits on its own")
     batch_size = batch_size or default_batch_size(embedder)
     run = BatchRun()
-    todo = read_records(None)
+    todo, todo_names = array("q"), []
+    for record_id, name in read_ids():
+        todo.append(record_id)
+        todo_names.append(name)
     for _ in range(PASSES):
-        changed: list[int] = []
+        changed, changed_names = array("q"), []
         for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
             try:
+                # Read when its turn comes: a record embedded or deleted meanwhile is left out.
+                batch = read_records(todo[start : start + batch_size])
+                if not batch:
+                    continue
                 texts = [record_text(r["provider"], r["method"], r["guidance"]) for r in batch]
                 vectors = checked_vectors(embedder.embed(texts), len(batch), embedder.model_name)
                 unwritten = database.retry_transient(lambda: _write(conn, write_batch, batch, vectors))
             except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
                 run.error = failure_reason(error)
-                run.pending = [record_name(r) for r in todo[start:]]
-                if changed and not conn.broken:
-                    run.pending += [record_name(r) for r in read_records(changed)]
+                run.pending = todo_names[start:] + changed_names
                 return run
             run.done += len(batch) - len(unwritten)
-            changed += unwritten
+            changed.extend(unwritten)
+            name_of = {r["id"]: record_name(r) for r in batch}
+            changed_names += [name_of[i] for i in unwritten]
             progress(len(batch))
         run.changed_meanwhile += len(changed)
-        todo = read_records(changed)
+        todo, todo_names = changed, changed_names
         if not todo:
             return run
-    run.pending = [record_name(r) for r in todo]
+    run.pending = todo_names
     run.error = f"{len(todo)} record(s) were edited again during each of {PASSES} passes; run again to embed them"
     return run
 
@@ -115,21 +127,41 @@ def _write(conn: psycopg.Connection, write_batch: WriteBatch, batch: Sequence[di
         return write_batch([record for record, _ in by_id], [vector for _, vector in by_id])
 
 
-def records_to_sync(conn: psycopg.Connection, ids: Sequence[int] | None = None) -> list[dict]:
-    """Records whose vector is missing or from another model than the registry's (of ids, when given)."""
+# Whether record pm's vector is missing or from another model than the registry's (m).
+NEEDS_SYNC = "(pm.embedding is null or pm.embedding_model is distinct from m.name)"
+
+
+def ids_to_sync(conn: psycopg.Connection) -> Iterable[tuple[int, str]]:
+    """The id and name of each record whose vector is missing or stale, in the order sync embeds them."""
+    return conn.execute(
+        f"""select pm.id, pm.provider || ' / ' || pm.method from payrail.provider_methods as pm
+            left join payrail.get_embedding_model() as m on true
+            where {NEEDS_SYNC} order by {EMBEDDING_ORDER}"""
+    )
+
+
+def records_by_ids(conn: psycopg.Connection, ids: Sequence[int], condition: str, parameters: dict | None = None) -> list[dict]:
+    """The records of these ids for which condition (on pm and m, the registry's model) holds, in
+    embedding order. Each is looked up by its id ("offset 0" keeps it a probe of the primary key,
+    whatever a plan made without statistics would estimate)."""
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         f"""
         select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
-        from payrail.provider_methods as pm
-        left join payrail.get_embedding_model() as m on true
-        where (pm.embedding is null or pm.embedding_model is distinct from m.name)
-          and (%(ids)s::bigint[] is null or pm.id = any(%(ids)s::bigint[]))
+        from pg_catalog.unnest(%(ids)s::bigint[]) as i(id)
+        left join payrail.get_embedding_model() as m on true,
+        lateral (select * from payrail.provider_methods as p where p.id = i.id offset 0) as pm
+        where {condition}
         order by {EMBEDDING_ORDER}
         """,
-        {"ids": list(ids) if ids is not None else None},
+        {"ids": list(ids), **(parameters or {})},
     )
     return cursor.fetchall()
+
+
+def records_to_sync(conn: psycopg.Connection, ids: Sequence[int] | None = None) -> list[dict]:
+    """Records whose vector is missing or from another model than the registry's (of ids, when given)."""
+    return records_by_ids(conn, [i for i, _ in ids_to_sync(conn)] if ids is None else ids, NEEDS_SYNC)
 
 
 @dataclass
@@ -177,6 +209,7 @@ def sync(
         return unwritten
 
     run = embed_in_batches(
-        conn, embedder, lambda ids: records_to_sync(conn, ids), write_vectors, batch_size=batch_size, progress=progress
+        conn, embedder, lambda: ids_to_sync(conn), lambda ids: records_to_sync(conn, ids), write_vectors,
+        batch_size=batch_size, progress=progress,
     )
     return SyncReport(run.done, run.changed_meanwhile, run.pending, run.error)

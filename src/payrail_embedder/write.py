@@ -11,11 +11,17 @@ content changed. This module orders the work so that
    registry's model, outside any transaction (no lock is held while the embedding service works);
 3. fields and vectors are saved in one transaction, records locked in id order (so concurrent
    writers never deadlock each other), each checked against the version that was read.
+
+Checks and saves first go in one pipelined batch, without a savepoint per change: the common case
+(nothing refused, no other writer) costs one round trip. When something is refused or raced,
+the batch is rolled back and done again change by change, each in a savepoint, to learn which.
+Callers that stream (catalog.import_records) pass batches of bounded size.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -114,16 +120,18 @@ select pm.id, pm.version, c.stored_provider as provider, c.stored_method as meth
          as needs_embedding
 from c
 left join payrail.get_embedding_model() as m on true
--- By id, or by name through the unique key's index (one lookup, not a scan that normalizes every name).
+-- By id, or by name through the unique key's index, once per change: the whole row comes from
+-- the lookup, so no join is left for a plan made without statistics (a bulk load's) to turn
+-- into a scan of the table, or of every name normalized.
 left join lateral (
-  select p.id from payrail.provider_methods as p where p.id = c.id
+  select p from payrail.provider_methods as p where p.id = c.id
   union all
-  select p.id from payrail.provider_methods as p
+  select p from payrail.provider_methods as p
   where c.id is null
     and payrail._normalize_name(p.provider) = c.provider_key
     and payrail._normalize_name(p.method) = c.method_key
 ) as found on true
-left join payrail.provider_methods as pm on pm.id = found.id
+left join lateral (select (found.p).*) as pm on true
 order by c.position
 """
 
@@ -201,8 +209,8 @@ def _refusal(conn: psycopg.Connection, error: psycopg.Error) -> Refused:
     return Refused(error_reason(error), refused_fields(conn, error))
 
 
-def _save_one(conn: psycopg.Connection, plan: _Plan, *, as_draft_check: bool = False) -> Saved:
-    """payrail.save_provider_method for one planned change, in a savepoint.
+def _save_arguments(plan: _Plan, as_draft_check: bool) -> tuple:
+    """The arguments of payrail.save_provider_method for one planned change.
 
     as_draft_check: only to see whether every field rule holds (the caller rolls back): saved as
     a draft without a vector, so the vector rules, which the write path satisfies by embedding,
@@ -215,37 +223,78 @@ def _save_one(conn: psycopg.Connection, plan: _Plan, *, as_draft_check: bool = F
     elif expected is None:
         expected = plan.version or 0
     vector = None if as_draft_check else plan.vector
-    enabled = False if as_draft_check else record.enabled
-    model = plan.embedder.model_name if vector is not None else None
+    return (
+        plan.change.record_id if plan.change.record_id is not None else plan.record_id,
+        expected,
+        plan.provider,
+        plan.method,
+        list(record.urls),
+        record.docs_url,
+        record.guidance,
+        False if as_draft_check else record.enabled,
+        vector,
+        plan.embedder.model_name if vector is not None else None,
+    )
+
+
+def _save_one(conn: psycopg.Connection, plan: _Plan, *, as_draft_check: bool = False) -> Saved:
+    """payrail.save_provider_method for one planned change, in a savepoint."""
+    arguments = _save_arguments(plan, as_draft_check)
     with conn.transaction():
-        record_id, version, outcome = conn.execute(
-            SAVE,
-            (
-                plan.change.record_id if plan.change.record_id is not None else plan.record_id,
-                expected,
-                plan.provider,
-                plan.method,
-                list(record.urls),
-                record.docs_url,
-                record.guidance,
-                enabled,
-                vector,
-                model,
-            ),
-        ).fetchone()
-    return Saved(record_id, version, outcome, vector is not None)
+        record_id, version, outcome = conn.execute(SAVE, arguments).fetchone()
+    return Saved(record_id, version, outcome, arguments[8] is not None)
 
 
-def _check_rules(conn: psycopg.Connection, plans: Sequence[_Plan]) -> None:
+class _NotInOneBatch(Exception):
+    """A change of a batch saved without savepoints failed: the batch is done again change by change."""
+
+
+def _save_batch(conn: psycopg.Connection, plans: Sequence[_Plan], *, as_draft_check: bool = False) -> None:
+    """Sets the outcome of every plan by one pipelined round of payrail.save_provider_method, no
+    savepoints; raises _NotInOneBatch when one fails (the transaction is then aborted) with an
+    error that the change-by-change path decides (a refusal, a race)."""
+    if not plans:
+        return
+    arguments = [_save_arguments(plan, as_draft_check) for plan in plans]
+    cursor = conn.cursor()
+    try:
+        cursor.executemany(SAVE, arguments, returning=True)
+    except psycopg.Error as error:
+        if errcodes.refuses_input(error.sqlstate) or error.sqlstate == errcodes.RECORD_CHANGED:
+            raise _NotInOneBatch from error
+        raise
+    for plan, args in zip(plans, arguments):
+        record_id, version, outcome = cursor.fetchone()
+        plan.outcome = Saved(record_id, version, outcome, args[8] is not None)
+        cursor.nextset()
+
+
+def _key_digest(key: tuple) -> bytes:
+    """A fixed-size stand-in for a change's key: a streamed import remembers one per line."""
+    return hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _check_rules(
+    conn: psycopg.Connection,
+    plans: Sequence[_Plan],
+    seen: dict[bytes, int] | None = None,
+    positions: Sequence[int] | None = None,
+) -> None:
     """Sets the outcome of every change some rule refuses, checking all of them as drafts in a
-    transaction that is rolled back: nothing is written, nothing is embedded."""
-    first_of_key: dict[tuple, int] = {}
-    for position, plan in enumerate(plans):
+    transaction that is rolled back: nothing is written, nothing is embedded.
+
+    seen: the keys of changes checked before (key digest to position), for a caller that checks
+    in batches; updated with these. positions: what to record for each change and report as
+    same_as (default: its index).
+    """
+    first_of_key = {} if seen is None else seen
+    for index, plan in enumerate(plans):
+        position = index if positions is None else positions[index]
         problems = unstorable_fields(plan.change.record)
         if problems:
             plan.outcome = Refused("; ".join(reason for _, reason in problems), tuple(dict.fromkeys(f for f, _ in problems)))
             continue
-        key = ("id", plan.record_id) if plan.change.record_id is not None else ("name", plan.key)
+        key = _key_digest(("id", plan.record_id) if plan.change.record_id is not None else ("name", plan.key))
         if key in first_of_key:
             plan.outcome = Refused("the same record as an earlier change", ("provider", "method"), first_of_key[key])
             continue
@@ -260,6 +309,14 @@ def _check_rules(conn: psycopg.Connection, plans: Sequence[_Plan]) -> None:
     to_check = sorted((p for p in plans if p.outcome is None), key=_lock_order)
 
     def check_once() -> None:
+        try:
+            with conn.transaction(force_rollback=True):
+                _save_batch(conn, to_check, as_draft_check=True)
+            for plan in to_check:
+                plan.outcome = None  # checked: no rule refuses it
+            return
+        except _NotInOneBatch:
+            pass
         with conn.transaction(force_rollback=True):
             for plan in to_check:
                 plan.outcome = None  # a check that was redone starts afresh
@@ -319,7 +376,7 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
     """
     pending = sorted((i for i, plan in enumerate(plans) if plan.outcome is None), key=lambda i: _lock_order(plans[i]))
 
-    def save_once() -> None:
+    def save_once(one_batch: bool) -> None:
         with conn.transaction():
             with_vector = [plans[i] for i in pending if plans[i].vector is not None]
             if with_vector:
@@ -331,6 +388,12 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
             for i, fresh in zip(pending, _replanned(conn, [plans[i] for i in pending])):
                 plans[i] = fresh
             _embed(conn, embedder_factory, [plans[i] for i in pending])
+            if one_batch:
+                embedded = [plans[i] for i in pending if plans[i].vector is not None]
+                if embedded:  # one embedder per save: its model, checked once
+                    adopt_embedder_model(conn, embedded[0].embedder, len(embedded[0].vector))
+                _save_batch(conn, [plans[i] for i in pending])
+                return
             for i in pending:
                 if plans[i].vector is not None:
                     adopt_embedder_model(conn, plans[i].embedder, len(plans[i].vector))
@@ -338,7 +401,13 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
             if all_or_nothing and any(not isinstance(plan.outcome, Saved) for plan in plans):
                 raise psycopg.Rollback()
 
-    _retry_transient(save_once)
+    def save() -> None:
+        try:
+            save_once(one_batch=True)
+        except _NotInOneBatch:
+            save_once(one_batch=False)
+
+    _retry_transient(save)
 
 
 def _retry_transient(transaction: Callable[[], None]) -> None:
@@ -394,10 +463,21 @@ def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error) -> Outco
     return _refusal(conn, error)
 
 
-def check_changes(conn: psycopg.Connection, changes: Sequence[Change]) -> list[Refused | Conflict | None]:
-    """What save_changes would refuse, checked the same way; nothing is embedded or written."""
+def check_changes(
+    conn: psycopg.Connection,
+    changes: Sequence[Change],
+    *,
+    seen: dict[bytes, int] | None = None,
+    positions: Sequence[int] | None = None,
+) -> list[Refused | Conflict | None]:
+    """What save_changes would refuse, checked the same way; nothing is embedded or written.
+
+    For changes checked in batches: seen carries the keys of earlier batches (a change of the
+    same record as an earlier one is refused), positions what Refused.same_as reports for each
+    change (default: its index).
+    """
     plans = _plan(conn, changes)
-    _check_rules(conn, plans)
+    _check_rules(conn, plans, seen, positions)
     return [p.outcome for p in plans]
 
 
@@ -407,13 +487,18 @@ def save_changes(
     changes: Sequence[Change],
     *,
     all_or_nothing: bool = True,
+    checked: bool = False,
+    seen: dict[bytes, int] | None = None,
+    positions: Sequence[int] | None = None,
     progress: Callable[[int], None] = lambda done: None,
 ) -> list[Outcome | None]:
     """Saves changes through payrail.save_provider_method, embedding changed content first; one outcome per change, in order.
 
     all_or_nothing: one refused change or conflict saves nothing (and embeds nothing when a rule
     refuses it), and the changes nothing refused have no outcome (None); otherwise the others
-    are saved. progress is called with the number of changes each embedding request covered. conn must be in autocommit mode: the checks,
+    are saved. checked: check_changes already passed these changes (the rules still hold at the
+    save, which refuses what changed meanwhile); seen and positions as for check_changes.
+    progress is called with the number of changes each embedding request covered. conn must be in autocommit mode: the checks,
     the embedding and the save are separate steps. Raises EmbeddingUnavailable and
     RegistryModelMismatch (nothing saved), TransientFailure, and psycopg errors that are not a
     refusal of a change (the database went away).
@@ -422,7 +507,8 @@ def save_changes(
         raise ValueError("save_changes needs a connection in autocommit mode")
     embedder_factory = functools.cache(embedder_factory)  # one embedder (one model load) per save
     plans = _plan(conn, changes)
-    _check_rules(conn, plans)
+    if not checked:
+        _check_rules(conn, plans, seen, positions)
     if not (all_or_nothing and any(p.outcome is not None for p in plans)):
         _embed(conn, embedder_factory, [p for p in plans if p.outcome is None], progress)
         _save_all(conn, embedder_factory, plans, all_or_nothing)
