@@ -7,7 +7,7 @@ taken behind the import's back: what a user meets in the minute after any bulk l
 certain) and an OpenAI-compatible fake embedding server over real HTTP (random unit vectors, one
 per text, at --dimensions). For each size N, a fresh registry (db/ applied, never analyzed) and a
 file of N new enabled records, imported by the CLI in a subprocess, the way a user runs it. Peak
-memory is the import process's maximum resident set (wait4). Nothing is analyzed; then the same
+memory is the import process's maximum resident set (VmHWM, from its start). Nothing is analyzed; then the same
 file is imported again (every line unchanged: planned and checked, nothing saved) unless --no-reimport.
 """
 
@@ -69,21 +69,35 @@ def start_fake(dimensions: int) -> FakeOpenAI:
     return fake
 
 
+# The CLI, writing at exit its own peak resident memory (VmHWM, in kB) to the file named first:
+# counted from its exec on, unlike wait4's ru_maxrss, which counts the parent it was forked from.
+MEASURED_CLI = """
+import atexit, sys
+peak_file = sys.argv.pop(1)
+
+def write_peak():
+    with open("/proc/self/status") as status, open(peak_file, "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+
+atexit.register(write_peak)
+from payrail_embedder.cli import cli
+cli(prog_name="payrail-embedder")
+"""
+
+
 def cli_import(url: str, fake: FakeOpenAI, path: Path, scratch: Path) -> tuple[float, float, dict]:
     """`payrail-embedder import --json FILE` in a subprocess: (seconds, peak resident MB, its report)."""
     env = cli_environment(url, fake, scratch) | {"PAYRAIL_EMBEDDING_TIMEOUT": "600"}
-    with tempfile.TemporaryFile() as output, tempfile.TemporaryFile() as errors:
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "payrail_embedder", "import", "--json", str(path)], env=env, stdout=output, stderr=errors
-        )
-        _, status, usage = os.wait4(process.pid, 0)  # ru_maxrss: this process's peak resident set, in kB
-        seconds = time.perf_counter() - started
-        output.seek(0)
-        errors.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"import failed: {output.read().decode()[-2000:]} {errors.read().decode()[-2000:]}")
-        return seconds, usage.ru_maxrss / 1024, json.loads(output.read())
+    peak_file = scratch / "peak-memory-kb"
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURED_CLI, str(peak_file), "import", "--json", str(path)],
+        env=env, capture_output=True, text=True,
+    )
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"import failed: {result.stdout[-2000:]} {result.stderr[-2000:]}")
+    return seconds, int(peak_file.read_text()) / 1024, json.loads(result.stdout)
 
 
 def print_table(headers: list[str], rows: list[list], decimals: int = 2) -> None:
