@@ -45,7 +45,7 @@ set plan_cache_mode = force_generic_plan
 -- after a load or a restore; no estimate may then turn a lookup into a scan that normalizes
 -- every stored name (1 s a question at 10,000 records). Each lookup has its own index.
 set enable_seqscan = off
--- A few rows: starting workers would cost more than the lookups (14 ms against 0.3 at 100,000
+-- A few rows: starting workers would cost more than the lookups (14 ms against 0.13 at 100,000
 -- records, where the planner's guess of 268 rows a lookup planned a parallel append).
 set max_parallel_workers_per_gather = 0
 as $$
