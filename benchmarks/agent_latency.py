@@ -38,7 +38,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from payrail_embedder import catalog, database
+from payrail_embedder import catalog, database, deploy
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
 from payrail_embedder.records import read_lines
@@ -223,7 +223,7 @@ def main() -> None:
     server, url = start_server(root)
     rows = []
     try:
-        database.apply_schema(url)
+        deploy.apply_schema(url)
         embedder = LocalEmbedder()
         with database.connect(url, autocommit=True) as conn:
             report = catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))

@@ -45,7 +45,7 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
 from payrail_embedder import catalog, sync
-from payrail_embedder.database import apply_schema
+from payrail_embedder.deploy import apply_schema
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
 from payrail_embedder.records import Line, ProviderMethod
 from payrail_embedder.search import embed_queries

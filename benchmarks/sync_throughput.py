@@ -59,7 +59,8 @@ def run(server, name: str, embedder, records, count_requests) -> dict:
     import psycopg
 
     from payrail_embedder import sync
-    from payrail_embedder.database import apply_schema, connect
+    from payrail_embedder.database import connect
+    from payrail_embedder.deploy import apply_schema
 
     with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
         conn.execute(f"drop database if exists bench_{name}")

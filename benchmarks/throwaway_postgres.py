@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.database import apply_schema, pgserver
+from payrail_embedder.database import pgserver
+from payrail_embedder.deploy import apply_schema
 
 
 @contextlib.contextmanager

@@ -1,11 +1,19 @@
--- Applies the registry's schema and functions in file-name order.
+-- Applies the registry's schema and functions in file-name order, with the one-time upgrade steps
+-- (db/upgrades/, each run once) right after the bookkeeping they need (schema/012-deployments.sql).
 -- Usage: psql -X -v ON_ERROR_STOP=1 --single-transaction -f db/install.sql
--- `payrail-embedder db apply` runs the same files in the same order (a test checks this list).
+-- `payrail-embedder db apply` runs the same files in the same order (a test checks this list); it
+-- also skips a registry that is current and keeps searches going (db/CONVENTIONS.md, "Deploys").
 -- The "drop constraint if exists" of a first install are expected; keep them quiet.
 set client_min_messages = warning;
 \ir schema/000-extensions.sql
 \ir schema/005-roles.sql
 \ir schema/010-schema.sql
+\ir schema/012-deployments.sql
+\ir upgrades/001-provider_methods_version.sql
+\ir upgrades/002-provider_method_history_version.sql
+\ir upgrades/003-enabled_name_indexes.sql
+\ir upgrades/004-stamp_version_trigger.sql
+\ir upgrades/005-name_path_matches_counted_draft.sql
 \ir schema/015-text_rules.sql
 \ir schema/020-embedding_model.sql
 \ir schema/030-provider_methods.sql
@@ -21,3 +29,4 @@ set client_min_messages = warning;
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql
 \ir functions/900-grants.sql
+\ir functions/999-record_deployment.sql

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from payrail_embedder.database import apply_schema
+from payrail_embedder.deploy import apply_schema
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     AGENT,
     ENABLED,

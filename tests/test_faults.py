@@ -19,7 +19,8 @@ from psycopg import sql
 
 from payrail_embedder import SearchUnavailable, sync
 from payrail_embedder.api import Registry
-from payrail_embedder.database import apply_schema, connect
+from payrail_embedder.database import connect
+from payrail_embedder.deploy import apply_schema
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches, import_catalog

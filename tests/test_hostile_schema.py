@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.database import apply_schema
+from payrail_embedder.deploy import apply_schema
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment

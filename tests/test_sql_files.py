@@ -3,6 +3,7 @@ building the same catalog on an empty database, rerun or run concurrently."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.database import apply_schema, sql_dir, sql_files
+from payrail_embedder.database import display_url, sql_dir, sql_files
+from payrail_embedder.deploy import apply_schema
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import run_cli
 from payrail_test_support.registry_state import fingerprint
@@ -46,8 +48,21 @@ def test_sql_files_are_numbered_uniquely_and_increasing_across_both_folders():
     numbers = [sql_file_number(path) for path in schema + functions]
     assert len(set(numbers)) == len(numbers), f"duplicate numbers: {numbers}"
     assert numbers == sorted(numbers), f"schema/ must come before functions/ in number order: {numbers}"
-    # Nothing outside the two folders that `db apply` would silently skip.
+    # Nothing outside the three folders that `db apply` would silently skip.
     assert sorted(p.name for p in DB.glob("*.sql")) == ["install.sql"]
+    assert sorted(p.name for p in DB.iterdir() if p.is_dir()) == ["functions", "schema", "tests", "upgrades"]
+
+
+def test_each_upgrade_step_is_numbered_and_records_itself_by_its_own_file_name():
+    """A step runs once because it asks payrail._upgrade_due with its own name: a copied step
+    that kept another's name would never run."""
+    steps = sorted((DB / "upgrades").glob("*.sql"))
+    assert steps
+    numbers = [sql_file_number(path) for path in steps]
+    assert numbers == list(range(1, len(steps) + 1)), f"steps are numbered 001, 002, ... without gaps: {numbers}"
+    for path in steps:
+        asked = re.findall(r"payrail\._upgrade_due\('([^']+)'\)", path.read_text(encoding="utf-8"))
+        assert asked == [path.stem], f"{path.name} asks payrail._upgrade_due for {asked}"
 
 
 def test_install_sql_includes_exactly_the_files_db_apply_runs_in_the_same_order():
@@ -104,10 +119,13 @@ def test_psql_install_twice_then_db_apply_build_the_same_catalog_as_db_apply_alo
         after_psql = fingerprint(by_psql)
         assert_registry_installed(after_psql)
 
+        # psql records no digest of db/, so db apply runs the files once more and changes no definition.
         result = run_cli(apply_env(by_psql, tmp_path), "db", "apply")
         assert result.returncode == 0, result.stdout + result.stderr
-        assert f"applied {len(sql_files())} files" in result.stdout
+        assert f"applied db/ to {display_url(by_psql)}: changed ({len(sql_files())} files" in result.stdout
         assert fingerprint(by_psql) == after_psql
+        result = run_cli(apply_env(by_psql, tmp_path), "db", "apply")
+        assert result.stdout.startswith(f"{display_url(by_psql)}: the registry is current, nothing applied"), result.stdout
 
         result = run_cli(apply_env(by_cli, tmp_path), "db", "apply")
         assert result.returncode == 0, result.stdout + result.stderr
@@ -158,9 +176,10 @@ def test_every_stored_definition_resolves_under_the_empty_search_path_of_a_dump(
         assert fingerprint(restored) == fingerprint(source)
 
 
-def test_db_apply_rebuilds_the_half_precision_vectors_from_the_records(database_url, tmp_path):
-    """Search's first pass is derived data: a rerun of `db apply` repairs a row that is missing,
-    stale or left over (restored from a dump without triggers, or edited by a superuser)."""
+def test_db_apply_force_rebuilds_the_half_precision_vectors_from_the_records(database_url, tmp_path):
+    """Search's first pass is derived data: `db apply --force` (and any apply that changes the
+    schema) repairs a row that is missing, stale or left over (restored from a dump without
+    triggers, or edited by a superuser). A plain apply of a current registry reads no row."""
     derived = "select provider_method_id, unit_embedding::text from payrail.provider_method_half_vectors order by 1"
     expected = (
         "select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1"
@@ -182,6 +201,9 @@ def test_db_apply_rebuilds_the_half_precision_vectors_from_the_records(database_
         assert conn.execute(derived).fetchall() != conn.execute(expected).fetchall()
 
         result = run_cli(apply_env(database_url, tmp_path), "db", "apply")
+        assert "the registry is current, nothing applied" in result.stdout, result.stdout + result.stderr
+        result = run_cli(apply_env(database_url, tmp_path), "db", "apply", "--force", "--json")
         assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout)["repairedDerivedRows"] == 3
         assert conn.execute(derived).fetchall() == conn.execute(expected).fetchall()
         assert len(conn.execute(derived).fetchall()) == 3

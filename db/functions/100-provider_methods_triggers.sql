@@ -102,10 +102,6 @@ create or replace trigger tg_provider_methods__canonicalize_names
   before insert or update of provider, method on payrail.provider_methods
   for each row execute function payrail.tg_provider_methods__canonicalize_names();
 
--- Replaced by tg_provider_methods__stamp_version, which leaves vector-only writes alone.
-drop trigger if exists tg_provider_methods__set_updated_at on payrail.provider_methods;
-drop function if exists payrail.tg_provider_methods__set_updated_at();
-
 create or replace function payrail.tg_provider_methods__stamp_version()
 returns trigger
 language plpgsql

@@ -77,9 +77,9 @@ $$;
 comment on function payrail.tg_embedding_model__check_vectors() is
 $$Refuses, at commit, a change of the registry's model that leaves vectors from another model.$$;
 
--- Constraint triggers cannot be created "or replace".
-drop trigger if exists tg_embedding_model__check_vectors on payrail.embedding_model;
-create constraint trigger tg_embedding_model__check_vectors
-  after update or delete on payrail.embedding_model
-  deferrable initially deferred
-  for each row execute function payrail.tg_embedding_model__check_vectors();
+-- Constraint triggers cannot be created "or replace": replaced only when changed.
+select payrail._ensure_trigger('payrail.embedding_model', 'tg_embedding_model__check_vectors', $$
+  create constraint trigger %1$I
+    after update or delete on %2$s
+    deferrable initially deferred
+    for each row execute function payrail.tg_embedding_model__check_vectors()$$);

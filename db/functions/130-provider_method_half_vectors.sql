@@ -26,8 +26,55 @@ $$Keeps payrail.provider_method_half_vectors equal to the enabled records' unit 
 Fires after an insert of an enabled record and after an update that changes enabled or the
 embedding; a deleted record's row goes with it (on delete cascade).$$;
 
+create or replace function payrail._repair_half_vectors(p_first_id bigint default null, p_last_id bigint default null)
+returns bigint
+language plpgsql
+volatile
+security invoker
+set search_path from current
+as $$
+declare
+  v_first_id bigint := coalesce(p_first_id, 0);
+  v_last_id bigint := coalesce(p_last_id, 9223372036854775807);
+  v_ids bigint[];
+begin
+  -- The rows that differ, found without a lock: nearly always none.
+  select pg_catalog.array_agg(coalesce(pm.id, hv.provider_method_id) order by coalesce(pm.id, hv.provider_method_id))
+    into v_ids
+  from (select p.id, p.embedding from payrail.provider_methods as p
+        where p.enabled and p.id between v_first_id and v_last_id) as pm
+  full join (select h.* from payrail.provider_method_half_vectors as h
+             where h.provider_method_id between v_first_id and v_last_id) as hv
+    on hv.provider_method_id = pm.id
+  where hv.unit_embedding is distinct from l2_normalize(pm.embedding)::halfvec;
+  if v_ids is null then
+    return 0;
+  end if;
+  -- Then those alone, their records locked as every writer locks records (by id), so none changes
+  -- meanwhile and its trigger's row stays what this writes.
+  perform from payrail.provider_methods where id = any (v_ids) order by id for share;
+  delete from payrail.provider_method_half_vectors as hv
+  where hv.provider_method_id = any (v_ids)
+    and not exists (select from payrail.provider_methods as pm where pm.id = hv.provider_method_id and pm.enabled);
+  insert into payrail.provider_method_half_vectors as hv (provider_method_id, unit_embedding)
+  select pm.id, l2_normalize(pm.embedding)::halfvec
+  from payrail.provider_methods as pm
+  where pm.id = any (v_ids) and pm.enabled
+  on conflict (provider_method_id) do update set unit_embedding = excluded.unit_embedding
+    where hv.unit_embedding is distinct from excluded.unit_embedding;
+  return pg_catalog.cardinality(v_ids);
+end
+$$;
+
+comment on function payrail._repair_half_vectors(bigint, bigint) is
+$$Makes the derived rows of records p_first_id..p_last_id (NULL: no bound) equal to the enabled records' unit embeddings; returns how many it found different.
+
+Only rows that differ are written (missing, stale or left over: restored from a dump without
+triggers, edited by a superuser), each with its record locked FOR SHARE, so searches and edits go
+on meanwhile. `db apply` runs it after its transaction, range by range.$$;
+
 -- Only where the table exists (pgvector 0.7 and later; db/schema/035). Applying db/ also
--- rebuilds any row that is missing, stale or left over, so a rerun repairs the table.
+-- repairs any row that is missing, stale or left over, so a rerun repairs the table.
 do $$
 begin
   if pg_catalog.to_regclass('payrail.provider_method_half_vectors') is null then
@@ -48,14 +95,10 @@ begin
                        or old.embedding <> new.embedding)
     execute function payrail.tg_provider_methods__keep_half_vector();
 
-  delete from payrail.provider_method_half_vectors as hv
-  where not exists (
-    select from payrail.provider_methods as pm where pm.id = hv.provider_method_id and pm.enabled);
-  insert into payrail.provider_method_half_vectors as hv (provider_method_id, unit_embedding)
-  select pm.id, l2_normalize(pm.embedding)::halfvec
-  from payrail.provider_methods as pm
-  where pm.enabled
-  on conflict (provider_method_id) do update set unit_embedding = excluded.unit_embedding
-    where hv.unit_embedding is distinct from excluded.unit_embedding;
+  -- `db apply` repairs after its transaction, but an empty table (new, or a registry upgraded from
+  -- before it) is filled here: search reads it as soon as this commits.
+  if payrail._deploy_mode() = '' or not exists (select from payrail.provider_method_half_vectors) then
+    perform payrail._repair_half_vectors();
+  end if;
 end
 $$;

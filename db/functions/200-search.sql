@@ -28,10 +28,6 @@ $$;
 comment on function payrail._check_query(text) is
 $$Raises invalid_parameter_value (22023) for an empty (nothing but white space or invisible characters) or over-long (> 2,000 characters) query.$$;
 
--- Since preview_search: the record to count as enabled. Drop the old signature so a rerun
--- never leaves two overloads behind.
-drop function if exists payrail._name_path_matches(text);
-
 create or replace function payrail._name_path_matches(p_query text, p_counted_draft_id bigint default null)
 returns setof payrail.provider_methods
 language sql

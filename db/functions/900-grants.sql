@@ -11,6 +11,9 @@ grant usage on schema payrail to payrail_agent, payrail_operator, payrail_embedd
 -- payrail-embedder's sessions pin the registry's search path with it.
 grant execute on function payrail._search_path() to payrail_agent, payrail_operator, payrail_embedder;
 
+-- Which schema version the registry holds, and whether an apply is due (`payrail-embedder db status`).
+grant execute on function payrail.get_schema_version() to payrail_operator, payrail_embedder;
+
 -- Agents: search only. The search functions are security definer, so agents never read a table
 -- and disabled drafts stay invisible to them.
 grant execute on function

@@ -242,6 +242,9 @@ begin
       and d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
       and p.pronamespace = 'payrail'::pg_catalog.regnamespace
   loop
+    -- REINDEX blocks the name path's lookups until it commits: db/CONVENTIONS.md, "Deploys".
+    perform payrail._needs_exclusive_lock((select indrelid from pg_catalog.pg_index where indexrelid = v_index),
+                                          pg_catalog.format('the name rules changed, so index %s is rebuilt', v_index));
     execute pg_catalog.format('reindex index %s', v_index);
   end loop;
 end

@@ -8,14 +8,12 @@ create table if not exists payrail.embedding_model (
   set_at timestamptz not null default pg_catalog.now()
 );
 
-alter table payrail.embedding_model
-  drop constraint if exists embedding_model_singleton_check,
-  add constraint embedding_model_singleton_check check (singleton),
-  drop constraint if exists embedding_model_name_check,
-  add constraint embedding_model_name_check check (payrail._is_valid_name(name)),
-  drop constraint if exists embedding_model_dimensions_check,
-  -- pgvector's limit for the vector type.
-  add constraint embedding_model_dimensions_check check (dimensions between 1 and 16000);
+select payrail._ensure_check_constraint('payrail.embedding_model', 'embedding_model_singleton_check', 'check (singleton)');
+select payrail._ensure_check_constraint('payrail.embedding_model', 'embedding_model_name_check',
+  'check (payrail._is_valid_name(name))');
+-- pgvector's limit for the vector type.
+select payrail._ensure_check_constraint('payrail.embedding_model', 'embedding_model_dimensions_check',
+  'check (dimensions between 1 and 16000)');
 
 comment on table payrail.embedding_model is
 $$The registry's one embedding model: the model every stored vector and every query vector comes from.

@@ -14,11 +14,11 @@ create table if not exists payrail.provider_methods (
   embedding_model text,
   embedding_content_hash bytea,
   created_at timestamptz not null default pg_catalog.now(),
-  updated_at timestamptz not null default pg_catalog.now()
+  updated_at timestamptz not null default pg_catalog.now(),
+  -- Optimistic concurrency: a writer passes back the version it read (payrail.save_provider_method).
+  -- Last, where db/upgrades/001 adds it to registries created before it.
+  version integer not null default 1
 );
-
--- Optimistic concurrency: a writer passes back the version it read (payrail.save_provider_method).
-alter table payrail.provider_methods add column if not exists version integer not null default 1;
 
 -- Search reads exact vectors in its second pass (a few rows per query), and in its first pass
 -- over every enabled record where pgvector predates halfvec (db/SEARCH.md), so they live in the
@@ -29,55 +29,44 @@ alter table payrail.provider_methods add column if not exists version integer no
 -- would shave a few bytes off some and make search decompress them.
 -- Storage applies to rows written afterwards; README "Production server" says how to move the
 -- vectors of an older registry inline (VACUUM FULL).
-alter table payrail.provider_methods
-  alter column embedding set storage main,
-  alter column embedding set compression pglz;
+select payrail._ensure_storage('payrail.provider_methods', 'embedding', 'main', 'pglz');
 
--- One named constraint per rule, so a violation in psql names the rule that broke.
-alter table payrail.provider_methods
-  drop constraint if exists provider_methods_version_check,
-  add constraint provider_methods_version_check check (version >= 1),
-  drop constraint if exists provider_methods_provider_check,
-  add constraint provider_methods_provider_check check (payrail._is_valid_name(provider)),
-  drop constraint if exists provider_methods_method_check,
-  add constraint provider_methods_method_check check (payrail._is_valid_name(method)),
-  drop constraint if exists provider_methods_guidance_length_check,
-  add constraint provider_methods_guidance_length_check
-    -- Not white space only, Unicode white space included (\S follows the server's locale).
-    check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> ''),
-  drop constraint if exists provider_methods_guidance_characters_check,
-  add constraint provider_methods_guidance_characters_check
-    -- Tag characters too: invisible, they can carry text an agent would read and a person not.
-    check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f\U000e0000-\U000e007f]'),
-  drop constraint if exists provider_methods_urls_count_check,
-  add constraint provider_methods_urls_count_check
-    check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) = 1 and pg_catalog.cardinality(urls) <= 10)),
-  drop constraint if exists provider_methods_urls_https_check,
-  add constraint provider_methods_urls_https_check check (payrail._are_https_urls(urls)),
-  drop constraint if exists provider_methods_urls_unique_check,
-  add constraint provider_methods_urls_unique_check
-    check (not payrail._has_duplicates(urls)),
-  drop constraint if exists provider_methods_docs_url_check,
-  add constraint provider_methods_docs_url_check check (docs_url is null or payrail._is_https_url(docs_url)),
-  drop constraint if exists provider_methods_enabled_needs_embedding_check,
-  add constraint provider_methods_enabled_needs_embedding_check check (not enabled or embedding is not null),
-  drop constraint if exists provider_methods_embedding_content_check,
-  add constraint provider_methods_embedding_content_check
-    check (embedding is null or embedding_content_hash = content_hash),
-  drop constraint if exists provider_methods_embedding_model_check,
-  add constraint provider_methods_embedding_model_check
-    check ((embedding is null) = (embedding_model is null) and (embedding is null) = (embedding_content_hash is null)),
-  drop constraint if exists provider_methods_embedding_nonzero_check,
-  add constraint provider_methods_embedding_nonzero_check check (embedding is null or vector_norm(embedding) > 0);
+-- One named constraint per rule, so a violation in psql names the rule that broke. Each is replaced
+-- only when its definition changed (payrail._ensure_check_constraint).
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_version_check',
+  'check (version >= 1)');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_provider_check',
+  'check (payrail._is_valid_name(provider))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_method_check',
+  'check (payrail._is_valid_name(method))');
+-- Not white space only, Unicode white space included (\S follows the server's locale).
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_guidance_length_check',
+  $$check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> '')$$);
+-- Tag characters too: invisible, they can carry text an agent would read and a person not.
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_guidance_characters_check',
+  $$check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f\U000e0000-\U000e007f]')$$);
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_count_check',
+  'check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) = 1 and pg_catalog.cardinality(urls) <= 10))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_https_check',
+  'check (payrail._are_https_urls(urls))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_unique_check',
+  'check (not payrail._has_duplicates(urls))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_docs_url_check',
+  'check (docs_url is null or payrail._is_https_url(docs_url))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_enabled_needs_embedding_check',
+  'check (not enabled or embedding is not null)');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_content_check',
+  'check (embedding is null or embedding_content_hash = content_hash)');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_model_check',
+  'check ((embedding is null) = (embedding_model is null) and (embedding is null) = (embedding_content_hash is null))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_nonzero_check',
+  'check (embedding is null or vector_norm(embedding) > 0)');
 
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
 -- The name path looks up a provider, a method, or a "provider method" pair, among enabled records
 -- only: indexes that hold no draft, so an agent's lookup of a draft's name reads what a lookup
 -- of an unknown name reads, entry for entry (pg_stat_user_indexes and pg_statio_* say nothing).
-drop index if exists payrail.provider_methods_method_name_idx;
-drop index if exists payrail.provider_methods_pair_name_idx;
-drop index if exists payrail.provider_methods_pair_slash_name_idx;
 create index if not exists provider_methods_enabled_provider_name_idx
   on payrail.provider_methods (payrail._normalize_name(provider)) where enabled;
 create index if not exists provider_methods_enabled_method_name_idx

@@ -27,7 +27,7 @@ begin
   -- otherwise cost a TOAST lookup per row on every search (pgvector's default storage), or a
   -- compression attempt per write and a decompression per read where one succeeds (MAIN alone).
   -- Rows past a page (about 4,070 dimensions) still go to TOAST.
-  alter table payrail.provider_method_half_vectors alter column unit_embedding set storage main;
+  perform payrail._ensure_storage('payrail.provider_method_half_vectors', 'unit_embedding', 'main');
   alter table payrail.provider_method_half_vectors set (toast_tuple_target = 8160);
 
   comment on table payrail.provider_method_half_vectors is

@@ -16,13 +16,12 @@ create table if not exists payrail.embedding_staging (
     foreign key (provider_method_id) references payrail.provider_methods (id) on delete cascade
 );
 
-alter table payrail.embedding_staging
-  drop constraint if exists embedding_staging_model_check,
-  add constraint embedding_staging_model_check check (payrail._is_valid_name(model)),
-  drop constraint if exists embedding_staging_content_hash_check,
-  add constraint embedding_staging_content_hash_check check (pg_catalog.octet_length(content_hash) = 32),
-  drop constraint if exists embedding_staging_embedding_nonzero_check,
-  add constraint embedding_staging_embedding_nonzero_check check (vector_norm(embedding) > 0);
+select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_model_check',
+  'check (payrail._is_valid_name(model))');
+select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_content_hash_check',
+  'check (pg_catalog.octet_length(content_hash) = 32)');
+select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_embedding_nonzero_check',
+  'check (vector_norm(embedding) > 0)');
 
 comment on table payrail.embedding_staging is
 $$Staged vectors of the next embedding model: one per record and model, not yet in force.

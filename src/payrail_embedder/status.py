@@ -1,0 +1,109 @@
+"""`db status`: what an operator needs to know of the registry's database, read without changing it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+
+from . import database, deploy, stored
+
+
+def status(database_url: str | None, data_dir: Path | None) -> dict:
+    """Which database is configured (its connection string without secrets), whether the embedded
+    one runs and where (and why it would not start), the product's, PostgreSQL's and pgvector's
+    versions, the schema version the registry holds and whether `db apply` is due, and the
+    registry's counts. Never starts the embedded server. "error" says why the database could not be read.
+    Its keys are stable: scripts read them with --json."""
+    report = {
+        "productVersion": deploy.product_version(),
+        "database": "configured" if database_url else "embedded",
+        "url": None,
+        "embedded": None,
+        "server": None,
+        "schemaVersion": None,
+        "applyDue": None,
+        "applyDueReasons": [],
+        "registry": None,
+        "error": None,
+    }
+    if database_url:
+        report["url"] = database.display_url(database_url)
+    else:
+        pgdata = database.embedded_pgdata(data_dir or database.default_data_dir())
+        info = database.pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
+        running = info is not None and info.is_running()
+        report["embedded"] = {
+            "running": running,
+            "dataDirectory": str(pgdata),
+            "pid": info.pid if running else None,
+            "socketDirectory": str(info.socket_dir) if running else None,
+            "startProblem": None if running else database.embedded_start_problem(pgdata),
+        }
+        if not running:
+            return report
+        database_url = report["url"] = info.get_uri(database=database.EMBEDDED_DATABASE)
+    try:
+        with database.connect(database_url, autocommit=True) as conn:
+            report["server"] = dict(
+                zip(
+                    ("postgresql", "pgvector"),
+                    conn.execute(
+                        """select pg_catalog.current_setting('server_version'),
+                                  (select extversion from pg_catalog.pg_extension where extname = 'vector')"""
+                    ).fetchone(),
+                )
+            )
+            report |= deploy.schema_state(conn)
+            report["registry"] = stored.counts(conn)
+    except psycopg.Error as error:
+        report["error"] = str(error).strip()
+    return report
+
+
+def describe(report: dict) -> list[str]:
+    """db status for people."""
+    lines = [f"payrail-agent-search {report['productVersion']}"]
+    embedded = report["embedded"]
+    if embedded is None:
+        lines.append(f"configured database: {report['url']}")
+    elif embedded["running"]:
+        lines.append(
+            f"embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), "
+            f"data in {embedded['dataDirectory']}"
+        )
+        lines.append(f"url: {report['url']}")
+    else:
+        lines.append(
+            f"embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})"
+        )
+        if embedded["startProblem"]:
+            lines.append(f"it cannot start: {embedded['startProblem']}")
+    if report["error"]:
+        lines.append(f"cannot read the registry: {report['error']}")
+    server = report["server"]
+    if server is not None:
+        lines.append(f"PostgreSQL {server['postgresql']}, pgvector {server['pgvector'] or 'not installed'}")
+    version = report["schemaVersion"]
+    if version is not None:
+        by = f"payrail-agent-search {version['productVersion']}" if version["productVersion"] else "psql"
+        lines.append(
+            f"schema: applied {version['appliedAt']} by {version['appliedBy']} with {by}"
+            + (f" (db/ {version['dbDigest'][:12]})" if version["dbDigest"] else "")
+        )
+    if report["applyDue"] is not None:
+        due = report["applyDue"]
+        lines.append(
+            f"db apply: due ({'; '.join(report['applyDueReasons'])})" if due else "db apply: not due, the registry is current"
+        )
+    registry = report["registry"]
+    if registry is not None and not registry["schemaApplied"]:
+        lines.append("no registry in this database yet: run `payrail-embedder db apply`")
+    elif registry is not None:
+        model = registry["model"]
+        lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
+        lines.append(
+            f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, "
+            f"{registry['draftsNeedingEmbedding']} of them without a current vector"
+        )
+    return lines
