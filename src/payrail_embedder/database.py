@@ -183,7 +183,8 @@ def prepare_session(conn: psycopg.Connection) -> None:
     """Pins the registry's search path (payrail._search_path(): pg_catalog, payrail, pgvector's
     schema, pg_temp) for the session, so nothing another role created in a schema on the login's
     own path (public, "$user") is resolved by the package's statements; then registers pgvector's
-    types, found on that path. Leaves the connection idle."""
+    types, found on that path (where there are: a database without pgvector holds no registry yet,
+    which `db status` reports). Leaves the connection idle."""
     pinned = conn.execute(
         "select pg_catalog.to_regprocedure('payrail._search_path()') is not null"
         " and pg_catalog.has_function_privilege('payrail._search_path()', 'execute')"
@@ -192,7 +193,8 @@ def prepare_session(conn: psycopg.Connection) -> None:
         conn.execute("select pg_catalog.set_config('search_path', payrail._search_path(), false)")
     if not conn.autocommit:
         conn.commit()
-    register_vector(conn)
+    with contextlib.suppress(psycopg.ProgrammingError):  # pgvector's "vector type not found in the database"
+        register_vector(conn)
 
 
 def connect(database_url: str, *, autocommit: bool = False) -> psycopg.Connection:

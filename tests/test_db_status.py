@@ -1,0 +1,160 @@
+"""`db status` tells an operator what they need: the product's and the schema's versions,
+PostgreSQL's and pgvector's, which database (never a password), whether `db apply` is due and why,
+and, when the embedded server cannot start, why in words (a full device, a read-only one)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import psycopg
+
+from payrail_embedder.database import display_url, embedded_pgdata
+from payrail_embedder.deploy import db_digest
+from payrail_test_support.cli import cli_json, run_cli
+from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
+from payrail_test_support.servers import replace_database
+
+STATUS_KEYS = {"productVersion", "database", "url", "embedded", "server", "schemaVersion", "applyDue", "applyDueReasons",
+               "registry", "error"}
+SCHEMA_VERSION_KEYS = {"productVersion", "dbDigest", "appliedAt", "appliedBy", "appliedWith", "completedAt",
+                       "postgresVersion", "pgvectorVersion"}
+EMBEDDED_KEYS = {"running", "dataDirectory", "pid", "socketDirectory", "startProblem"}
+
+
+def status(env: dict[str, str]) -> dict:
+    code, report, _ = cli_json(env, "db", "status", "--json")
+    assert set(report) == STATUS_KEYS, report
+    return report
+
+
+def test_db_status_names_the_versions_the_database_and_that_no_apply_is_due(cli_env, database_url):
+    with psycopg.connect(database_url) as conn:
+        postgres, pgvector = conn.execute(
+            "select current_setting('server_version'), (select extversion from pg_extension where extname = 'vector')").fetchone()
+    report = status(cli_env)
+    version = metadata.version("payrail-agent-search")
+    assert report["productVersion"] == version
+    assert (report["database"], report["url"]) == ("configured", display_url(database_url))
+    assert report["server"] == {"postgresql": postgres, "pgvector": pgvector}
+    assert set(report["schemaVersion"]) == SCHEMA_VERSION_KEYS
+    assert report["schemaVersion"]["productVersion"] == version
+    assert report["schemaVersion"]["dbDigest"] == db_digest()
+    assert report["schemaVersion"]["completedAt"] is not None
+    assert (report["applyDue"], report["applyDueReasons"]) == (False, [])
+
+    text = run_cli(cli_env, "db", "status").stdout
+    assert text.startswith(f"payrail-agent-search {version}\nconfigured database: {display_url(database_url)}\n"), text
+    assert f"PostgreSQL {postgres}, pgvector {pgvector}\n" in text
+    assert re.search(rf"^schema: applied \S+ by postgres with payrail-agent-search {re.escape(version)} \(db/ {db_digest()[:12]}\)$",
+                     text, re.M), text
+    assert "db apply: not due, the registry is current" in text
+
+
+def test_db_status_says_when_and_why_an_apply_is_due(cli_env, database_url, tmp_path):
+    # A definition changed by hand.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("comment on function payrail.search_provider_methods(text, vector, text) is 'edited in psql'")
+    report = status(cli_env)
+    assert report["applyDue"] is True
+    assert report["applyDueReasons"] == ["definitions changed since the last apply (by hand, or pgvector was updated)"]
+    assert "db apply: due (definitions changed since the last apply" in run_cli(cli_env, "db", "status").stdout
+    assert run_cli(cli_env, "db", "apply").returncode == 0
+    assert status(cli_env)["applyDue"] is False
+
+    # The next release, before its apply: its status says its db/ is not the one applied.
+    release = changed_tree(code_tree(tmp_path / "code"), tmp_path / "release", "functions/200-search.sql",
+                           "message = 'query is empty',", "message = 'the query is empty',")
+    result = run_cli_of(release, cli_env, "db", "status", "--json")
+    report = json.loads(result.stdout)
+    assert (report["applyDue"], report["applyDueReasons"]) == (True, ["db/ differs from the one applied"])
+
+
+def test_db_status_of_a_registry_installed_with_psql_or_not_at_all(cli_env, server, database_url):
+    empty = replace_database(database_url, "payrail_status_empty")
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        conn.execute("create database payrail_status_empty template template0")
+    try:
+        env = {**cli_env, "PAYRAIL_DATABASE_URL": empty}
+        report = status(env)
+        assert (report["schemaVersion"], report["applyDue"], report["applyDueReasons"]) == (
+            None, True, ["no registry in this database yet"])
+        installed = subprocess.run(
+            [str(server.psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-f", "db/install.sql", "-d", empty],
+            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+        assert installed.returncode == 0, installed.stderr
+        report = status(env)
+        assert report["schemaVersion"]["appliedWith"] == "psql"
+        assert (report["schemaVersion"]["productVersion"], report["schemaVersion"]["dbDigest"]) == (None, None)
+        assert report["applyDueReasons"] == ["applied with psql, which records no db/ digest"]
+        assert "with psql" in run_cli(env, "db", "status").stdout
+    finally:
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            conn.execute("drop database payrail_status_empty with (force)")
+
+
+@contextlib.contextmanager
+def small_device(path: Path, megabytes: int):
+    """A file system of its own at path (tmpfs): a device that fills up, or turns read-only, for real."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+@contextlib.contextmanager
+def embedded_registry(data_dir: Path):
+    """The embedded default under data_dir, created by `db apply` and stopped (as after a reboot);
+    yields the CLI's environment. Stopped again at the end, whatever happened."""
+    env = {**without_settings(), "PAYRAIL_DATA_DIR": str(data_dir)}
+    try:
+        result = run_cli(env, "db", "apply")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert run_cli(env, "db", "stop").returncode == 0
+        yield env
+    finally:
+        run_cli(env, "db", "stop")
+
+
+def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_path):
+    with small_device(tmp_path / "disk", 96) as disk, embedded_registry(disk / "data") as env:
+        pgdata = embedded_pgdata(disk / "data")
+        # Every byte the device has left.
+        subprocess.run(["fallocate", "-l", str(shutil.disk_usage(disk).free), str(disk / "filler")], check=True)
+        assert shutil.disk_usage(disk).free < 2**20
+
+        embedded = status(env)["embedded"]
+        assert set(embedded) == EMBEDDED_KEYS
+        assert embedded["running"] is False
+        assert embedded["startProblem"].startswith(f"no space left on the device that holds {pgdata} ("), embedded
+
+        result = run_cli(env, "db", "apply")
+        assert result.returncode == 1
+        assert (f"cannot start the embedded PostgreSQL under {disk / 'data'}: no space left on the device that holds {pgdata}"
+                in result.stderr), result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+        text = run_cli(env, "db", "status").stdout
+        assert f"it cannot start: its last start failed: no space left on the device that holds {pgdata}" in text, text
+
+        (disk / "filler").unlink()
+        assert status(env)["embedded"]["startProblem"].startswith("its last start failed: no space left"), (
+            "the log still tells of the last start")
+        assert run_cli(env, "db", "apply").returncode == 0, "with space again, it starts"
+
+
+def test_the_embedded_server_on_a_read_only_device_says_so(tmp_path):
+    with small_device(tmp_path / "disk", 96) as disk, embedded_registry(disk / "data") as env:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        pgdata = embedded_pgdata(disk / "data")
+        assert status(env)["embedded"]["startProblem"] == f"{pgdata} is on a read-only file system"
+        result = run_cli(env, "db", "apply")
+        assert result.returncode == 1
+        assert f"cannot start the embedded PostgreSQL under {disk / 'data'}: {pgdata} is on a read-only file system" in result.stderr
