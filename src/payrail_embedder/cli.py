@@ -68,7 +68,8 @@ def as_failure(error: BaseException, command: str | None) -> Failure | None:
         return Failure("unknown_record" if isinstance(error, stored.UnknownRecord) else "invalid_input", str(error))
     if isinstance(error, (EmbedderMisconfigured, RegistryModelMismatch)):
         return Failure("misconfigured", str(error))
-    if isinstance(error, (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable, catalog.ImportInterrupted)):
+    unavailable = (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable, catalog.ImportInterrupted, deploy.ApplyFailed)
+    if isinstance(error, unavailable):
         return Failure("unavailable", str(error))
     if isinstance(error, psycopg.Error):
         code = "not_permitted" if error.sqlstate == errcodes.INSUFFICIENT_PRIVILEGE else "unavailable"
@@ -147,18 +148,18 @@ def db():
 def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
     """Apply db/ (schema, upgrade steps, rules, search function, roles) to the database.
 
-    Idempotent, and safe while agents search: a registry that is current is left alone (no lock);
-    otherwise the change takes its locks up front, in the searches' order, never waits longer than
+    Idempotent, and safe while agents search: a registry that is current is left alone (no lock
+    but a search's own); otherwise the change takes its locks up front, in the searches' order, never waits longer than
     --lock-timeout for one, and tries again (--attempts), saying on standard error who holds them.
     Prints the database (without its password) and whether anything changed.
     """
-    say = (lambda message: click.echo(message, err=True))
-    try:
-        result = deploy.apply_schema(
-            settings.resolved_database_url, force=force, lock_timeout=lock_timeout, attempts=attempts, say=say
-        )
-    except deploy.ApplyFailed as error:
-        raise Failure("unavailable", str(error)) from error
+    result = deploy.apply_schema(
+        settings.resolved_database_url,
+        force=force,
+        lock_timeout=lock_timeout,
+        attempts=attempts,
+        say=lambda message: click.echo(message, err=True),
+    )
     click.echo(json.dumps(result.to_json()) if as_json else result.describe())
 
 

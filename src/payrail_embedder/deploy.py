@@ -1,7 +1,8 @@
 """`db apply`, the deploy: applies db/ without ever failing or stalling agents' searches.
 
 - A registry that is current (the db/ digest recorded by its last apply, its catalog unchanged
-  since, that apply's follow-up done) is left alone: a read of the catalog, no lock on a table.
+  since, that apply's follow-up done) is left alone: a read of the catalog, with the ACCESS SHARE
+  locks a search takes and no other.
 - Otherwise db/ runs in one transaction that takes its locks up front, in the order searches take
   them (provider_methods, embedding_model, the derived table, then the rest), waits at most
   `lock_timeout` for each and starts again a bounded number of times, saying what it waited for
@@ -69,7 +70,8 @@ def schema_state(conn: psycopg.Connection, digest: str | None = None) -> dict:
     """The schema version the registry holds and whether `db apply` is due, with the reasons.
 
     {"schemaVersion": {...} | None, "applyDue": bool, "applyDueReasons": [...]}; reads the
-    catalog and payrail.get_schema_version(), locks no table.
+    catalog and payrail.get_schema_version(), with ACCESS SHARE locks alone (printing a
+    constraint's or an index's definition takes one on its table).
     """
     digest = digest or db_digest()
     recorded = conn.execute("select pg_catalog.to_regprocedure('payrail.get_schema_version()') is not null").fetchone()[0]
@@ -137,7 +139,7 @@ class Wait:
     blockers: list[Blocker]
 
     def describe(self) -> str:
-        held = "; ".join(blocker.describe() for blocker in self.blockers) or "a transaction that has ended since"
+        held = "; ".join(blocker.describe() for blocker in self.blockers)
         return f"{self.lock}, held by {held}"
 
 
@@ -174,10 +176,13 @@ class LockWatcher:
         self._conn.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            rows = self._conn.execute(WAITS, (self._pid,)).fetchall()
-            if rows:
-                self._latest = Wait(rows[0][0], [Blocker(*row[1:]) for row in rows])
+        try:
+            while not self._stop.wait(0.05):
+                rows = self._conn.execute(WAITS, (self._pid,)).fetchall()
+                if rows:
+                    self._latest = Wait(rows[0][0], [Blocker(*row[1:]) for row in rows])
+        except psycopg.Error:
+            return  # the server went away: the apply's own connection reports it
 
     def last_wait(self) -> Wait | None:
         """What the apply last waited for, since the previous call."""
