@@ -39,15 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
 
 from payrail_test_support.code import changed_tree, cli_of, code_tree, without_settings
-from payrail_test_support.stored import content_hash
 from payrail_test_support.traffic import Traffic, overlapping
-from search_speed import GUIDANCE, METHODS_PER_PROVIDER, print_table, shared_buffers_for, unit_vectors
+from search_speed import MODEL, METHODS_PER_PROVIDER, copy_records, print_table, shared_buffers_for, unit_vectors
 from throwaway_postgres import throwaway_postgres
 
-MODEL = "benchmark-model"
 DIMENSIONS = 1536
 # Each case: what it changes in db/ (file, text, replacement), or None; and db apply's options.
 CASES = {
@@ -81,23 +78,11 @@ def db_apply(tree: Path, url: str, *options: str, check: bool = True) -> tuple[f
 
 
 def load(url: str, count: int) -> float:
-    """count enabled records by binary COPY as the deployer; returns the seconds it took."""
+    """count enabled records by binary COPY (search_speed.copy_records; neither VACUUM nor ANALYZE),
+    and the logins of the traffic; returns the seconds it took."""
     started = time.perf_counter()
-    matrix = unit_vectors(np.random.default_rng(count), count, DIMENSIONS)
     with psycopg.connect(url) as conn:
-        register_vector(conn)
-        conn.execute("select payrail.set_embedding_model(%s, %s)", (MODEL, DIMENSIONS))
-        copy_sql = (
-            "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model,"
-            " embedding_content_hash) from stdin (format binary)"
-        )
-        with conn.cursor().copy(copy_sql) as copy:
-            copy.set_types(["text", "text", "text", "bool", "vector", "text", "bytea"])
-            for number, vector in enumerate(matrix):
-                provider = f"Benchmark Provider {number // METHODS_PER_PROVIDER:06d}"
-                method = f"Method {number:06d}"
-                guidance = GUIDANCE.format(number=number // METHODS_PER_PROVIDER)
-                copy.write_row((provider, method, guidance, True, vector, MODEL, content_hash(provider, method, guidance)))
+        copy_records(conn, unit_vectors(np.random.default_rng(count), count, DIMENSIONS))
         conn.execute("create role bench_agent login in role payrail_agent")
         conn.execute("create role bench_editor login in role payrail_operator")
     return time.perf_counter() - started

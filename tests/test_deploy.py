@@ -21,6 +21,7 @@ from psycopg import sql
 from payrail_embedder.database import display_url
 from payrail_embedder.deploy import FIRST_APPLY_LOCK_KEY, LOCK_ORDER
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
+from payrail_test_support.servers import login_url
 from payrail_test_support.traffic import Traffic, overlapping
 
 MODEL = "test-model"
@@ -29,11 +30,6 @@ RECORDS = 300
 # Releases whose deploy changes something: a function's body, a constraint's definition.
 FUNCTION_CHANGE = ("functions/200-search.sql", "message = 'query is empty',", "message = 'the query is empty',")
 CONSTRAINT_CHANGE = ("schema/030-provider_methods.sql", "char_length(guidance) <= 8000", "char_length(guidance) <= 8001")
-
-
-def as_login(url: str, login: str) -> str:
-    parts = urlsplit(url)
-    return parts._replace(netloc=f"{login}@{parts.netloc.rpartition('@')[2]}").geturl()
 
 
 @dataclass
@@ -91,9 +87,17 @@ def apply_json(result) -> dict:
     return json.loads(result.stdout)
 
 
+def drop_derived_rows(registry: Registry, count: int) -> None:
+    """Search's derived rows gone missing, as after a superuser's mistake."""
+    with psycopg.connect(registry.url) as conn:
+        conn.execute("delete from payrail.provider_method_half_vectors where provider_method_id in "
+                     "(select provider_method_id from payrail.provider_method_half_vectors order by 1 limit %s)", (count,))
+
+
 def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
     function_release = registry.changed("function-release", FUNCTION_CHANGE)
     constraint_release = registry.changed("constraint-release", CONSTRAINT_CHANGE)
+    drop_derived_rows(registry, 3)
     applies = []
     with registry.traffic().running() as traffic:
         time.sleep(0.5)
@@ -112,6 +116,8 @@ def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
     assert [(r["changed"], r["locks"]) for r, _, _ in applies] == [
         (False, None), (True, "shared"), (True, "exclusive"), (True, "exclusive"), (True, "shared")]
     assert applies[2][0]["validatedConstraints"] == ["provider_methods.provider_methods_guidance_length_check"]
+    assert [(r["derivedRowsChecked"], r["repairedDerivedRows"]) for r, _, _ in applies] == [
+        (False, 0), (False, 0), (False, 0), (False, 0), (True, 3)]
     for result, started, ended in applies:
         searches = overlapping(traffic.searches, started, ended)
         assert len(searches) >= 3, f"too few searches ran during {result} to show anything"
@@ -123,6 +129,18 @@ def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
         assert "'query is empty'" in conn.execute("select pg_get_functiondef('payrail._check_query(text)'::regprocedure)").fetchone()[0]
 
 
+def test_derived_rows_are_checked_when_a_release_changes_how_they_are_derived(registry):
+    """Checking them reads every vector, so an apply does it only when it changed their derivation
+    (or with --force): a release that changes another function leaves even a missing row missing."""
+    drop_derived_rows(registry, 2)
+    result = apply_json(registry.apply("--json", code=registry.changed("function-release", FUNCTION_CHANGE)))
+    assert (result["changed"], result["derivedRowsChecked"], result["repairedDerivedRows"]) == (True, False, 0)
+    derivation_release = registry.changed(
+        "derivation-release", ("functions/130-provider_method_half_vectors.sql", "found without a lock", "found first, without a lock"))
+    result = apply_json(registry.apply("--json", code=derivation_release))
+    assert (result["changed"], result["derivedRowsChecked"], result["repairedDerivedRows"]) == (True, True, 2)
+
+
 def test_a_current_registry_is_applied_without_a_lock_that_searches_or_edits_wait_for(registry):
     """An apply that finds nothing to do reads the catalog and the record of the last apply, with
     the ACCESS SHARE locks a search takes and nothing more: it returns at once while another
@@ -130,7 +148,7 @@ def test_a_current_registry_is_applied_without_a_lock_that_searches_or_edits_wai
     does) and an agent's transaction is left open after a search, and again while an operator's
     edit is left open."""
     tables = ", ".join((*LOCK_ORDER, "payrail.deployments"))
-    agent_url, operator_url = as_login(registry.url, registry.agent), as_login(registry.url, registry.operator)
+    agent_url, operator_url = login_url(registry.url, registry.agent), login_url(registry.url, registry.operator)
     with psycopg.connect(registry.url) as holder, psycopg.connect(agent_url) as agent:
         holder.execute(f"lock table {tables} in share row exclusive mode")
         agent.execute("select * from payrail.search_provider_methods('Provider 1')")
@@ -150,7 +168,7 @@ def assert_current_at_once(registry: Registry) -> None:
 
 def test_an_apply_waits_at_most_lock_timeout_tries_again_and_names_who_holds_the_lock(registry):
     release = registry.changed("function-release", FUNCTION_CHANGE)
-    with psycopg.connect(as_login(registry.url, registry.operator), application_name="forgotten psql") as holder:
+    with psycopg.connect(login_url(registry.url, registry.operator), application_name="forgotten psql") as holder:
         holder.execute("update payrail.provider_methods set urls = '{}' where id = (select min(id) from payrail.provider_methods)")
         pid = holder.info.backend_pid
         time.sleep(1.1)  # idle in transaction for at least a second
@@ -181,7 +199,7 @@ def test_no_role_but_the_deployer_can_make_an_apply_wait(registry):
         admin.execute(sql.SQL("create role {} login in role payrail_agent, payrail_operator, payrail_embedder").format(
             sql.Identifier(everything)))
     try:
-        with psycopg.connect(as_login(registry.url, everything)) as login:
+        with psycopg.connect(login_url(registry.url, everything)) as login:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 login.execute("lock table payrail.deployments in exclusive mode")
             login.rollback()
@@ -203,4 +221,5 @@ def test_db_apply_prints_which_database_and_whether_it_changed_anything_with_sta
     result = registry.apply("--force")
     assert result.stdout.startswith(f"applied db/ to {display_url(registry.url)}: changed ("), result.stdout
     assert set(apply_json(registry.apply("--json"))) == {
-        "database", "changed", "locks", "files", "upgrades", "validatedConstraints", "repairedDerivedRows", "attempts", "seconds"}
+        "database", "changed", "locks", "files", "upgrades", "validatedConstraints", "derivedRowsChecked", "repairedDerivedRows",
+        "attempts", "seconds"}

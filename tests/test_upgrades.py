@@ -22,7 +22,7 @@ from payrail_test_support.cli import run_cli, write_jsonl
 from payrail_test_support.code import code_tree, run_cli_of
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
-from payrail_test_support.servers import replace_database
+from payrail_test_support.servers import login_url, replace_database
 
 pytestmark = pytest.mark.slow
 
@@ -47,11 +47,6 @@ CATALOG = [
 ]
 QUERIES = ["Acme Travel", "Globex Send SMS", "weather", "find a hotel for tonight", "pay my bills", "text my customer",
            "Draftco", "Secret Launch"]
-
-
-def login_url(url: str, login: str) -> str:
-    parts = urlsplit(url)
-    return parts._replace(netloc=f"{login}@{parts.netloc.rpartition('@')[2]}").geturl()
 
 
 def fill(release: Path, url: str, env: dict[str, str], tmp_path: Path, logins: dict[str, str]) -> None:

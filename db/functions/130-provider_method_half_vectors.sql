@@ -71,10 +71,10 @@ $$Makes the derived rows of records p_first_id..p_last_id (NULL: no bound) equal
 
 Only rows that differ are written (missing, stale or left over: restored from a dump without
 triggers, edited by a superuser), each with its record locked FOR SHARE, so searches and edits go
-on meanwhile. `db apply` runs it after its transaction, range by range.$$;
+on meanwhile. `db apply` runs it after its transaction, range by range, when it changed how the
+rows are derived (this function, the trigger's, pgvector's version) or with --force.$$;
 
--- Only where the table exists (pgvector 0.7 and later; db/schema/035). Applying db/ also
--- repairs any row that is missing, stale or left over, so a rerun repairs the table.
+-- Only where the table exists (pgvector 0.7 and later; db/schema/035).
 do $$
 begin
   if pg_catalog.to_regclass('payrail.provider_method_half_vectors') is null then
@@ -95,8 +95,9 @@ begin
                        or old.embedding <> new.embedding)
     execute function payrail.tg_provider_methods__keep_half_vector();
 
-  -- `db apply` repairs after its transaction, but an empty table (new, or a registry upgraded from
-  -- before it) is filled here: search reads it as soon as this commits.
+  -- Run alone (psql), this file repairs any row that differs. `db apply` does after its
+  -- transaction, but an empty table (new, or a registry upgraded from before it) is filled here:
+  -- search reads it as soon as this commits.
   if payrail._deploy_mode() = '' or not exists (select from payrail.provider_method_half_vectors) then
     perform payrail._repair_half_vectors();
   end if;

@@ -34,7 +34,8 @@ begin
 $c$The first pass of semantic search: each enabled record's embedding at unit length, in half precision.
 
 One row per enabled record of payrail.provider_methods, written only by the trigger
-tg_provider_methods__keep_half_vector; `payrail-embedder db apply` rebuilds any row that differs.
+tg_provider_methods__keep_half_vector; `payrail-embedder db apply --force` rewrites any row that differs
+(payrail._repair_half_vectors), as does an apply that changes how the rows are derived.
 Search ranks these by inner product, then re-ranks by exact cosine distance every record within
 the rounding's error bound of the 3rd (payrail._search), so answers are exact.$c$;
   comment on column payrail.provider_method_half_vectors.provider_method_id is 'The record (payrail.provider_methods.id); enabled.';

@@ -132,7 +132,7 @@ def db():
 
 
 @db.command("apply")
-@click.option("--force", is_flag=True, help="Apply every file even when the registry is current (repairs derived rows, grants).")
+@click.option("--force", is_flag=True, help="Apply every file even when the registry is current, and check every derived row (repairs them, and grants).")
 @click.option(
     "--lock-timeout",
     type=click.FloatRange(min=0.001),

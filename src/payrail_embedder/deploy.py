@@ -49,6 +49,14 @@ LOCK_TIMEOUT_SECONDS = 0.5
 LOCK_ATTEMPTS = 10
 # Records per transaction of the derived table's repair.
 REPAIR_BATCH_IDS = 5000
+# What search's derived rows are computed by: when an apply changes it, the follow-up checks every
+# row (with --force too); otherwise it cannot have made one differ, and the check would read every vector.
+DERIVATION = """
+select pg_catalog.md5(pg_catalog.concat_ws(',',
+  pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail.tg_provider_methods__keep_half_vector()')),
+  pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail._repair_half_vectors(bigint, bigint)')),
+  (select e.extversion from pg_catalog.pg_extension as e where e.extname = 'vector')))
+"""
 
 T = TypeVar("T")
 
@@ -200,6 +208,7 @@ class ApplyResult:
     files: int = 0
     upgrades: list[str] = field(default_factory=list)
     validated: list[str] = field(default_factory=list)
+    checked_derived_rows: bool = False
     repaired_rows: int = 0
     attempts: int = 0
     seconds: float = 0.0
@@ -213,6 +222,7 @@ class ApplyResult:
             "files": self.files,
             "upgrades": self.upgrades,
             "validatedConstraints": self.validated,
+            "derivedRowsChecked": self.checked_derived_rows,
             "repairedDerivedRows": self.repaired_rows,
             "attempts": self.attempts,
             "seconds": round(self.seconds, 3),
@@ -227,7 +237,8 @@ class ApplyResult:
             details.append(f"upgrade steps {', '.join(self.upgrades)}")
         if self.validated:
             details.append(f"{len(self.validated)} constraints validated")
-        details.append(f"{self.repaired_rows} derived rows repaired")
+        if self.checked_derived_rows:
+            details.append(f"derived rows checked, {self.repaired_rows} repaired")
         return f"applied db/ to {self.database}: changed ({'; '.join(details)}) in {self.seconds:.2f} s"
 
 
@@ -284,11 +295,13 @@ def apply_schema(
     # Autocommit: every transaction below is a `with conn.transaction()` of its own.
     with psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder") as conn:
         if force or schema_state(conn, digest)["applyDue"]:
+            derivation = conn.execute(DERIVATION).fetchone()[0]
             with LockWatcher(database_url, conn.info.backend_pid) as watcher:
                 applied, result.attempts = _with_attempts(
                     watcher, attempts, say, "applying db/",
                     lambda: _run_files(conn, files, digest, force, lock_timeout, result, say))
                 if applied:
+                    result.checked_derived_rows = force or conn.execute(DERIVATION).fetchone()[0] != derivation
                     _follow_up(conn, watcher, result, lock_timeout, attempts, say)
     result.seconds = time.perf_counter() - started
     return result
@@ -335,9 +348,9 @@ def _run_files(conn, files: list[Path], digest: str, force: bool, lock_timeout: 
 
 def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: float, attempts: int, say) -> None:
     """What reads every row, after the schema's transaction: constraints added NOT VALID are
-    validated (SHARE UPDATE EXCLUSIVE: searches and edits go on), search's derived rows are
-    repaired range by range (only rows that differ, each record locked FOR SHARE); then the apply
-    is recorded as complete."""
+    validated (SHARE UPDATE EXCLUSIVE: searches and edits go on), and where result says so, search's
+    derived rows are repaired range by range (only rows that differ, each record locked FOR
+    SHARE); then the apply is recorded as complete."""
 
     def in_transaction(statement: str, params=()) -> list[tuple]:
         def work():
@@ -354,7 +367,7 @@ def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: fl
     ).fetchall():
         in_transaction(f"alter table {table} validate constraint {constraint}")
         result.validated.append(f"{table}.{constraint}")
-    if _existing(conn, ("payrail.provider_method_half_vectors",)):
+    if result.checked_derived_rows and _existing(conn, ("payrail.provider_method_half_vectors",)):
         low, high = conn.execute(
             """select least((select min(id) from payrail.provider_methods),
                             (select min(provider_method_id) from payrail.provider_method_half_vectors)),

@@ -64,6 +64,12 @@ def replace_database(url: str, database: str) -> str:
     return parts._replace(path=f"/{database}").geturl()
 
 
+def login_url(url: str, login: str) -> str:
+    """The same server and database, as another login (no password: the test servers trust local logins)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{login}@{parts.netloc.rpartition('@')[2]}").geturl()
+
+
 @dataclass
 class TestServer:
     name: str
