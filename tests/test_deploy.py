@@ -141,6 +141,34 @@ def test_derived_rows_are_checked_when_a_release_changes_how_they_are_derived(re
     assert (result["changed"], result["derivedRowsChecked"], result["repairedDerivedRows"]) == (True, True, 2)
 
 
+def test_a_release_that_tightens_a_rule_checks_the_stored_rows_again_after_its_transaction(registry):
+    """A name rule (an immutable function the constraints call) tightened: the constraints that call
+    it are added again NOT VALID, so new writes obey it at once, and checked against every stored
+    row after the transaction. A stored name that breaks it fails the apply naming the rule, and
+    `db status` says so until the name is fixed and the apply runs again."""
+    with psycopg.connect(registry.url) as conn:
+        conn.execute("insert into payrail.provider_methods (provider, method, guidance) "
+                     "values ('Longco', 'A method name of thirty letters', 'Purpose: test.')")
+    release = registry.changed(
+        "rule-release", ("schema/015-text_rules.sql", "p_name)) between 1 and 120", "p_name)) between 1 and 20"))
+    result = registry.apply("--json", code=release)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'check constraint \\"provider_methods_method_check\\"' in result.stdout, result.stdout
+    status = json.loads(run_cli_of(release, registry.env(), "db", "status", "--json").stdout)
+    assert status["applyDue"] is True
+    assert "constraints not validated: provider_methods.provider_methods_method_check" in "; ".join(status["applyDueReasons"])
+
+    with psycopg.connect(registry.url) as conn:
+        with pytest.raises(psycopg.errors.CheckViolation, match="provider_methods_method_check"):
+            conn.execute("insert into payrail.provider_methods (provider, method, guidance) "
+                         "values ('Newco', 'Another name of thirty letters', 'Purpose: test.')")
+        conn.rollback()
+        conn.execute("update payrail.provider_methods set method = 'Short' where provider = 'Longco'")
+    result = apply_json(registry.apply("--json", code=release))
+    assert "provider_methods.provider_methods_method_check" in result["validatedConstraints"]
+    assert json.loads(run_cli_of(release, registry.env(), "db", "status", "--json").stdout)["applyDue"] is False
+
+
 def test_a_current_registry_is_applied_without_a_lock_that_searches_or_edits_wait_for(registry):
     """An apply that finds nothing to do reads the catalog and the record of the last apply, with
     the ACCESS SHARE locks a search takes and nothing more: it returns at once while another

@@ -129,8 +129,31 @@ return coalesce(
 comment on function payrail._definition_of(regclass, name) is
 $$The definition of the trigger or constraint p_name of p_table as the catalog prints it; NULL when there is none.$$;
 
-create or replace function payrail._ensure_definition(p_table regclass, p_name name, p_statement text)
-returns boolean
+create or replace function payrail._replace_check_constraint(p_table regclass, p_name name, p_check text, p_why text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path from current
+as $$
+begin
+  perform payrail._needs_exclusive_lock(p_table, p_why);
+  -- NOT VALID: adding it then holds the table's exclusive lock for an instant. Validating reads
+  -- every row under a lock that blocks neither searches nor edits: `db apply` does it after its
+  -- transaction, a file run alone (psql) at once.
+  execute pg_catalog.format('alter table %s drop constraint if exists %I, add constraint %I %s not valid',
+                            p_table, p_name, p_name, p_check);
+  if payrail._deploy_mode() = '' then
+    execute pg_catalog.format('alter table %s validate constraint %I', p_table, p_name);
+  end if;
+end
+$$;
+
+comment on function payrail._replace_check_constraint(regclass, name, text, text) is
+$$Replaces p_table's constraint p_name by one with p_check, added NOT VALID and validated after the apply's transaction (at once when run alone); p_why says why, if it needs a lock db apply does not hold.$$;
+
+create or replace function payrail._ensure_check_constraint(p_table regclass, p_name name, p_check text)
+returns void
 language plpgsql
 volatile
 security invoker
@@ -146,54 +169,50 @@ begin
   drop table if exists payrail._deploy_probe;
   execute pg_catalog.format('create table payrail._deploy_probe (like %s)', p_table);
   v_probe := pg_catalog.to_regclass('payrail._deploy_probe');
-  execute pg_catalog.format(p_statement, p_name, v_probe);
-  v_wanted := pg_catalog.replace(payrail._definition_of(v_probe, p_name), v_probe::text, p_table::text);
+  execute pg_catalog.format('alter table %s add constraint %I %s', v_probe, p_name, p_check);
+  v_wanted := payrail._definition_of(v_probe, p_name);
   drop table payrail._deploy_probe;
-  if v_wanted is not distinct from payrail._definition_of(p_table, p_name) then
-    return false;
-  end if;
-  perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('%s is new or changed', p_name));
-  execute pg_catalog.format(p_statement, p_name, p_table);
-  return true;
-end
-$$;
-
-comment on function payrail._ensure_definition(regclass, name, text) is
-$$Runs p_statement (a format() string: %1$I the object's name, %2$s the table) on p_table only when the trigger or constraint it makes differs from the one p_table has; true when it ran.
-
-Unchanged definitions take no lock on p_table, so a rerun of db/ leaves searches and edits alone.$$;
-
-create or replace function payrail._ensure_check_constraint(p_table regclass, p_name name, p_check text)
-returns void
-language plpgsql
-volatile
-security invoker
-set search_path from current
-as $$
-begin
-  -- NOT VALID: adding it then only takes the table's lock for an instant. Validating reads every
-  -- row under a lock that blocks neither searches nor edits; `db apply` does it after its
-  -- transaction, psql's install at once.
-  perform payrail._ensure_definition(p_table, p_name,
-    'alter table %2$s drop constraint if exists %1$I, add constraint %1$I ' || pg_catalog.replace(p_check, '%', '%%') || ' not valid');
-  if payrail._deploy_mode() = ''
-     and exists (select from pg_catalog.pg_constraint where conrelid = p_table and conname = p_name and not convalidated) then
+  if v_wanted is distinct from payrail._definition_of(p_table, p_name) then
+    perform payrail._replace_check_constraint(p_table, p_name, p_check, pg_catalog.format('%s is new or changed', p_name));
+  elsif payrail._deploy_mode() = '' and exists (
+      select from pg_catalog.pg_constraint where conrelid = p_table and conname = p_name and not convalidated) then
+    -- Left not valid by an apply whose follow-up did not finish.
     execute pg_catalog.format('alter table %s validate constraint %I', p_table, p_name);
   end if;
 end
 $$;
 
 comment on function payrail._ensure_check_constraint(regclass, name, text) is
-$$Gives p_table the constraint p_name with p_check (e.g. 'check (version >= 1)'), replacing it only when its definition changed.$$;
+$$Gives p_table the constraint p_name with p_check (e.g. 'check (version >= 1)'), replacing it only when its definition changed.
+
+Unchanged definitions take no lock on p_table, so a rerun of db/ leaves searches and edits alone.$$;
 
 create or replace function payrail._ensure_trigger(p_table regclass, p_name name, p_create text)
 returns void
-language sql
+language plpgsql
 volatile
 security invoker
 set search_path from current
--- Constraint triggers cannot be created "or replace": dropped first, which takes an exclusive lock.
-return payrail._ensure_definition(p_table, p_name, 'drop trigger if exists %1$I on %2$s; ' || p_create);
+as $$
+declare
+  v_probe regclass;
+  v_wanted text;
+begin
+  -- As _ensure_check_constraint compares: the new trigger made on an empty copy of the table.
+  drop table if exists payrail._deploy_probe;
+  execute pg_catalog.format('create table payrail._deploy_probe (like %s)', p_table);
+  v_probe := pg_catalog.to_regclass('payrail._deploy_probe');
+  execute pg_catalog.format(p_create, p_name, v_probe);
+  v_wanted := pg_catalog.replace(payrail._definition_of(v_probe, p_name), v_probe::text, p_table::text);
+  drop table payrail._deploy_probe;
+  if v_wanted is distinct from payrail._definition_of(p_table, p_name) then
+    -- Constraint triggers cannot be created "or replace": dropped first, under an exclusive lock.
+    perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('%s is new or changed', p_name));
+    execute pg_catalog.format('drop trigger if exists %I on %s', p_name, p_table);
+    execute pg_catalog.format(p_create, p_name, p_table);
+  end if;
+end
+$$;
 
 comment on function payrail._ensure_trigger(regclass, name, text) is
 $$Gives p_table the trigger p_name that p_create makes (a format() string: %1$I the name, %2$s the table), replacing it only when its definition changed.$$;

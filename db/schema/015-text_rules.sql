@@ -225,10 +225,12 @@ return pg_catalog.cardinality(p_values) <> (select pg_catalog.count(distinct v) 
 comment on function payrail._has_duplicates(text[]) is
 $$True when the array holds the same value twice.$$;
 
--- Rebuild the indexes whose keys these functions compute, if this run changed any of them.
+-- Rebuild the indexes whose keys these functions compute, and check again the rows of the
+-- constraints that call them, if this run changed any of them.
 do $$
 declare
   v_index pg_catalog.regclass;
+  v_constraint record;
 begin
   if payrail._text_rules_fingerprint() = pg_catalog.current_setting('payrail.text_rules_before') then
     return;
@@ -246,6 +248,19 @@ begin
     perform payrail._needs_exclusive_lock((select indrelid from pg_catalog.pg_index where indexrelid = v_index),
                                           pg_catalog.format('the name rules changed, so index %s is rebuilt', v_index));
     execute pg_catalog.format('reindex index %s', v_index);
+  end loop;
+  for v_constraint in
+    select distinct c.conrelid::pg_catalog.regclass as table_name, c.conname,
+           pg_catalog.regexp_replace(pg_catalog.pg_get_constraintdef(c.oid), ' NOT VALID$', '') as definition
+    from pg_catalog.pg_depend as d
+    join pg_catalog.pg_constraint as c on c.oid = d.objid and c.contype = 'c'
+    join pg_catalog.pg_proc as p on p.oid = d.refobjid
+    where d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass
+      and d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      and p.pronamespace = 'payrail'::pg_catalog.regnamespace
+  loop
+    perform payrail._replace_check_constraint(v_constraint.table_name, v_constraint.conname, v_constraint.definition,
+      pg_catalog.format('the name rules changed, so constraint %s checks every row again', v_constraint.conname));
   end loop;
 end
 $$;
