@@ -62,8 +62,16 @@ def test_db_status_says_when_and_why_an_apply_is_due(cli_env, database_url, tmp_
         conn.execute("comment on function payrail.search_provider_methods(text, vector, text) is 'edited in psql'")
     report = status(cli_env)
     assert report["applyDue"] is True
-    assert report["applyDueReasons"] == ["definitions changed since the last apply (by hand, or pgvector was updated)"]
-    assert "db apply: due (definitions changed since the last apply" in run_cli(cli_env, "db", "status").stdout
+    assert report["applyDueReasons"] == ["definitions changed by hand since the last apply"]
+    assert "db apply: due (definitions changed by hand since the last apply)" in run_cli(cli_env, "db", "status").stdout
+    # The same, where the last apply ran on an older PostgreSQL (pg_upgrade), or an older pgvector.
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        postgres, pgvector = conn.execute(
+            "select current_setting('server_version'), (select extversion from pg_extension where extname = 'vector')").fetchone()
+        conn.execute("update payrail.deployments set postgres_version = '15.2'")
+        assert status(cli_env)["applyDueReasons"] == [f"PostgreSQL was upgraded since the last apply (15.2 to {postgres})"]
+        conn.execute("update payrail.deployments set postgres_version = %s, pgvector_version = '0.7.0'", (postgres,))
+        assert status(cli_env)["applyDueReasons"] == [f"pgvector was updated since the last apply (0.7.0 to {pgvector})"]
     assert run_cli(cli_env, "db", "apply").returncode == 0
     assert status(cli_env)["applyDue"] is False
 

@@ -150,7 +150,7 @@ def test_a_release_that_tightens_a_rule_checks_the_stored_rows_again_after_its_t
         conn.execute("insert into payrail.provider_methods (provider, method, guidance) "
                      "values ('Longco', 'A method name of thirty letters', 'Purpose: test.')")
     release = registry.changed(
-        "rule-release", ("schema/015-text_rules.sql", "p_name)) between 1 and 120", "p_name)) between 1 and 20"))
+        "rule-release", ("schema/015-text_rules.sql", "(p_name)) <= 120", "(p_name)) <= 20"))
     result = registry.apply("--json", code=release)
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'check constraint \\"provider_methods_method_check\\"' in result.stdout, result.stdout

@@ -88,20 +88,29 @@ def schema_state(conn: psycopg.Connection, digest: str | None = None) -> dict:
         reason = "the registry predates schema versions" if registry else "no registry in this database yet"
         return {"schemaVersion": None, "applyDue": True, "applyDueReasons": [reason]}
     row = conn.execute(
-        """select product_version, db_digest, applied_at, applied_by, applied_with, postgres_version, pgvector_version,
-                  completed_at, definitions_changed, constraints_not_validated
-           from payrail.get_schema_version()"""
+        """select v.product_version, v.db_digest, v.applied_at, v.applied_by, v.applied_with, v.postgres_version,
+                  v.pgvector_version, v.completed_at, v.definitions_changed, v.constraints_not_validated,
+                  pg_catalog.current_setting('server_version'),
+                  (select e.extversion from pg_catalog.pg_extension as e where e.extname = 'vector')
+           from payrail.get_schema_version() as v"""
     ).fetchone()
     if row is None:
         return {"schemaVersion": None, "applyDue": True, "applyDueReasons": ["no apply recorded yet"]}
-    (version, applied_digest, applied_at, applied_by, applied_with, postgres, pgvector, completed_at, changed, not_validated) = row
+    (version, applied_digest, applied_at, applied_by, applied_with, postgres, pgvector, completed_at, changed, not_validated,
+     postgres_now, pgvector_now) = row
     reasons = []
     if applied_digest != digest:
         reasons.append(
             "db/ differs from the one applied" if applied_digest else "applied with psql, which records no db/ digest"
         )
     if changed:
-        reasons.append("definitions changed since the last apply (by hand, or pgvector was updated)")
+        # The catalog prints differently: say why, where the versions tell.
+        if postgres.split(".")[0] != postgres_now.split(".")[0]:
+            reasons.append(f"PostgreSQL was upgraded since the last apply ({postgres} to {postgres_now})")
+        elif pgvector != pgvector_now:
+            reasons.append(f"pgvector was updated since the last apply ({pgvector} to {pgvector_now})")
+        else:
+            reasons.append("definitions changed by hand since the last apply")
     if completed_at is None:
         reasons.append("the last apply's follow-up (validating constraints, checking derived rows) did not finish")
     if not_validated:
