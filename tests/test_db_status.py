@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 
 from payrail_embedder.database import display_url, embedded_pgdata
-from payrail_embedder.deploy import db_digest
+from payrail_embedder.deploy import apply_schema, db_digest
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
 from payrail_test_support.servers import replace_database
@@ -81,6 +81,27 @@ def test_db_status_says_when_and_why_an_apply_is_due(cli_env, database_url, tmp_
     result = run_cli_of(release, cli_env, "db", "status", "--json")
     report = json.loads(result.stdout)
     assert (report["applyDue"], report["applyDueReasons"]) == (True, ["db/ differs from the one applied"])
+
+
+def test_a_registry_restored_from_a_dump_is_current(cli_env, server, database_url):
+    """The record of its last apply comes with the dump, and the restored catalog prints as the
+    dumped one did: no apply is due (docs/operations.md restores without one)."""
+    source, restored = (replace_database(database_url, name) for name in ("payrail_status_source", "payrail_status_restored"))
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        for name in ("payrail_status_source", "payrail_status_restored"):
+            conn.execute(f"create database {name} template template0")
+    try:
+        apply_schema(source)
+        dump = subprocess.run([server.psql.parent / "pg_dump", "--format=custom", source], capture_output=True, check=True).stdout
+        subprocess.run([server.psql.parent / "pg_restore", "--single-transaction", "--exit-on-error", f"--dbname={restored}"],
+                       input=dump, capture_output=True, check=True)
+        report = status({**cli_env, "PAYRAIL_DATABASE_URL": restored})
+        assert (report["applyDue"], report["applyDueReasons"]) == (False, [])
+        assert report["schemaVersion"] == status({**cli_env, "PAYRAIL_DATABASE_URL": source})["schemaVersion"]
+    finally:
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            for name in ("payrail_status_source", "payrail_status_restored"):
+                conn.execute(f"drop database if exists {name} with (force)")
 
 
 def test_db_status_of_a_registry_installed_with_psql_or_not_at_all(cli_env, server, database_url):

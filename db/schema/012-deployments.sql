@@ -305,8 +305,12 @@ as $$
   left join pg_catalog.pg_attrdef as d on (d.adrelid, d.adnum) = (a.attrelid, a.attnum)
   where a.attrelid in (select oid from tables) and a.attnum > 0 and not a.attisdropped
   union all
+  -- A table's ACL that says what the default says (its owner's privileges alone: deployments) is
+  -- dumped as nothing and restored as NULL: the same to both.
   select 'relation', c.oid::pg_catalog.regclass::text,
-         pg_catalog.concat_ws(' ', c.relkind, c.relacl::text, c.reloptions::text, pg_catalog.obj_description(c.oid, 'pg_class'))
+         pg_catalog.concat_ws(' ', c.relkind,
+                              coalesce(c.relacl, pg_catalog.acldefault((case c.relkind when 'S' then 's' else 'r' end)::"char", c.relowner))::text,
+                              c.reloptions::text, pg_catalog.obj_description(c.oid, 'pg_class'))
   from pg_catalog.pg_class as c
   where c.oid in (select oid from tables)
   union all

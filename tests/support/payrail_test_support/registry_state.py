@@ -45,7 +45,11 @@ select kind, name, definition from (
   where a.attrelid in (select oid from payrail_tables) and a.attnum > 0 and not a.attisdropped
   union all
   select 'relation', c.oid::regclass::text,
-         concat_ws(' ', c.relkind, c.reloptions::text, c.relacl::text, pg_catalog.obj_description(c.oid, 'pg_class'))
+         -- An ACL that says what the default says (the owner's privileges alone) is dumped as
+         -- nothing and restored as NULL: the same to both.
+         concat_ws(' ', c.relkind, c.reloptions::text,
+                   coalesce(c.relacl, pg_catalog.acldefault((case c.relkind when 'S' then 's' else 'r' end)::"char", c.relowner))::text,
+                   pg_catalog.obj_description(c.oid, 'pg_class'))
   from pg_catalog.pg_class as c
   where c.oid in (select oid from payrail_tables)
   union all
