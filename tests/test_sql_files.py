@@ -177,9 +177,9 @@ def test_every_stored_definition_resolves_under_the_empty_search_path_of_a_dump(
 
 
 def test_db_apply_force_rebuilds_the_half_precision_vectors_from_the_records(database_url, tmp_path):
-    """Search's first pass is derived data: `db apply --force` (and any apply that changes the
-    schema) repairs a row that is missing, stale or left over (restored from a dump without
-    triggers, or edited by a superuser). A plain apply of a current registry reads no row."""
+    """Search's first pass is derived data: `db apply --force` (and an apply that changes how its
+    rows are derived) repairs a row that is missing, stale or left over (restored from a dump
+    without triggers, or edited by a superuser). A plain apply of a current registry reads no row."""
     derived = "select provider_method_id, unit_embedding::text from payrail.provider_method_half_vectors order by 1"
     expected = (
         "select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1"

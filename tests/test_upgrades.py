@@ -81,7 +81,7 @@ def snapshot(url: str, agent_url: str, logins: list[str]) -> dict:
             if not columns:
                 return []
             listed = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns)
-            return [dict(zip(columns, row)) for row in conn.execute(
+            return [dict(zip(columns, row, strict=True)) for row in conn.execute(
                 sql.SQL("select {} from payrail.{} order by {}").format(listed, sql.Identifier(table), sql.SQL(order)))]
 
         state = {

@@ -152,8 +152,8 @@ $$;
 comment on function payrail._replace_check_constraint(regclass, name, text, text) is
 $$Replaces p_table's constraint p_name by one with p_check, added NOT VALID and validated after the apply's transaction (at once when run alone); p_why says why, if it needs a lock db apply does not hold.$$;
 
-create or replace function payrail._ensure_check_constraint(p_table regclass, p_name name, p_check text)
-returns void
+create or replace function payrail._probed_definition(p_table regclass, p_name name, p_create text)
+returns text
 language plpgsql
 volatile
 security invoker
@@ -161,18 +161,35 @@ set search_path from current
 as $$
 declare
   v_probe regclass;
-  v_wanted text;
+  v_definition text;
 begin
-  -- The catalog prints a definition in one way whatever way it was written: so make the new one on
-  -- an empty copy of the table's columns, compare the two prints, and touch the table only if
-  -- they differ. The copy lives only inside this call.
+  -- The catalog prints a definition in one way whatever way it was written: so the new one is made
+  -- on an empty copy of the table's columns and printed, for the caller to compare with the one
+  -- the table has. The copy lives only inside this call, and its name is the table's in the print.
   drop table if exists payrail._deploy_probe;
   execute pg_catalog.format('create table payrail._deploy_probe (like %s)', p_table);
   v_probe := pg_catalog.to_regclass('payrail._deploy_probe');
-  execute pg_catalog.format('alter table %s add constraint %I %s', v_probe, p_name, p_check);
-  v_wanted := payrail._definition_of(v_probe, p_name);
+  execute pg_catalog.format(p_create, p_name, v_probe);
+  v_definition := pg_catalog.replace(payrail._definition_of(v_probe, p_name), v_probe::text, p_table::text);
   drop table payrail._deploy_probe;
-  if v_wanted is distinct from payrail._definition_of(p_table, p_name) then
+  return v_definition;
+end
+$$;
+
+comment on function payrail._probed_definition(regclass, name, text) is
+$$What p_create (a format() string: %1$I the name, %2$s the table) would make of trigger or constraint p_name on p_table, as the catalog would print it; made on an empty copy of p_table, not on p_table.$$;
+
+create or replace function payrail._ensure_check_constraint(p_table regclass, p_name name, p_check text)
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path from current
+as $$
+begin
+  -- p_check goes into a format() string: its own % are doubled.
+  if payrail._probed_definition(p_table, p_name, 'alter table %2$s add constraint %1$I ' || pg_catalog.replace(p_check, '%', '%%'))
+     is distinct from payrail._definition_of(p_table, p_name) then
     perform payrail._replace_check_constraint(p_table, p_name, p_check, pg_catalog.format('%s is new or changed', p_name));
   elsif payrail._deploy_mode() = '' and exists (
       select from pg_catalog.pg_constraint where conrelid = p_table and conname = p_name and not convalidated) then
@@ -194,18 +211,8 @@ volatile
 security invoker
 set search_path from current
 as $$
-declare
-  v_probe regclass;
-  v_wanted text;
 begin
-  -- As _ensure_check_constraint compares: the new trigger made on an empty copy of the table.
-  drop table if exists payrail._deploy_probe;
-  execute pg_catalog.format('create table payrail._deploy_probe (like %s)', p_table);
-  v_probe := pg_catalog.to_regclass('payrail._deploy_probe');
-  execute pg_catalog.format(p_create, p_name, v_probe);
-  v_wanted := pg_catalog.replace(payrail._definition_of(v_probe, p_name), v_probe::text, p_table::text);
-  drop table payrail._deploy_probe;
-  if v_wanted is distinct from payrail._definition_of(p_table, p_name) then
+  if payrail._probed_definition(p_table, p_name, p_create) is distinct from payrail._definition_of(p_table, p_name) then
     -- Constraint triggers cannot be created "or replace": dropped first, under an exclusive lock.
     perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('%s is new or changed', p_name));
     execute pg_catalog.format('drop trigger if exists %I on %s', p_name, p_table);

@@ -45,15 +45,11 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
         database_url = report["url"] = info.get_uri(database=database.EMBEDDED_DATABASE)
     try:
         with database.connect(database_url, autocommit=True) as conn:
-            report["server"] = dict(
-                zip(
-                    ("postgresql", "pgvector"),
-                    conn.execute(
-                        """select pg_catalog.current_setting('server_version'),
-                                  (select extversion from pg_catalog.pg_extension where extname = 'vector')"""
-                    ).fetchone(),
-                )
-            )
+            postgresql, pgvector = conn.execute(
+                """select pg_catalog.current_setting('server_version'),
+                          (select extversion from pg_catalog.pg_extension where extname = 'vector')"""
+            ).fetchone()
+            report["server"] = {"postgresql": postgresql, "pgvector": pgvector}
             report |= deploy.schema_state(conn)
             report["registry"] = stored.counts(conn)
     except psycopg.Error as error:
