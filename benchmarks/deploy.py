@@ -43,7 +43,8 @@ import psycopg
 
 from payrail_test_support.code import changed_tree, cli_of, code_tree, without_settings
 from payrail_test_support.traffic import Traffic, overlapping
-from search_speed import MODEL, METHODS_PER_PROVIDER, copy_records, print_table, shared_buffers_for, unit_vectors
+from import_throughput import METHODS_PER_PROVIDER, catalog_record, print_table
+from search_speed import MODEL, load_by_copy, shared_buffers_for, unit_vectors
 from throwaway_postgres import throwaway_postgres
 
 DIMENSIONS = 1536
@@ -79,18 +80,18 @@ def db_apply(tree: Path, url: str, *options: str, check: bool = True) -> tuple[f
 
 
 def load(url: str, count: int) -> float:
-    """count enabled records by binary COPY (search_speed.copy_records; neither VACUUM nor ANALYZE),
+    """count enabled records by binary COPY (search_speed.load_by_copy; neither VACUUM nor ANALYZE),
     and the logins of the traffic; returns the seconds it took."""
     started = time.perf_counter()
+    load_by_copy(url, unit_vectors(np.random.default_rng(count), count, DIMENSIONS), None)
     with psycopg.connect(url) as conn:
-        copy_records(conn, unit_vectors(np.random.default_rng(count), count, DIMENSIONS))
         conn.execute("create role bench_agent login in role payrail_agent")
         conn.execute("create role bench_editor login in role payrail_operator")
     return time.perf_counter() - started
 
 
 def measure(url: str, tree: Path, records: int, searchers: int, seconds: float, options: tuple[str, ...]) -> list:
-    providers = [f"Benchmark Provider {n:06d}" for n in range(records // METHODS_PER_PROVIDER)]
+    providers = [catalog_record(n)["provider"] for n in range(0, records, METHODS_PER_PROVIDER)]
     traffic = Traffic(url, "bench_agent", "bench_editor", providers, list(range(1, records + 1)), DIMENSIONS, MODEL, searchers)
     with traffic.running():
         time.sleep(seconds)
