@@ -23,7 +23,7 @@ from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
 from .records import read_lines
 from .registry_model import RegistryModelMismatch
-from .search import SearchError, SearchUnavailable, search_provider_methods
+from .search import SearchError, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
 from .write import TransientFailure, error_reason
 
@@ -353,7 +353,7 @@ def search(settings: Settings, query, as_json):
     An exact provider or method name is answered by name, without the embedder. Exits 2 for
     invalid_query (fix the query) and 1 for search_unavailable (try again later).
     """
-    query = read_query(query)
+    query = check_query(read_query(query))  # invalid_query before any connection, even with the database down
     with connect_for_search(settings) as conn:
         matches = search_provider_methods(conn, settings.embedder, query)
     echo_matches(matches, as_json)
@@ -421,7 +421,7 @@ def preview(settings: Settings, query, draft, as_json):
     The same paths, order, errors and exit statuses as search (payrail.preview_search). The draft
     needs a vector of its current content: run `payrail-embedder sync` first.
     """
-    query = read_query(query)
+    query = check_query(read_query(query))
     with connect_for_search(settings) as conn:
         row = stored.find_by_name(conn, [draft])
         matches = search_provider_methods(conn, settings.embedder, query, counted_draft=(row["provider"], row["method"]))

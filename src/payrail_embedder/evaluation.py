@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from .embedders import Embedder, EmbeddingUnavailable
-from .search import SearchError, SearchUnavailable, embed_queries, search_provider_methods
+from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
 
@@ -58,6 +58,10 @@ def read_labelled_queries(path: Path) -> list[LabelledQuery]:
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
                 reason = f"missing field {error}" if isinstance(error, KeyError) else str(error)
                 raise EvaluationError(f"{path}:{number}: {reason}") from error
+            try:
+                check_query(query)  # invalid_query before the database or the embedder is asked
+            except InvalidQuery as error:
+                raise InvalidQuery(f"{path}:{number}: {error.detail}") from None
             queries.append(LabelledQuery(number, query, tuple((p, m) for p, m in relevant)))
     if not queries:
         raise EvaluationError(f"{path}: no labelled queries")
