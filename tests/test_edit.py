@@ -7,8 +7,6 @@ embedding of the stored text, history against what the database recorded.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -17,9 +15,8 @@ from psycopg.rows import dict_row
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
 from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.cli import run_edit as edit
 from payrail_test_support.openai_fake import fake_embedding
-
-FAKE_EDITOR = Path(__file__).with_name("fake_editor.py")
 
 ENABLED = {
     "provider": "Acme Maps",
@@ -36,17 +33,6 @@ DRAFT = {**ENABLED, "method": "Reverse geocode", "guidance": "Purpose: turn coor
 def registry(cli_env, tmp_path):
     cli_import(cli_env, tmp_path / "catalog.jsonl", [ENABLED, DRAFT])
     return cli_env
-
-
-def edit(env: dict, tmp_path: Path, steps: list[dict], *args: str):
-    """Runs `payrail-embedder edit ARGS` with the fake editor doing steps; returns the result and
-    the texts the editor was shown, in order."""
-    directory = tmp_path / f"editor-{len(list(tmp_path.glob('editor-*')))}"
-    directory.mkdir()
-    (directory / "steps.json").write_text(json.dumps(steps), encoding="utf-8")
-    env = {**env, "EDITOR": f"{sys.executable} {FAKE_EDITOR}", "FAKE_EDITOR_DIR": str(directory)}
-    result = run_cli(env, "edit", *args)
-    return result, [p.read_text(encoding="utf-8") for p in sorted(directory.glob("shown-*.txt"))]
 
 
 def stored(database_url: str, method: str) -> dict:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -12,7 +11,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable
-from .records import Line, ProviderMethod, Refusal
+from .records import Line, ProviderMethod, Refusal, json_text
 from .registry_model import RegistryModelMismatch
 from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, error_reason, save_changes
 
@@ -179,4 +178,4 @@ def export_records(conn: psycopg.Connection) -> Iterable[str]:
     )
     for row in cursor:
         record = ProviderMethod(row["provider"], row["method"], row["urls"], row["docs_url"], row["guidance"], row["enabled"])
-        yield json.dumps(record.to_json(), ensure_ascii=False)
+        yield json_text(record.to_json())

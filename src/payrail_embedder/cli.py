@@ -7,7 +7,6 @@ with --json, JSON for scripts. Failures have a code scripts branch on (FAILURE_E
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from . import history as history_module
 from . import status as status_module
 from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
-from .records import read_lines
+from .records import json_text, read_lines
 from .registry_model import RegistryModelMismatch
 from .search import SearchError, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
@@ -97,7 +96,7 @@ class Commands(click.Group):
             if failure is None:
                 raise
             if wants_json(args):
-                click.echo(json.dumps(failure.to_json(), ensure_ascii=False))
+                click.echo(json_text(failure.to_json()))
             elif isinstance(error, click.UsageError):
                 error.show()
             else:
@@ -160,7 +159,7 @@ def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
         attempts=attempts,
         say=lambda message: click.echo(message, err=True),
     )
-    click.echo(json.dumps(result.to_json()) if as_json else result.describe())
+    click.echo(json_text(result.to_json()) if as_json else result.describe())
 
 
 @db.command("roles")
@@ -175,7 +174,7 @@ def db_roles(settings: Settings, as_json):
     """
     report = database.create_roles(settings.resolved_database_url)
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json_text(report))
         return
     for role in report["created"]:
         click.echo(f"created {role}")
@@ -204,7 +203,7 @@ def db_status(settings: Settings, as_json):
     """
     report = status_module.status(settings.database_url, settings.data_dir)
     if as_json:
-        click.echo(json.dumps(report, ensure_ascii=False))
+        click.echo(json_text(report))
     else:
         for line in status_module.describe(report):
             click.echo(line)
@@ -251,7 +250,7 @@ def import_(settings: Settings, files, skip_invalid, as_json):
         with progress_bar(count_lines(files), "embedding") as bar:
             report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        click.echo(json_text(report.to_json()))
     else:
         for refusal in report.refused:
             click.echo(f"refused {refusal}", err=True)
@@ -305,14 +304,14 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
         if dry_run:
             names = [sync_module.record_name(r) for r in sync_module.records_to_sync(conn)]
             if as_json:
-                click.echo(json.dumps({"wouldEmbed": names}, ensure_ascii=False))
+                click.echo(json_text({"wouldEmbed": names}))
             else:
                 click.echo("\n".join(names + [f"{len(names)} records would be embedded"]))
             return
         with progress_bar(sum(1 for _ in sync_module.ids_to_sync(conn)), "embedding") as bar:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        click.echo(json_text(report.to_json()))
     else:
         echo_pending(report)
         click.echo(
@@ -361,7 +360,7 @@ def search(settings: Settings, query, as_json):
 
 def echo_matches(matches: list[dict], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"matches": matches}, ensure_ascii=False))
+        click.echo(json_text({"matches": matches}))
         return
     if not matches:
         click.echo("no enabled provider method matches")
@@ -370,7 +369,7 @@ def echo_matches(matches: list[dict], as_json: bool) -> None:
         click.echo(f"   docs: {match['docsUrl'] or '-'}")
         for url in match["urls"]:
             click.echo(f"   url:  {url}")
-        for line in match["guidance"].splitlines():
+        for line in match["guidance"].split("\n"):
             click.echo(f"   {line}")
 
 
@@ -391,7 +390,7 @@ def eval_(settings: Settings, queries_file, as_json):
     with connect_for_search(settings) as conn:
         report = evaluation.evaluate(conn, settings.embedder, queries)
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        click.echo(json_text(report.to_json()))
         return
     for warning in report.label_warnings:
         click.echo(f"warning: line {warning['line']}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True)
@@ -474,7 +473,7 @@ def history(settings: Settings, name, as_json):
         provider, method = stored.resolve_former_name(conn, name)
         found = history_module.provider_method_history(conn, provider, method)
     if as_json:
-        click.echo(json.dumps(found, ensure_ascii=False))
+        click.echo(json_text(found))
         return
     record = found["record"]
     if record is None:
@@ -495,7 +494,7 @@ def history(settings: Settings, name, as_json):
         click.echo(f"  docs: {version['docsUrl'] or '-'}")
         for url in version["urls"]:
             click.echo(f"  url:  {url}")
-        for line in version["guidance"].splitlines():
+        for line in version["guidance"].split("\n"):
             click.echo(f"  {line}")
     if found["history"]:
         click.echo("\nrestore one with: select payrail.restore_provider_method(HISTORY_ID);")
@@ -514,7 +513,7 @@ def model_show(settings: Settings, as_json):
     with settings.connect() as conn:
         info = model_switch.describe(conn)
     if as_json:
-        click.echo(json.dumps(info))
+        click.echo(json_text(info))
         return
     if info["model"] is None:
         click.echo("no embedding model yet: the first import or sync sets it")
@@ -542,7 +541,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
         with progress_bar(sum(1 for _ in model_switch.ids_to_stage(conn, new_model)), "staging") as bar:
             report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=bar.update)
     if as_json:
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        click.echo(json_text(report.to_json()))
     elif report.switched:
         click.echo(
             f"switched to {report.model} ({report.dimensions} dimensions): {report.staged} embedded now, "

@@ -14,7 +14,7 @@ import psycopg
 
 from . import stored
 from .embedders import Embedder, EmbeddingUnavailable
-from .records import ProviderMethod, parse_record, refuse_duplicate_keys
+from .records import ProviderMethod, json_text, lines_of, parse_record, refuse_duplicate_keys
 from .write import Change, Conflict, Refused, Saved, save_changes
 
 COMMENT = "#"
@@ -30,23 +30,23 @@ NEW_RECORD = ProviderMethod(
 
 def editor_text(record: ProviderMethod, notes: list[str]) -> str:
     """The record as the operator edits it: comment lines, then the catalog line pretty-printed."""
-    body = json.dumps(record.to_json(), ensure_ascii=False, indent=2)
+    body = json_text(record.to_json(), indent=2)
     return "".join(f"{COMMENT} {line}\n" if line else f"{COMMENT}\n" for line in notes) + body + "\n"
 
 
 def _is_comment(line: str) -> bool:
-    # A JSON string cannot hold a raw line break, so no line of the record itself starts with "#".
+    # A JSON string cannot hold a raw newline, so no line of the record itself starts with "#".
     return line.lstrip().startswith(COMMENT)
 
 
 def without_comments(text: str) -> str:
-    return "".join(line for line in text.splitlines(keepends=True) if not _is_comment(line))
+    return "".join(line for line in lines_of(text) if not _is_comment(line))
 
 
 def parse_editor_text(text: str) -> ProviderMethod:
     """The record in the editor's text; ValueError saying what is wrong with it."""
     # Comment lines become blank lines, so a JSON error's line number is the editor's.
-    blanked = "".join("\n" if _is_comment(line) else line for line in text.splitlines(keepends=True))
+    blanked = "".join("\n" if _is_comment(line) else line for line in lines_of(text))
     try:
         data = json.loads(blanked, object_pairs_hook=refuse_duplicate_keys)
     except json.JSONDecodeError as error:
@@ -116,7 +116,7 @@ def conflict_notes(conflict: Conflict, current: dict | None) -> list[str]:
             f"NOT SAVED: {conflict.reason}.",
             "It was deleted meanwhile: save again to create it anew with your text.",
         ]
-    saved_now = json.dumps(stored.record_of(current).to_json(), ensure_ascii=False, indent=2).splitlines()
+    saved_now = json_text(stored.record_of(current).to_json(), indent=2).split("\n")
     return [
         f"NOT SAVED: {conflict.reason}.",
         f"The record as saved now (version {current['version']}, {current['updated_at'].isoformat()}):",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,27 @@ JSON_NAME_OF_COLUMN = {
     "guidance": "guidance",
     "enabled": "enabled",
 }
+
+
+# Line breaks JSON leaves as they are, though other readers end a line at them (Python's
+# str.splitlines, editors, JavaScript before ES2019): written as \u escapes, a record stays one
+# catalog line for every reader and keeps these characters unchanged. JSON escapes the other
+# breaks (VT, FF, U+001C..U+001E) itself.
+LINE_BREAK_ESCAPES = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# JSON's own white space: a line of nothing else is blank; any other character is content.
+JSON_WHITE_SPACE = " \t\r\n"
+
+
+def json_text(value: object, *, indent: int | None = None) -> str:
+    """value as JSON, non-ASCII text as it is but for LINE_BREAK_ESCAPES: what every catalog line,
+    editor file and --json answer is written as."""
+    return json.dumps(value, ensure_ascii=False, indent=indent).translate(LINE_BREAK_ESCAPES)
+
+
+def lines_of(text: str) -> list[str]:
+    """text's lines, each with its newline: split at "\n" alone (str.splitlines also splits at
+    U+2028, U+0085, VT, ...), as JSON and the catalog format count lines."""
+    return [line for line in re.split(r"(?<=\n)", text) if line]
 
 
 @dataclass(frozen=True)
@@ -136,7 +158,7 @@ def parse_lines(raw_lines: Iterable[bytes], source: str) -> Iterator[Line | Refu
         except UnicodeDecodeError as error:
             yield Refusal(source, number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
             continue
-        if not text.strip():
+        if not text.strip(JSON_WHITE_SPACE):
             continue
         try:
             yield Line(source, number, parse_record(json.loads(text, object_pairs_hook=refuse_duplicate_keys)))

@@ -28,15 +28,21 @@ def _text(form: Mapping[str, str], name: str) -> str:
     return str(form.get(name, "")).replace("\r\n", "\n")
 
 
+# What the form's URL fields lose at their ends: spaces and tabs a person types around a URL. Not
+# str.strip()'s Unicode white space: a URL holding a line separator (U+2028) is refused by the
+# database, never silently cut.
+TYPED_SPACE = " \t"
+
+
 def record_from_form(form: Mapping[str, str]) -> ProviderMethod:
     """The record as the operator typed it: URLs one per line (blank lines ignored), an empty Docs
-    URL is none, Enabled is the checkbox. Values are not trimmed or judged here: the database does."""
-    urls = [line.strip() for line in _text(form, "urls").split("\n") if line.strip()]
+    URL is none, Enabled is the checkbox. Values are not judged here: the database does."""
+    urls = [line.strip(TYPED_SPACE) for line in _text(form, "urls").split("\n") if line.strip(TYPED_SPACE)]
     return ProviderMethod(
         provider=_text(form, "provider"),
         method=_text(form, "method"),
         urls=urls,
-        docs_url=_text(form, "docsUrl").strip() or None,
+        docs_url=_text(form, "docsUrl").strip(TYPED_SPACE) or None,
         guidance=_text(form, "guidance"),
         enabled="enabled" in form,
     )
