@@ -10,9 +10,9 @@ What it does:
   --records enabled records as agent_latency does (generated records with random unit vectors
   inserted with SQL: embedding 10,000 records takes minutes on two cores, and the pages cost the
   same whatever the vectors are);
-- runs `payrail-embedder backoffice` as a subprocess (local model), signs in as postgres (the
-  embedded server trusts its socket) and times, over one kept-alive HTTP connection as a browser
-  uses: the records list (every record), the list filtered by a word, one record page (form,
+- runs `payrail-embedder backoffice` as a subprocess (local model), signs in with a login made as
+  `payrail-embedder operator add` makes one (the server asks its password, as on the embedded
+  default) and times, over one kept-alive HTTP connection as a browser uses: the records list (every record), the list filtered by a word, one record page (form,
   history, no query), a URL-only save (the form's POST, answered with a redirect; the vector is
   kept), a content save (the guidance changes: embedded by the local model first, then saved),
   and Try a query (a plain-words question: what agents get and the preview, each embedding it).
@@ -38,7 +38,7 @@ from urllib.parse import urlencode, urlsplit
 import numpy as np
 
 from agent_latency import fill_to, percentile
-from payrail_embedder import catalog, database
+from payrail_embedder import catalog, database, logins
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
 from payrail_embedder.records import read_lines
 from throwaway_postgres import throwaway_postgres
@@ -46,6 +46,7 @@ from throwaway_postgres import throwaway_postgres
 REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "payrail-embedder"
 QUERY = "find live hotel availability through a paid API"
+OPERATOR_LOGIN = ("bench_operator", "a benchmark passphrase")
 
 
 class Browser:
@@ -77,11 +78,19 @@ def token_of(html: str) -> str:
     return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
 
 
-def start_backoffice(url: str, log: Path) -> tuple[subprocess.Popen, str]:
+def with_operator_login(server, url: str) -> None:
+    """The embedded default's pg_hba.conf on server, and OPERATOR_LOGIN on it, as `operator add` makes it."""
+    database.use_hba_rules(server.admin_url, database.EMBEDDED_HBA)
+    with database.connect(url, autocommit=True) as conn:
+        logins.add_operator(conn, *OPERATOR_LOGIN)
+
+
+def start_backoffice(url: str, log: Path, *args: str, cli: Path = CLI) -> tuple[subprocess.Popen, str]:
+    """`cli backoffice --port 0 ARGS` on the registry at url; returns the process and its address."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
     env |= {"PAYRAIL_DATABASE_URL": url, "PAYRAIL_EMBEDDER": "local"}
     with log.open("w") as output:
-        process = subprocess.Popen([str(CLI), "backoffice", "--port", "0"], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen([str(cli), "backoffice", "--port", "0", *args], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
     deadline = time.monotonic() + 60
     while "Application startup complete" not in log.read_text():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -116,7 +125,8 @@ def record_form(html: str, **changes: str) -> dict:
 def measure(url: str, requests: int) -> list[tuple[str, list[float], int]]:
     browser = Browser(url)
     status, page, _ = browser.request("GET", "/sign-in")
-    status, _, location = browser.request("POST", "/sign-in", {"csrf_token": token_of(page), "username": "postgres", "password": "x"})
+    login, password = OPERATOR_LOGIN
+    status, _, location = browser.request("POST", "/sign-in", {"csrf_token": token_of(page), "username": login, "password": password})
     assert (status, location) == (303, "/records"), status
     status, listing, _ = browser.request("GET", "/records")
     ids = [int(i) for i in re.findall(r'<a href="/records/(\d+)">', listing)]
@@ -167,6 +177,7 @@ def main() -> None:
         with database.connect(url, autocommit=True) as conn:
             catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))
         fill_to(url, args.records, random.Random(42), np.random.default_rng(42))
+        with_operator_login(server, url)
         process, base_url = start_backoffice(url, Path(logs) / "backoffice.log")
         try:
             rows = measure(base_url, args.requests)

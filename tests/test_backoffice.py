@@ -25,11 +25,11 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     OPERATOR,
     WEATHER,
     backoffice,
-    create_roles,
     csrf_token,
     history,
     name,
     new_page,
+    operator_logins,
     page,
     registry,
     sign_in,
@@ -401,9 +401,8 @@ def test_a_stale_delete_deletes_nothing(browser, backoffice, page, database_url)
     other.context.close()
 
 
-def test_a_new_operator_fixes_a_word_and_agents_answers_change(browser, cli_env, database_url, tmp_path):
+def test_a_new_operator_fixes_a_word_and_agents_answers_change(browser, cli_env, operator_logins, tmp_path):
     """The issue's proof, on the sample catalog; also takes the README's screenshots."""
-    create_roles(database_url)
     result = run_cli(cli_env, "import", str(REPO / "catalog" / "sample.jsonl"))
     assert result.returncode == 0, result.stderr
     query = "find live hotel availability through a paid API"

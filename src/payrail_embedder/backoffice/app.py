@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import threading
 
@@ -24,14 +25,25 @@ from ..stored import STATES, record_of
 from ..write import error_reason
 from . import actions
 from .guard import Guard, allowed_hosts, origin_of
-from .sessions import Session, Sessions, SignInRefused, SignInThrottle, open_connection
+from .limits import BodyLimit, BodyTooLarge, in_words
+from .sessions import (
+    DatabaseUnreachable,
+    Session,
+    SessionEnded,
+    SessionLimits,
+    SessionLost,
+    Sessions,
+    SignInRefused,
+    SignInThrottle,
+    open_connection,
+    typed_problem,
+)
 from .views import FIELD_LABELS, record_from_form, record_name, saved_message
 from .web import (
     CSRF_FIELD,
     HERE,
     SESSION_COOKIE,
     SIGN_IN_COOKIE,
-    SessionLost,
     redirect,
     render,
     same_token,
@@ -40,9 +52,6 @@ from .web import (
     signed_in,
     work,
 )
-
-IDLE_TIMEOUT = 30 * 60.0
-
 
 def _embedder(request: Request):
     return request.app.state.embedder
@@ -66,11 +75,13 @@ async def home(request: Request) -> Response:
 def _sign_in_form(request: Request, status_code: int = 200, username: str = "", problem: str | None = None) -> Response:
     token = sign_in_token(request)
     notices = {
-        "ended": "Your session has ended (signed out elsewhere, idle for too long, or the backoffice restarted): sign in again.",
-        "lost": "The connection to the database was lost: sign in again.",
+        "ended": "Your session has ended (signed out elsewhere, idle or open for too long, or the backoffice restarted): sign in again.",
+        "lost": "Your session has ended: PostgreSQL no longer accepts the password it was opened with (changed, or the "
+        "role dropped, its grant revoked or its login taken away). Sign in again.",
         "signed_out": "You are signed out; your connection to the database is closed.",
     }
     notice = next((text for key, text in notices.items() if key in request.query_params), None)
+    limits: SessionLimits = request.app.state.sessions.limits
     response = render(
         request,
         "sign_in.html",
@@ -80,7 +91,8 @@ def _sign_in_form(request: Request, status_code: int = 200, username: str = "", 
         problem=problem,
         notice=notice,
         embedded=request.app.state.embedded,
-        idle_minutes=round(request.app.state.sessions.idle_timeout / 60),
+        idle_minutes=round(limits.idle_timeout / 60),
+        max_age_hours=f"{limits.max_age / 3600:g}",
     )
     set_cookie(request, response, SIGN_IN_COOKIE, token)
     return response
@@ -97,28 +109,27 @@ async def sign_in(request: Request) -> Response:
     username, password = str(form.get("username", "")), str(form.get("password", ""))
     if not same_token(form.get(CSRF_FIELD), request.cookies.get(SIGN_IN_COOKIE)):
         return _sign_in_form(request, 403, username, "The sign-in form had expired, or your browser did not send its cookie: sign in again.")
+    if problem := typed_problem(username, password):
+        return _sign_in_form(request, 403, username, problem)
     throttle: SignInThrottle = request.app.state.throttle
     wait = throttle.begin(username)
     if wait:
         return _sign_in_form(
             request, 429, username, f'Too many failed sign-ins for "{username}": wait {math.ceil(wait)} seconds, then try again.'
         )
-    failed = True
+    sessions: Sessions = request.app.state.sessions
+    failed = False
     try:
-        conn = await run_in_threadpool(open_connection, request.app.state.database_url, username, password)
-        failed = False
+        # Signing in again in the same browser ends the session it had (and closes its connection).
+        earlier = await run_in_threadpool(sessions.get, request.cookies.get(SESSION_COOKIE))
+        session, token = await run_in_threadpool(sessions.sign_in, username, password, earlier)
     except SignInRefused as refused:
-        return _sign_in_form(request, 403, username, str(refused))
+        failed = refused.failed
+        return _sign_in_form(request, refused.status, username, str(refused))
     finally:
         throttle.end(username, failed=failed)
-    sessions: Sessions = request.app.state.sessions
-    # Signing in again in the same browser ends the session it had (and closes its connection).
-    earlier = await run_in_threadpool(sessions.get, request.cookies.get(SESSION_COOKIE))
-    if earlier is not None:
-        await run_in_threadpool(sessions.end, earlier)
-    session = sessions.open(username, conn)
     response = redirect("/records")
-    set_cookie(request, response, SESSION_COOKIE, session.id)
+    set_cookie(request, response, SESSION_COOKIE, token)
     response.delete_cookie(SIGN_IN_COOKIE, path="/")
     return response
 
@@ -157,7 +168,10 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
     if version is None:
         return _incomplete(request)
     record = record_from_form(form)
-    result = await work(request, session, actions.save_record, _embedder(request), record, record_id, version)
+    try:
+        result = await work(request, session, actions.save_record, _embedder(request), record, record_id, version)
+    except (DatabaseUnreachable, SessionEnded) as error:
+        return _unsaved_form(request, error, record=record, record_id=record_id, version=version)
     if result.saved is not None:
         session.messages.append(("info", saved_message(result.saved, result.row)))
         return redirect(f"/records/{result.saved.record_id}")
@@ -177,6 +191,23 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
         errors=result.field_errors,
         saved_now=result.row if result.conflict else None,
     )
+
+
+def _unsaved_form(request: Request, error: Exception, **form) -> Response:
+    """The form with what the operator typed, when the database could not take the save: it is
+    down (the session stays: Save again), or the session ended (copy the text, sign in again)."""
+    if isinstance(error, DatabaseUnreachable):
+        problem = f"Not saved. {error} Your text is below, unchanged: Save again once the database is back."
+        return _record_form(request, 503, problem=problem, **form)
+    request.state.session = None
+    if isinstance(error, SessionLost):
+        why = f"PostgreSQL no longer accepts the password it was opened with ({error})"
+    else:
+        why = "it was ended meanwhile"
+    problem = f"Not saved: your session has ended, because {why}. Your text is below: copy what you need, then sign in again."
+    response = _record_form(request, 401, problem=problem, **form)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
 
 
 @signed_in
@@ -278,10 +309,28 @@ async def export(request: Request, session: Session, form: None) -> Response:
     )
 
 
-async def session_lost(request: Request, error: SessionLost) -> Response:
-    response = redirect("/sign-in?lost=1")
+async def session_ended(request: Request, error: SessionEnded) -> Response:
+    response = redirect("/sign-in?lost=1" if isinstance(error, SessionLost) else "/sign-in?ended=1")
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
+
+
+async def database_unreachable(request: Request, error: DatabaseUnreachable) -> Response:
+    text = f"{error} Your session is kept: try again in a moment."
+    return render(request, "message.html", 503, title="The database cannot be reached", text=text)
+
+
+async def body_too_large(request: Request, error: BodyTooLarge) -> Response:
+    await error.drain()  # a browser shows the answer only once it has sent its request
+    limit = in_words(error.limit)
+    if request.url.path == "/import" and getattr(request.state, "session", None) is not None:
+        problem = (
+            f"Not imported: the file is larger than the backoffice takes ({limit} at most, set by --max-upload-mb). "
+            "Nothing was saved. Import a larger catalog with `payrail-embedder import FILE`."
+        )
+        return render(request, "import.html", 413, report=None, problem=problem)
+    text = f"Refused: the request is larger than the backoffice takes here ({limit} at most). Nothing was saved."
+    return render(request, "message.html", 413, title="Too large", text=text)
 
 
 async def database_failed(request: Request, error: psycopg.Error) -> Response:
@@ -303,20 +352,26 @@ def shared_embedder(settings: Settings):
 
 
 def create_app(
-    settings: Settings, *, idle_timeout: float = IDLE_TIMEOUT, bind_host: str = "127.0.0.1", public_url: str | None = None
+    settings: Settings,
+    *,
+    limits: SessionLimits,
+    upload_limit: int,
+    bind_host: str = "127.0.0.1",
+    public_url: str | None = None,
 ) -> Starlette:
     """The backoffice for the registry settings configure; settings.resolved_database_url is
-    where operators sign in (their role and password replace the URL's). bind_host: the address
-    it is served on; public_url: where browsers reach it behind a reverse proxy, if they do."""
+    where operators sign in (their role and password replace the URL's). limits: how long sessions
+    live and how many it holds; upload_limit: the largest import upload, in bytes. bind_host: the
+    address it is served on; public_url: where browsers reach it behind a reverse proxy, if they do."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        async def end_idle_sessions():
+        async def end_expired_sessions():
             while True:
-                await asyncio.sleep(min(60.0, idle_timeout))
-                await run_in_threadpool(app.state.sessions.end_idle)
+                await asyncio.sleep(min(60.0, limits.idle_timeout, limits.max_age))
+                await run_in_threadpool(app.state.sessions.end_expired)
 
-        sweeper = asyncio.create_task(end_idle_sessions())
+        sweeper = asyncio.create_task(end_expired_sessions())
         try:
             yield
         finally:
@@ -343,14 +398,24 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, hosts=allowed_hosts(bind_host, public_url), public_origin=public_url and origin_of(public_url))],
-        exception_handlers={SessionLost: session_lost, psycopg.Error: database_failed},
+        middleware=[
+            Middleware(Guard, hosts=allowed_hosts(bind_host, public_url), public_origin=public_url and origin_of(public_url)),
+            Middleware(BodyLimit, upload_limit=upload_limit),
+        ],
+        exception_handlers={
+            SessionEnded: session_ended,
+            DatabaseUnreachable: database_unreachable,
+            BodyTooLarge: body_too_large,
+            psycopg.Error: database_failed,
+        },
         lifespan=lifespan,
     )
     app.state.database_url = settings.resolved_database_url
     app.state.embedded = settings.database_url is None
     app.state.embedder = shared_embedder(settings)
-    app.state.sessions = Sessions(idle_timeout)
+    app.state.sessions = Sessions(
+        functools.partial(open_connection, app.state.database_url, embedded=app.state.embedded), limits
+    )
     app.state.throttle = SignInThrottle()
     app.state.secure_cookies = (public_url or "").startswith("https:")
     return app

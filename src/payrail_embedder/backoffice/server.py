@@ -11,6 +11,12 @@ import uvicorn
 from ..settings import Settings
 from .app import create_app
 from .guard import is_loopback, origin_of
+from .sessions import SessionLimits
+
+# Connections (and requests) uvicorn serves at once; more are answered 503. What unauthenticated
+# clients can hold of the backoffice's memory: each a request line and headers (h11 takes 16 kB
+# at most) and at most 64 kB of a body not yet read.
+MAX_CONNECTIONS = 200
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -27,22 +33,23 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings: Settings, host: str, port: int, idle_timeout: float, public_url: str | None = None) -> None:
+def serve(
+    settings: Settings, host: str, port: int, limits: SessionLimits, upload_limit: int, public_url: str | None = None
+) -> None:
     """Serves until interrupted. Refuses to expose the embedded default beyond loopback (or
-    behind a proxy): it trusts every connection on its socket, so anyone who reached the page
-    could sign in."""
+    behind a proxy): it is this machine's own database, not a server for a network."""
     loopback = is_loopback(host)
     if settings.database_url is None and not (loopback and public_url is None):
         raise click.UsageError(
-            "the embedded PostgreSQL trusts every local connection, so serving its backoffice beyond "
-            "this machine would let anyone who reaches it sign in; set PAYRAIL_DATABASE_URL to a server "
-            "that checks passwords, or serve on 127.0.0.1 without --public-url"
+            "the embedded PostgreSQL is this machine's own database, and its superuser signs in without a "
+            "password on its socket; to serve the backoffice beyond this machine, set PAYRAIL_DATABASE_URL to a "
+            "production server, or serve on 127.0.0.1 without --public-url"
         )
     if public_url is not None and (origin_of(public_url) is None or urlsplit(public_url).path not in ("", "/")):
         raise click.BadParameter(
             f"{public_url!r} is not an origin such as https://registry.example.com", param_hint="--public-url"
         )
-    app = create_app(settings, idle_timeout=idle_timeout, bind_host=host, public_url=public_url)
+    app = create_app(settings, limits=limits, upload_limit=upload_limit, bind_host=host, public_url=public_url)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
@@ -51,7 +58,8 @@ def serve(settings: Settings, host: str, port: int, idle_timeout: float, public_
         click.echo(f"Browsers reach it at {public_url} (through your reverse proxy); forms from anywhere else are refused.")
     if settings.database_url is None:
         click.echo(
-            "Sign in as postgres, with any password: the embedded PostgreSQL trusts connections on its local socket."
+            "Sign in with a login made by `payrail-embedder operator add NAME` (postgres, which the command line "
+            "uses without a password, cannot sign in here)."
         )
     else:
         click.echo("Sign in with a PostgreSQL role granted payrail_operator and payrail_embedder, and its password.")
@@ -63,5 +71,5 @@ def serve(settings: Settings, host: str, port: int, idle_timeout: float, public_
         )
     # X-Forwarded-Proto and -For are believed from 127.0.0.1 only (uvicorn's default; the
     # FORWARDED_ALLOW_IPS environment variable names a proxy elsewhere).
-    config = uvicorn.Config(app, log_level="info", proxy_headers=True)
+    config = uvicorn.Config(app, log_level="info", proxy_headers=True, limit_concurrency=MAX_CONNECTIONS)
     uvicorn.Server(config).run(sockets=[sock])

@@ -1,5 +1,6 @@
 """The plumbing between requests and pages: templates, cookies, the signed-in check with its CSRF
-token, and running the package's functions on the session's connection in a worker thread."""
+token, and running the package's functions on the session's connection in a worker thread, opened
+again when it broke or when its password is due to be checked again."""
 
 from __future__ import annotations
 
@@ -39,15 +40,12 @@ templates = Jinja2Templates(
 templates.env.filters["when"] = _when
 
 
-class SessionLost(Exception):
-    """The session's connection to the database is gone: the operator signs in again."""
-
-
 def render(request: Request, template: str, status_code: int = 200, **context) -> Response:
     session: Session | None = getattr(request.state, "session", None)
     messages = []
     if session is not None:
-        messages, session.messages[:] = list(session.messages), []
+        messages = list(session.messages)
+        session.messages.clear()
     return templates.TemplateResponse(
         request, template, {"session": session, "messages": messages, **context}, status_code=status_code
     )
@@ -106,18 +104,26 @@ def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 
 
 async def work(request: Request, session: Session, function: Callable, *args):
-    """function(session's connection, *args) in a worker thread, one request at a time per session."""
+    """function(session's connection, *args) in a worker thread, one request at a time per session.
+
+    The connection is opened again first when it broke or its password is due to be checked again
+    (Sessions.connection), and once more when it breaks under function (the database restarted,
+    the backend was terminated): every function here is one transaction, or reads, so running it
+    again is safe, and a save that did commit meets its own version as a conflict. Raises
+    SessionEnded (SessionLost) or DatabaseUnreachable (see Sessions.connection).
+    """
+    sessions = request.app.state.sessions
+    token = request.cookies.get(SESSION_COOKIE, "")
 
     def locked():
         with session.lock:
-            if session.conn.closed:
-                raise SessionLost()
+            conn = sessions.connection(session, token)
+            try:
+                return function(conn, *args)
+            except psycopg.Error:
+                if not conn.broken:
+                    raise
+            sessions.reconnect(session, token)
             return function(session.conn, *args)
 
-    try:
-        return await run_in_threadpool(locked)
-    except psycopg.Error:
-        if session.conn.broken or session.conn.closed:
-            request.app.state.sessions.end(session)
-            raise SessionLost() from None
-        raise
+    return await run_in_threadpool(locked)

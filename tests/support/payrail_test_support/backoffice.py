@@ -21,21 +21,30 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from payrail_embedder.database import connect
+from payrail_embedder.database import connect, use_hba_rules
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
 
-# Login roles, created once per server (roles belong to the cluster). The passwords matter only
-# on the scram-sha-256 server; the embedded test servers trust their socket.
+# Login roles, created once per server (roles belong to the cluster), each with PASSWORD, which
+# the server checks: the backoffice signs in no role whose password PostgreSQL did not check.
 OPERATOR = "ada_operator"  # payrail_operator and payrail_embedder: what the backoffice needs
+OTHER_OPERATOR = "eve_operator"  # the same grants
 OPERATOR_ONLY = "cleo_operator_only"  # payrail_operator only
 AGENT = "bob_agent"  # payrail_agent only
 PASSWORD = "correct horse battery staple"
 ROLES = {
     OPERATOR: ("payrail_operator", "payrail_embedder"),
+    OTHER_OPERATOR: ("payrail_operator", "payrail_embedder"),
     OPERATOR_ONLY: ("payrail_operator",),
     AGENT: ("payrail_agent",),
 }
+# The embedded test servers' pg_hba.conf: ROLES give their passwords, as every login but postgres
+# does on the embedded default (database.EMBEDDED_HBA); the other tests' logins stay trusted.
+TEST_HBA = f"""\
+local all {",".join(ROLES)} scram-sha-256
+local all all trust
+local replication all trust
+"""
 
 ENABLED = {
     "provider": "Acme Maps",
@@ -69,11 +78,13 @@ def name(record: dict) -> str:
 
 
 def create_roles(admin_url: str) -> None:
-    """The login roles of ROLES with PASSWORD, made once per server."""
+    """The login roles of ROLES with PASSWORD and their grants, made once per server and put back
+    for every test (a test may change a password, take a grant or drop a role)."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
         for role, groups in ROLES.items():
-            if conn.execute("select from pg_roles where rolname = %s", (role,)).fetchone() is None:
-                conn.execute(sql.SQL("create role {} login password {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
+            exists = conn.execute("select from pg_roles where rolname = %s", (role,)).fetchone() is not None
+            verb = "alter" if exists else "create"
+            conn.execute(sql.SQL(verb + " role {} login password {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
             conn.execute(
                 sql.SQL("grant {} to {}").format(sql.SQL(", ").join(map(sql.Identifier, groups)), sql.Identifier(role))
             )
@@ -229,19 +240,41 @@ class HttpSession:
         return {"payrail_session": self.cookie}
 
 
-def http_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD) -> HttpSession:
-    page = client.get("/sign-in")
-    sign_in_cookie = cookie_value(page.cookies()["payrail_sign_in"])
-    reply = client.post(
+def post_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD, cookies: dict | None = None) -> Reply:
+    """The answer to the sign-in form posted as a browser posts it, with the form's own cookie
+    (a given payrail_sign_in cookie, or the one the form came with) and any other cookies."""
+    cookies = dict(cookies or {})
+    page = client.get("/sign-in", cookies=cookies)
+    cookies.setdefault("payrail_sign_in", cookie_value(page.cookies()["payrail_sign_in"]))
+    return client.post(
         "/sign-in",
         {"csrf_token": csrf_token(page.body), "username": role, "password": password},
         headers={"Origin": client.origin},
-        cookies={"payrail_sign_in": sign_in_cookie},
+        cookies=cookies,
     )
+
+
+def http_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD) -> HttpSession:
+    reply = post_sign_in(client, role, password)
     assert reply.status == 303 and reply.location == "/records", (reply.status, reply.body)
     cookie = cookie_value(reply.cookies()["payrail_session"])
     records = client.get("/records", cookies={"payrail_session": cookie})
     return HttpSession(client, cookie, csrf_token(records.body))
+
+
+def connections_of(database_url: str, role: str = OPERATOR, *, settles_at: int | None = None) -> int:
+    """How many connections role has to the database. settles_at: a count the caller expects once
+    closed connections are gone (a backend leaves pg_stat_activity a moment after its client
+    closes), waited for up to 30 seconds."""
+    deadline = time.monotonic() + 30
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        while True:
+            count = conn.execute(
+                "select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)
+            ).fetchone()[0]
+            if settles_at in (None, count) or time.monotonic() > deadline:
+                return count
+            time.sleep(0.05)
 
 
 def record_form(record: dict, version: int, token: str, **changes) -> dict:
@@ -265,9 +298,16 @@ def record_form(record: dict, version: int, token: str, **changes) -> dict:
 
 
 @pytest.fixture
-def registry(cli_env, database_url, tmp_path) -> dict:
-    """The test database holding CATALOG (imported through the CLI), with the login roles made."""
+def operator_logins(server, database_url) -> None:
+    """The login roles of ROLES, asked for their passwords (a Docker server asks every login already)."""
     create_roles(database_url)
+    if server.name.startswith("pg"):
+        use_hba_rules(server.admin_url, TEST_HBA)
+
+
+@pytest.fixture
+def registry(cli_env, operator_logins, tmp_path) -> dict:
+    """The test database holding CATALOG (imported through the CLI), with the login roles made."""
     cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     return cli_env
 
