@@ -1,10 +1,12 @@
 """`payrail-embedder operator add NAME`: a login the backoffice accepts, its password sent to the
 server only as a SCRAM verifier. In process with click's CliRunner (its prompts read the input
-given), against the test database."""
+given), against the test database; and the embedded default, which asks such logins for it."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import psycopg
 import pytest
@@ -13,6 +15,8 @@ from psycopg import sql
 
 from payrail_embedder.cli import cli
 from payrail_test_support.backoffice import OTHER_OPERATOR, PASSWORD, operator_logins  # noqa: F401 (fixture)
+from payrail_test_support.cli import run_cli
+from payrail_test_support.servers import embedded_bin
 
 
 def add(database_url: str, *args: str, input: str):
@@ -78,3 +82,24 @@ def test_what_cannot_make_a_backoffice_login_is_refused_and_nothing_changes(data
     assert json.loads(result.output)["error"] == "invalid_input" and detail in json.loads(result.output)["detail"]
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select count(*) from pg_roles where rolname = any(%s)", (["nobody_yet", "n" * 63],)).fetchone()[0] == 0
+
+
+def test_the_embedded_default_asks_every_login_but_postgres_for_its_password(tmp_path):
+    """Its pg_hba.conf, as payrail-embedder writes it: postgres (the command line's) trusted on the
+    socket, for pg_basebackup's replication connections too; every other login gives its password."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "PG"))} | {"PAYRAIL_DATA_DIR": str(tmp_path / "data")}
+    try:
+        url = run_cli(env, "db", "url").stdout.strip()
+        assert run_cli(env, "db", "apply").returncode == 0
+        assert run_cli(env, "operator", "add", "ada", "--password-stdin", input="a passphrase\n").returncode == 0
+        with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+            psycopg.connect(psycopg.conninfo.make_conninfo(url, user="ada", passfile=os.devnull)).close()
+        assert signs_in(url, "ada", "a passphrase")
+        psycopg.connect(url).close()
+        backup = subprocess.run(
+            [embedded_bin(18) / "pg_basebackup", "-d", url, "-D", tmp_path / "backup", "-X", "fetch"],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert backup.returncode == 0, backup.stderr
+    finally:
+        run_cli(env, "db", "stop")

@@ -70,8 +70,10 @@ def embedded_pgdata(data_dir: Path) -> Path:
 # PostgreSQL did not check) can sign in the logins `payrail-embedder operator add` makes.
 EMBEDDED_HBA = """\
 # Written by payrail-embedder, which puts this file back whenever it starts the server.
-# postgres: the command line's own login, trusted on the socket. Every other login: its password.
+# postgres: the command line's own login, trusted on the socket (pg_basebackup's replication
+# connections too). Every other login: its password.
 local all postgres trust
+local replication postgres trust
 local all all scram-sha-256
 """
 
