@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import socket
 import time
 from html import unescape
 from pathlib import Path
@@ -391,3 +392,28 @@ def test_a_database_restart_or_outage_under_an_open_form_loses_nothing_typed(bro
     finally:
         running.stop()
         own_server.drop_database(database_url)
+
+
+def test_connections_past_the_servers_limit_are_answered_503_and_hold_nothing_after_they_close(backoffice):
+    """Slow clients (a request line and never the rest) hold uvicorn's connections: past
+    server.MAX_CONNECTIONS, everyone is answered 503; once they go, the backoffice answers again."""
+    from payrail_embedder.backoffice.server import MAX_CONNECTIONS
+
+    client = HttpClient(backoffice.url)
+    slow = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = socket.create_connection((client.host, client.port))
+            sock.sendall(b"GET /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+            slow.append(sock)
+        deadline = time.monotonic() + 30
+        while (status := client.get("/sign-in").status) != 503:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.1)
+    finally:
+        for sock in slow:
+            sock.close()
+    deadline = time.monotonic() + 30
+    while (status := client.get("/sign-in").status) != 200:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)

@@ -45,7 +45,7 @@ CREDENTIALS_REFUSED = (
     "a password, which the backoffice never accepts."
 )
 # libpq's and the server's words for a refused credential (before the role was known to be right).
-CREDENTIAL_FAILURE = re.compile(r"authentication|pg_hba\.conf|role \".*\" does not exist|no password supplied", re.S)
+CREDENTIAL_FAILURE = re.compile(r"authentication|pg_hba\.conf|role \"[^\n]*\" does not exist|no password supplied")
 # The server's words for "not now": out of connection slots, starting up or shutting down.
 BUSY = re.compile(r"too many|connection slots|the database system is|does not exist")
 EMBEDDED_STOPPED = (

@@ -242,9 +242,11 @@ class HttpSession:
 
 def post_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD, cookies: dict | None = None) -> Reply:
     """The answer to the sign-in form posted as a browser posts it, with the form's own cookie
-    (a given payrail_sign_in cookie, or the one the form came with) and any other cookies."""
+    (a given payrail_sign_in cookie, or the one the form came with) and any other cookies (a
+    session's: the form was left open in another tab)."""
     cookies = dict(cookies or {})
-    page = client.get("/sign-in", cookies=cookies)
+    form_cookie = {k: v for k, v in cookies.items() if k == "payrail_sign_in"}
+    page = client.get("/sign-in", cookies=form_cookie)
     cookies.setdefault("payrail_sign_in", cookie_value(page.cookies()["payrail_sign_in"]))
     return client.post(
         "/sign-in",
