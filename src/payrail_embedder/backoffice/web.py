@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from .sessions import Session
+from .sessions import DatabaseUnreachable, Session
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "payrail_session"
@@ -118,12 +118,15 @@ async def work(request: Request, session: Session, function: Callable, *args):
     def locked():
         with session.lock:
             conn = sessions.connection(session, token)
-            try:
-                return function(conn, *args)
-            except psycopg.Error:
-                if not conn.broken:
-                    raise
-            sessions.reconnect(session, token)
-            return function(session.conn, *args)
+            for again in (True, False):
+                try:
+                    return function(conn, *args)
+                except psycopg.Error as error:
+                    if not conn.broken:
+                        raise
+                    if not again:
+                        raise DatabaseUnreachable(f"The connection to the database broke again ({str(error).strip()}).") from None
+                sessions.reconnect(session, token)
+                conn = session.conn
 
     return await run_in_threadpool(locked)
