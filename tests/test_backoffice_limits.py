@@ -45,7 +45,7 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     record_form,
     registry,
     sign_in,
-    start_backoffice,
+    running_backoffice,
     stored,
     take_screenshot,
 )
@@ -204,8 +204,7 @@ def test_messages_a_client_never_reads_are_bounded(backoffice, database_url):
 
 
 def test_sessions_are_capped_per_role_and_in_all_and_the_sign_in_page_says_so(browser, registry, database_url, tmp_path):
-    running = start_backoffice(registry, tmp_path, "--max-sessions", "3", "--max-sessions-per-role", "2")
-    try:
+    with running_backoffice(registry, tmp_path, "--max-sessions", "3", "--max-sessions-per-role", "2") as running:
         client = HttpClient(running.url)
         # One operator signing in again and again, each time without a cookie, as a script would.
         replies = [post_sign_in(client, OPERATOR, PASSWORD) for _ in range(6)]
@@ -228,8 +227,6 @@ def test_sessions_are_capped_per_role_and_in_all_and_the_sign_in_page_says_so(br
         # And the database still has connections for everyone else.
         with psycopg.connect(database_url) as conn:
             assert conn.execute("select 1").fetchone() == (1,)
-    finally:
-        running.stop()
 
 
 def test_a_logins_own_connection_limit_refuses_one_more_sign_in_with_postgresqls_words(backoffice, database_url):
@@ -247,48 +244,35 @@ def test_a_logins_own_connection_limit_refuses_one_more_sign_in_with_postgresqls
             conn.execute(sql.SQL("alter role {} connection limit -1").format(sql.Identifier(OPERATOR)))
 
 
-def test_a_changed_password_ends_the_session_at_its_first_request_after_the_recheck(registry, database_url, tmp_path):
-    running = start_backoffice(registry, tmp_path, "--session-recheck", "1")
-    try:
+@pytest.mark.parametrize("alteration", ["password 'a new passphrase'", "nologin"])
+def test_a_changed_credential_ends_the_sessions_at_their_first_request_after_the_recheck_keeping_the_text(
+    registry, database_url, tmp_path, alteration
+):
+    with running_backoffice(registry, tmp_path, "--session-recheck", "1") as running:
         client = HttpClient(running.url)
-        session = http_sign_in(client)
+        saving, browsing = http_sign_in(client), http_sign_in(client)
         with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("alter role {} password 'a new passphrase'").format(sql.Identifier(OPERATOR)))
+            conn.execute(sql.SQL("alter role {} " + alteration).format(sql.Identifier(OPERATOR)))
         time.sleep(1.5)  # past the recheck interval
         # A save: not saved, and the form comes back with the text typed and why.
         row = stored(database_url, *ACME)
-        typed = "Purpose: typed before the password changed."
-        form = record_form(ENABLED, row["version"], session.token, guidance=typed)
-        reply = client.post(f"/records/{row['id']}", form, headers={"Origin": client.origin}, cookies=session.cookies)
+        typed = "Purpose: typed before the credential changed."
+        form = record_form(ENABLED, row["version"], saving.token, guidance=typed)
+        reply = client.post(f"/records/{row['id']}", form, headers={"Origin": client.origin}, cookies=saving.cookies)
         assert reply.status == 401 and typed in reply.body, reply.body
         assert "your session has ended, because PostgreSQL no longer accepts the password" in reply.body
         assert stored(database_url, *ACME)["guidance"] == ENABLED["guidance"]
-        assert connections_of(database_url, OPERATOR, settles_at=0) == 0
-        assert client.get("/records", cookies=session.cookies).location == "/sign-in?ended=1"
-        assert post_sign_in(client, OPERATOR, PASSWORD).status == 403
-        assert post_sign_in(client, OPERATOR, "a new passphrase").status == 303
-    finally:
-        running.stop()
-
-
-def test_a_page_opened_after_the_login_was_taken_away_is_the_sign_in_page_saying_why(registry, database_url, tmp_path):
-    running = start_backoffice(registry, tmp_path, "--session-recheck", "1")
-    try:
-        client = HttpClient(running.url)
-        session = http_sign_in(client)
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("alter role {} nologin").format(sql.Identifier(OPERATOR)))
-        time.sleep(1.5)
-        reply = client.get("/records", cookies=session.cookies)
+        # A page: the sign-in page, saying why.
+        reply = client.get("/records", cookies=browsing.cookies)
         assert (reply.status, reply.location) == (303, "/sign-in?lost=1")
         assert "PostgreSQL no longer accepts the password it was opened with" in client.get(reply.location).body
-    finally:
-        running.stop()
+        assert connections_of(database_url, OPERATOR, settles_at=0) == 0
+        assert client.get("/records", cookies=saving.cookies).location == "/sign-in?ended=1"
+        assert post_sign_in(client, OPERATOR, PASSWORD).status == 403
 
 
 def test_a_session_ends_at_its_maximum_age_however_busy(registry, database_url, tmp_path):
-    running = start_backoffice(registry, tmp_path, "--session-max-age", "2")
-    try:
+    with running_backoffice(registry, tmp_path, "--session-max-age", "2") as running:
         client = HttpClient(running.url)
         session = http_sign_in(client)
         deadline = time.monotonic() + 30
@@ -297,13 +281,10 @@ def test_a_session_ends_at_its_maximum_age_however_busy(registry, database_url, 
             time.sleep(0.2)  # never idle
         assert reply.location == "/sign-in?ended=1"
         assert connections_of(database_url, OPERATOR, settles_at=0) == 0
-    finally:
-        running.stop()
 
 
 def test_a_revoked_grant_or_a_dropped_role_takes_effect_on_the_next_request(registry, database_url, tmp_path):
-    running = start_backoffice(registry, tmp_path)
-    try:
+    with running_backoffice(registry, tmp_path) as running:
         client = HttpClient(running.url)
         session = http_sign_in(client)
         row = stored(database_url, *ACME)
@@ -321,8 +302,6 @@ def test_a_revoked_grant_or_a_dropped_role_takes_effect_on_the_next_request(regi
         reply = client.post(f"/records/{row['id']}", form, headers={"Origin": client.origin}, cookies=other.cookies)
         assert reply.status != 303, reply.body
         assert stored(database_url, *ACME)["urls"] == row["urls"]
-    finally:
-        running.stop()
 
 
 # What an operator typed survives the database: a terminated backend, a restart, an outage.
@@ -353,12 +332,18 @@ def own_server(tmp_path_factory):
         server.stop()
 
 
-def test_a_database_restart_or_outage_under_an_open_form_loses_nothing_typed(browser, own_server, openai_fake, tmp_path):
-    database_url = own_server.create_database()
+@pytest.fixture
+def own_database(own_server):
+    url = own_server.create_database()
+    yield url
+    own_server.drop_database(url)
+
+
+def test_a_database_restart_or_outage_under_an_open_form_loses_nothing_typed(browser, own_server, own_database, openai_fake, tmp_path):
+    database_url = own_database
     env = cli_environment(database_url, openai_fake, tmp_path)
     cli_import(env, tmp_path / "catalog.jsonl", CATALOG)
-    running = start_backoffice(env, tmp_path)
-    try:
+    with running_backoffice(env, tmp_path) as running:
         page = new_page(browser, running)
         sign_in(page)
         row = stored(database_url, *ACME)
@@ -389,9 +374,6 @@ def test_a_database_restart_or_outage_under_an_open_form_loses_nothing_typed(bro
         expect(page.get_by_role("status")).to_contain_text("as version 3")
         assert stored(database_url, *ACME)["guidance"] == typed
         page.context.close()
-    finally:
-        running.stop()
-        own_server.drop_database(database_url)
 
 
 def test_connections_past_the_servers_limit_are_answered_503_and_hold_nothing_after_they_close(backoffice):

@@ -7,11 +7,13 @@ Test modules import the fixtures they use from here; the browser, one per sessio
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
@@ -143,6 +145,16 @@ def start_backoffice(env: dict, tmp_path: Path, *args: str) -> Backoffice:
     # The socket is bound before uvicorn listens on it.
     _wait(process, log, "answer", lambda: _answers(url))
     return Backoffice(process, url, log)
+
+
+@contextlib.contextmanager
+def running_backoffice(env: dict, tmp_path: Path, *args: str) -> Iterator[Backoffice]:
+    """start_backoffice(env, tmp_path, *args), stopped at the end of the block."""
+    running = start_backoffice(env, tmp_path, *args)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 URL_LINE = re.compile(r"^Payrail backoffice: (http://\S+?)/?$", flags=re.M)
