@@ -1,9 +1,9 @@
 """Text is what it looks like: the database's character classes, case folding and name keys,
 compared character by character with independent sources, and attacked with look-alike text.
 
-The sources: Unicode's Default_Ignorable_Code_Point from the regex module, case folding from
-Python's str.casefold(), NFKC from unicodedata; search.check_query's mirror of the empty-query
-rule against the database's own.
+The sources: Unicode's White_Space and Default_Ignorable_Code_Point from the regex module, case
+folding from Python's str.casefold(), NFKC from unicodedata; search.check_query's copy of the
+white space and of the empty-query rule against the database's own.
 """
 
 from __future__ import annotations
@@ -15,23 +15,78 @@ import pytest
 import regex
 
 from payrail_embedder.database import connect
-from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE, InvalidQuery, check_query
+from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE, QUERY_WHITE_SPACE, InvalidQuery, check_query
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL
-from payrail_test_support.ranking import normalized, simple_case_fold
+from payrail_test_support.ranking import WHITE_SPACE, normalized, simple_case_fold
 
 EVERY_CHARACTER = "select c from pg_catalog.generate_series(1, 1114111) as c where c not between 55296 and 57343"
 
 
-def characters_where(conn: psycopg.Connection, condition: str) -> set[int]:
-    return {c for (c,) in conn.execute(f"select c from ({EVERY_CHARACTER}) as s where {condition}")}
+def characters_where(conn: psycopg.Connection, condition: str, among: set[int] | None = None) -> set[int]:
+    """The code points c (every one, or those among) for which the SQL condition holds."""
+    if among is None:
+        return {c for (c,) in conn.execute(f"select c from ({EVERY_CHARACTER}) as s where {condition}")}
+    rows = conn.execute(f"select c from pg_catalog.unnest(%s::int[]) as c where {condition}", (sorted(among),))
+    return {c for (c,) in rows}
+
+
+def having(unicode_property: str) -> set[int]:
+    """The code points with this Unicode property, as the regex module knows it."""
+    return set(map(ord, regex.sub(rf"\P{{{unicode_property}}}", "", "".join(map(chr, range(0x110000))))))
 
 
 def test_invisible_characters_are_unicodes_default_ignorable_code_points(database_url):
-    expected = {c for c in range(0x110000) if regex.match(r"\p{Default_Ignorable_Code_Point}", chr(c))}
+    expected = having("Default_Ignorable_Code_Point")
     with connect(database_url) as conn:
         in_sql = characters_where(conn, "pg_catalog.chr(c) ~ ('[' || payrail._invisible_characters() || ']')")
     assert in_sql == expected
     assert set(map(ord, QUERY_INVISIBLE)) == expected
+
+
+def test_white_space_is_one_definition_in_sql_and_python_unicodes_white_space_but_nel(database_url):
+    """payrail._white_space_characters, and search's copy for the query check made before any
+    connection, are Unicode's White_Space but U+0085, plus the byte order mark, on every character.
+    The line and paragraph separators and the no-break spaces are white space; U+0085 and the
+    separators U+001C..U+001F that str.isspace() counts are control characters (refused in every
+    field); zero-width characters, the word joiner and U+180E are invisible, not white space."""
+    with connect(database_url) as conn:
+        (defined,) = conn.execute("select payrail._white_space_characters()").fetchone()
+        in_sql = characters_where(conn, "pg_catalog.chr(c) ~ ('[' || payrail._white_space_characters() || ']')")
+    assert defined == QUERY_WHITE_SPACE
+    assert in_sql == set(map(ord, WHITE_SPACE)) == set(map(ord, QUERY_WHITE_SPACE))
+    assert set("\xa0\u2007\u202f\u2028\u2029\u3000\ufeff") <= set(QUERY_WHITE_SPACE)
+    assert set("\x85\x1c\x1f\u200b\u200c\u200d\u2060\u180e") & set(QUERY_WHITE_SPACE) == set()
+
+
+def test_every_rule_counts_white_space_by_the_one_definition(database_url):
+    """Trimmed (stored names, guidance's emptiness), collapsed (name keys), refused (URLs, names
+    of white space alone) and ignored (queries): the same characters, whatever the server's locale
+    counts as \\s. Tried on every character Unicode or Python calls white space, every control and
+    invisible character, and a few letters."""
+    invisible = having("Default_Ignorable_Code_Point")
+    controls = {c for c in range(1, 0x110000) if unicodedata.category(chr(c)) == "Cc"}
+    white = set(map(ord, WHITE_SPACE))
+    candidates = white | controls | invisible | {c for c in range(0x110000) if chr(c).isspace()} | set(map(ord, "aé/#"))
+    rules = {
+        "trimmed away": "payrail._trim_white_space(pg_catalog.chr(c)) = ''",
+        # A stored name keeps a tab or line break at its ends, for the name's rule to refuse.
+        "trimmed from a stored name": "payrail._canonical_name(pg_catalog.chr(c)) = ''",
+        # Invisible characters leave a name's key first.
+        "one space in a name's key": "payrail._normalize_name('a' || pg_catalog.chr(c) || 'b') = 'a b'",
+        "refused as a name": "not payrail._is_valid_name(pg_catalog.chr(c))",
+        "refused in a URL": "not payrail._is_https_url('https://a.example/' || pg_catalog.chr(c))",
+        "an empty query": "payrail._is_blank(pg_catalog.chr(c))",
+    }
+    with connect(database_url) as conn:
+        found = {rule: characters_where(conn, condition, candidates) for rule, condition in rules.items()}
+    assert found == {
+        "trimmed away": white,
+        "trimmed from a stored name": white - controls,
+        "one space in a name's key": white - invisible,
+        "refused as a name": white | controls | invisible,
+        "refused in a URL": white | controls | invisible,
+        "an empty query": white | invisible,
+    }
 
 
 def test_the_empty_query_rule_and_its_python_mirror_agree_on_every_character(database_url):

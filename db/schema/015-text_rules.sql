@@ -35,12 +35,22 @@ language sql
 immutable parallel safe
 security invoker
 set search_path from current
--- Unicode's White_Space but the control U+0085, and the byte order mark: the same in every
--- locale (\s follows the server's, ASCII only in C). search.QUERY_WHITE_SPACE mirrors it.
-return '\t\n\u000b\u000c\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff';
+-- The one definition of white space, for every rule that trims, collapses or refuses it:
+-- Unicode's White_Space but U+0085 (a control character, which every field refuses), and U+FEFF
+-- (the byte order mark some editors put in front of text; invisible too). Spelt out because \s
+-- and [[:space:]] follow the server's locale (ASCII only in C; no U+00A0, U+2007 or U+202F in
+-- glibc's C.UTF-8). Zero-width spaces and joiners, the word joiner and U+180E are no white space
+-- but invisible characters (_invisible_characters). search.QUERY_WHITE_SPACE is the Python copy;
+-- tests/test_text_rules.py checks both against Unicode's White_Space, character by character.
+return E'\t\n\u000b\u000c\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff';
 
 comment on function payrail._white_space_characters() is
-$$The white space characters, as the inside of a regular expression bracket: Unicode's White_Space (but U+0085, a control) and U+FEFF.$$;
+$$The white space characters: Unicode's White_Space but U+0085 (a control character), and U+FEFF (the byte order mark).
+
+The characters themselves, for btrim() and inside a regular expression's brackets. Every rule
+counts white space by it: trimmed (payrail._trim_white_space, payrail._canonical_name),
+collapsed (payrail._normalize_name), refused in URLs (payrail._is_https_url) and ignored in a
+query (payrail._is_blank).$$;
 
 create or replace function payrail._invisible_characters()
 returns text
@@ -97,32 +107,27 @@ create or replace function payrail._trim_white_space(p_text text)
 returns text
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
--- Unicode white space too (no-break space, line separator, ...), not only ASCII.
-return pg_catalog.regexp_replace(
-  p_text,
-  '^[\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+|[\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$',
-  '', 'g');
+return pg_catalog.btrim(p_text, payrail._white_space_characters());
 
 comment on function payrail._trim_white_space(text) is
-$$Removes leading and trailing white space, Unicode white space included.$$;
+$$Removes leading and trailing white space (payrail._white_space_characters).$$;
 
 create or replace function payrail._canonical_name(p_name text)
 returns text
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
--- Spaces only, not _trim_white_space's \s: a tab or line break in a name is refused by
--- _is_valid_name, never silently dropped.
+-- The white space that is no control character: a tab or line break at either end stays, and
+-- _is_valid_name refuses the name, so it is never silently dropped.
 return pg_catalog.normalize(
-  pg_catalog.regexp_replace(
-    p_name,
-    '^[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+|[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$',
-    '', 'g'),
+  pg_catalog.btrim(p_name, pg_catalog.regexp_replace(payrail._white_space_characters(), '[\u0001-\u001f]', '', 'g')),
   'NFC');
 
 comment on function payrail._canonical_name(text) is
-$$A provider or method name as it is stored: without leading or trailing spaces (Unicode ones too) and in Unicode NFC.
+$$A provider or method name as it is stored: without the white space around it (but tabs and line breaks) and in Unicode NFC.
 
 Applied by the trigger tg_provider_methods__canonicalize_names, and by the write path before it
 embeds, so a vector is always made from the text that is stored.$$;
@@ -131,6 +136,7 @@ create or replace function payrail._normalize_name(p_name text)
 returns text
 language plpgsql
 immutable strict parallel safe
+security invoker
 set search_path from current
 -- NFKC before folding (compatibility forms fold as their plain letters) and after (a folded
 -- letter may compose anew), as Unicode's NFKC_Casefold.
@@ -160,6 +166,7 @@ create or replace function payrail._content_hash(p_provider text, p_method text,
 returns bytea
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
 -- U+001F cannot occur in these fields (the control-character rules), so the join is unambiguous.
 -- payrail_embedder computes the same digest before it saves a vector.
@@ -174,6 +181,7 @@ create or replace function payrail._is_valid_name(p_name text)
 returns boolean
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
 -- Its comparison key (compatibility forms expand: U+FDFA is 18 letters) must fit the btree
 -- indexes on names, pairs included: 1,200 bytes, where 120 letters of any script take at most 480.
@@ -193,22 +201,22 @@ create or replace function payrail._is_https_url(p_url text)
 returns boolean
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
 -- An absolute https URL with a non-empty host and no user info (https://docs.example@evil.example/
--- goes to evil.example); no white space or control character anywhere.
--- White space as _trim_white_space counts it: \s alone follows the server's locale (no U+00A0,
--- U+2007 or U+202F in C.UTF-8, ASCII only in C).
+-- goes to evil.example); no white space, control or invisible character anywhere.
 return pg_catalog.char_length(p_url) <= 2048
-   and p_url ~* '^https://[^/?#@\s]+([/?#]|$)'
-   and p_url !~ ('[\s\u0001-\u001f\u007f-\u009f' || payrail._white_space_characters() || payrail._invisible_characters() || ']');
+   and p_url ~* '^https://[^/?#@]+([/?#]|$)'
+   and p_url !~ ('[\u0001-\u001f\u007f-\u009f' || payrail._white_space_characters() || payrail._invisible_characters() || ']');
 
 comment on function payrail._is_https_url(text) is
-$$True for an absolute https:// URL of at most 2,048 characters with a host, no user info, no white space and no invisible characters.$$;
+$$True for an absolute https:// URL of at most 2,048 characters with a host, no user info, and no white space, control or invisible character.$$;
 
 create or replace function payrail._are_https_urls(p_urls text[])
 returns boolean
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
 return not exists (select from pg_catalog.unnest(p_urls) as u(url) where not coalesce(payrail._is_https_url(u.url), false));
 
@@ -219,6 +227,7 @@ create or replace function payrail._has_duplicates(p_values text[])
 returns boolean
 language sql
 immutable strict parallel safe
+security invoker
 set search_path from current
 return pg_catalog.cardinality(p_values) <> (select pg_catalog.count(distinct v) from pg_catalog.unnest(p_values) as v);
 

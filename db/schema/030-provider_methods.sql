@@ -39,7 +39,7 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
   'check (payrail._is_valid_name(provider))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_method_check',
   'check (payrail._is_valid_name(method))');
--- Not white space only, Unicode white space included (\S follows the server's locale).
+-- Not white space only (payrail._white_space_characters: the same in every locale).
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_guidance_length_check',
   $$check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> '')$$);
 -- Tag characters too: invisible, they can carry text an agent would read and a person not.

@@ -17,14 +17,16 @@ import unicodedata
 from collections.abc import Callable, Iterable
 
 import numpy as np
+import regex
 
 from payrail_embedder.embedders import record_text
 from payrail_embedder.search import QUERY_INVISIBLE
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, fake_embedding
 
-# White space as the registry trims it (payrail._trim_white_space): Unicode's White_Space, and the
-# byte order mark. (U+0085, in White_Space too, is a control character: every field refuses it.)
-WHITE_SPACE = "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+# White space as the registry counts it (payrail._white_space_characters), from Unicode's own
+# property: White_Space but U+0085 (a control character: every field refuses it), and the byte
+# order mark.
+WHITE_SPACE = regex.sub(r"[^\p{White_Space}]|\x85", "", "".join(map(chr, range(0x110000)))) + "\ufeff"
 # pgvector sums in float32: distances closer than this may come back in either order, so a test
 # whose answer they would decide proves nothing. Equal distances (equal directions) are fine: the
 # names decide those.
