@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pglast
+from pglast import ast
 from psycopg import sql
 
 from payrail_embedder.database import display_url, sql_dir, sql_files
@@ -63,6 +65,66 @@ def test_each_upgrade_step_is_numbered_and_records_itself_by_its_own_file_name()
     for path in steps:
         asked = re.findall(r"payrail\._upgrade_due\('([^']+)'\)", path.read_text(encoding="utf-8"))
         assert asked == [path.stem], f"{path.name} asks payrail._upgrade_due for {asked}"
+
+
+def unstated_attributes(statement: ast.CreateFunctionStmt) -> list[str]:
+    """What a create function (or procedure) statement leaves to PostgreSQL's defaults of what
+    db/CONVENTIONS.md says every function states: its volatility (procedures have none), its
+    security and its search path."""
+    options = statement.options or ()
+    stated = {option.defname for option in options}
+    unstated = [] if statement.is_procedure or "volatility" in stated else ["immutable, stable or volatile"]
+    if "security" not in stated:
+        unstated.append("security invoker or security definer")
+    if not any(option.defname == "set" and option.arg.name == "search_path" for option in options):
+        unstated.append("set search_path")
+    return unstated
+
+
+def stated_functions(text: str) -> dict[str, list[str]]:
+    """Each function and procedure a file creates, parsed as PostgreSQL parses it: its name and
+    what it leaves unstated."""
+    return {
+        ".".join(part.sval for part in raw.stmt.funcname): unstated_attributes(raw.stmt)
+        for raw in pglast.parse_sql(text)
+        if isinstance(raw.stmt, ast.CreateFunctionStmt)
+    }
+
+
+def test_the_attribute_check_finds_what_a_function_leaves_unstated():
+    text = """
+        create or replace function payrail.f() returns trigger language plpgsql set search_path from current
+        as $$ begin return new; end $$;
+        create function payrail.g(p_text text) returns text language sql
+        return p_text; -- immutable, security definer: words in a comment state nothing
+        create procedure payrail.p() language sql security definer set search_path = pg_catalog begin atomic select 1; end;
+        create function payrail.h() returns text language sql stable security invoker set search_path from current
+        return 'immutable';
+    """
+    assert stated_functions(text) == {
+        "payrail.f": ["immutable, stable or volatile", "security invoker or security definer"],
+        "payrail.g": ["immutable, stable or volatile", "security invoker or security definer", "set search_path"],
+        "payrail.p": [],
+        "payrail.h": [],
+    }
+
+
+def test_every_function_states_its_volatility_security_and_search_path(database_url):
+    """Read from db/'s text, not the catalog, which holds a default for whatever was left out; and
+    every function of the registry's catalog is one of those read, so none escapes the check (one
+    made by an EXECUTE inside a DO block would)."""
+    functions = {
+        (path.relative_to(DB).as_posix(), name): unstated
+        for path in sorted(DB.glob("*/*.sql"))
+        if path.parent.name != "tests"
+        for name, unstated in stated_functions(path.read_text(encoding="utf-8")).items()
+    }
+    assert {f"{file}: {name}": unstated for (file, name), unstated in functions.items() if unstated} == {}
+    with psycopg.connect(database_url) as conn:
+        in_catalog = conn.execute(
+            "select 'payrail.' || proname from pg_catalog.pg_proc where pronamespace = 'payrail'::pg_catalog.regnamespace"
+        ).fetchall()
+    assert {name for (name,) in in_catalog} == {name for _, name in functions}
 
 
 def test_install_sql_includes_exactly_the_files_db_apply_runs_in_the_same_order():

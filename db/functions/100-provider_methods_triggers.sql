@@ -4,6 +4,7 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 create or replace function payrail.tg_provider_methods__keep_embedding_current()
 returns trigger
 language plpgsql
+volatile
 security invoker
 set search_path from current
 as $$
@@ -84,6 +85,7 @@ create or replace trigger tg_provider_methods__keep_embedding_current
 create or replace function payrail.tg_provider_methods__canonicalize_names()
 returns trigger
 language plpgsql
+volatile
 security invoker
 set search_path from current
 as $$
@@ -105,6 +107,7 @@ create or replace trigger tg_provider_methods__canonicalize_names
 create or replace function payrail.tg_provider_methods__stamp_version()
 returns trigger
 language plpgsql
+volatile
 security invoker
 set search_path from current
 as $$

@@ -52,6 +52,7 @@ every record (PYE02 otherwise).$$;
 create or replace function payrail.tg_embedding_model__check_vectors()
 returns trigger
 language plpgsql
+volatile
 security invoker
 set search_path from current
 as $$

@@ -4,6 +4,7 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 create or replace function payrail.tg_provider_methods__record_history()
 returns trigger
 language plpgsql
+volatile
 -- Definer: no role may write the history, so entries come from this trigger alone.
 security definer
 set search_path from current

@@ -4,6 +4,7 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 create or replace function payrail.tg_provider_methods__keep_half_vector()
 returns trigger
 language plpgsql
+volatile
 -- Definer: operators and the embedder change provider_methods, never this derived table.
 security definer
 set search_path from current
