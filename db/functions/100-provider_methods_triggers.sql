@@ -72,7 +72,7 @@ end
 $$;
 
 comment on function payrail.tg_provider_methods__keep_embedding_current() is
-$$Keeps provider_methods.embedding current (rules 1-3 of the contract; see README.md, Operators).
+$$Keeps provider_methods.embedding current: an enabled record's vector is always of its current content, by the registry's model.
 
 A fresh vector must be from the registry's model (PYE02). A content edit without one drops a
 draft's stale vector and is refused for an enabled record (check_violation). URL-only edits and

@@ -66,9 +66,9 @@ $$;
 comment on function payrail.get_provider_method_history(text, text) is
 $$Earlier versions of the provider method named p_provider / p_method, newest first.
 
-Names compare ignoring case and runs of white space. Covers the record now so named and any
-record that once was (renamed or deleted since), with every version of each. Restore one with
-payrail.restore_provider_method(id).$$;
+Names compare as the unique key does (payrail._normalize_name). Covers the record now so named
+and any record that once was (renamed or deleted since), with every version of each. Restore one
+with payrail.restore_provider_method(id).$$;
 
 create or replace function payrail.restore_provider_method(p_history_id bigint, p_as_draft boolean default false)
 returns bigint

@@ -96,9 +96,9 @@ begin
                        or old.embedding <> new.embedding)
     execute function payrail.tg_provider_methods__keep_half_vector();
 
-  -- Run alone (psql), this file repairs any row that differs. `db apply` does after its
-  -- transaction, but an empty table (new, or a registry upgraded from before it) is filled here:
-  -- search reads it as soon as this commits.
+  -- Run alone (psql), this file repairs any row that differs. `db apply` does so after its
+  -- transaction, but an empty table (new, or on a registry upgraded from before it or from
+  -- pgvector before 0.7) is filled here: search reads it as soon as this commits.
   if payrail._deploy_mode() = '' or not exists (select from payrail.provider_method_half_vectors) then
     perform payrail._repair_half_vectors();
   end if;

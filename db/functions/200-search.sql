@@ -134,8 +134,9 @@ as $$
 $$;
 
 comment on function payrail._half_precision_error_bound(integer) is
-$$How far 1 + the inner product of two unit vectors in half precision (halfvec <#>) can be from
-pgvector's exact cosine distance (vector <=>) of the originals, at this many dimensions.
+$$How far 1 - the inner product of two unit vectors in half precision (1 + halfvec's <#>, the
+negative inner product) can be from pgvector's exact cosine distance (vector <=>) of the
+originals, at this many dimensions.
 
 payrail._search re-ranks by exact distance every record whose first-pass distance is within twice
 this bound of the 3rd nearest, so no record that belongs in the top 3 can be missed.$$;
@@ -216,10 +217,11 @@ within p_max_distance of it (NULL: all), by a distance within the error bound of
 
 Enabled records, plus the record p_counted_draft_id (NULL: none) counted as enabled; over the
 half-precision table the draft comes in addition to the p_scan_limit rows, so callers sort. With
-p_half_precision, over payrail.provider_method_half_vectors by 1 + inner product minus 1 (error
-bound payrail._half_precision_error_bound); without (pgvector before 0.7), over the exact
-vectors by cosine distance (error 0). Runs with parallel workers on tables of at least
-min_parallel_table_scan_size (set on this function): db/SEARCH.md, "One search, every core".$$;
+p_half_precision, over payrail.provider_method_half_vectors by the negative inner product, which
+plus 1 is within payrail._half_precision_error_bound of the exact distance; without (pgvector
+before 0.7), over the exact vectors by cosine distance (error 0). Runs with parallel workers on
+tables of at least min_parallel_table_scan_size (set on this function): db/SEARCH.md, "One
+search, every core".$$;
 
 create or replace function payrail._search(
   p_query text,

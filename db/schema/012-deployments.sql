@@ -89,7 +89,8 @@ $$How this transaction applies db/: '' (psql, or one file alone: everything at o
 `db apply` sets it. 'shared': it holds SHARE ROW EXCLUSIVE locks on the registry's tables, which
 searches never wait for, so a change that needs more raises PYD01 (payrail._needs_exclusive_lock)
 and `db apply` starts again holding ACCESS EXCLUSIVE locks ('exclusive'). In both, constraints
-are validated and search's derived rows repaired after the transaction (db apply's follow-up).$$;
+are validated after the transaction, and search's derived rows repaired where the apply changed
+how they are derived (db apply's follow-up).$$;
 
 create or replace function payrail._needs_exclusive_lock(p_table regclass, p_change text)
 returns void

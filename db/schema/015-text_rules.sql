@@ -169,7 +169,7 @@ immutable strict parallel safe
 security invoker
 set search_path from current
 -- U+001F cannot occur in these fields (the control-character rules), so the join is unambiguous.
--- payrail_embedder computes the same digest before it saves a vector.
+-- payrail_embedder never computes it: save_provider_method does, and sync reads the generated column.
 return pg_catalog.sha256(pg_catalog.convert_to(p_provider || E'\x1f' || p_method || E'\x1f' || p_guidance, 'UTF8'));
 
 comment on function payrail._content_hash(text, text, text) is
