@@ -20,11 +20,13 @@ set client_min_messages = warning;
 \ir schema/035-provider_method_half_vectors.sql
 \ir schema/040-embedding_staging.sql
 \ir schema/050-provider_method_history.sql
+\ir schema/060-rules.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql
 \ir functions/140-save_provider_method.sql
+\ir functions/150-check_provider_method.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

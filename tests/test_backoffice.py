@@ -177,29 +177,48 @@ def test_the_list_counts_every_state_and_filters_by_text_and_state(page):
     expect(page.get_by_role("link", name=name(DRAFT))).to_have_count(0)
 
 
-def test_a_bad_url_saves_nothing_and_its_message_stands_next_to_the_field_with_the_text_kept(page, database_url, openai_fake):
+def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_words_with_the_text_kept(
+    page, database_url, openai_fake, tmp_path
+):
     before = stored(database_url, *ACME)
     requests = len(openai_fake.requests)
     open_record(page, ENABLED)
+    page.get_by_label("Provider").fill("")
     page.get_by_label("URLs").fill("http://api.acme.example/v1/geocode")
+    page.get_by_label("Docs URL").fill("https://docs.acme.example@evil.example/geocode")
     edited_guidance = ENABLED["guidance"] + "\nA line the operator added."
     page.get_by_label("Guidance").fill(edited_guidance)
     page.get_by_role("button", name="Save").click()
 
-    expect(page.get_by_role("alert")).to_have_text("Not saved: a value was refused.")
-    urls = page.get_by_label("URLs")
-    # The database's message is the field's own description, so a screen reader reads it with the field.
-    expect(urls).to_have_accessible_description(re.compile("provider_methods_urls_https_check"))
-    expect(urls).to_have_attribute("aria-invalid", "true")
-    expect(urls).to_have_value("http://api.acme.example/v1/geocode")
+    expect(page.get_by_role("alert")).to_have_text("Not saved. Fix the fields marked below: Provider, URLs, Docs URL.")
+    take_screenshot(page, tmp_path, "backoffice-refused.png", full_page=True)
+    # Each field's rules in words, from payrail.rules, as the field's own description, so a
+    # screen reader reads them with the field; never PostgreSQL's constraint text.
+    with connect(database_url) as conn:
+        words = dict(conn.execute("select constraint_name, rule || '. ' || remedy from payrail.rules").fetchall())
+    marked = {
+        "Provider": words["provider_methods_provider_check"],
+        "URLs": words["provider_methods_urls_https_check"],
+        "Docs URL": words["provider_methods_docs_url_check"],
+    }
+    for label, text in marked.items():
+        field = page.get_by_label(label, exact=True)
+        expect(field).to_have_accessible_description(re.compile(re.escape(text[0].upper() + text[1:])))
+        expect(field).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_text("violates")).to_have_count(0)
+    expect(page.get_by_label("URLs")).to_have_value("http://api.acme.example/v1/geocode")
     expect(page.get_by_label("Guidance")).to_have_value(edited_guidance)
     expect(page.get_by_label("Guidance")).not_to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Method")).not_to_have_attribute("aria-invalid", "true")
 
     after = stored(database_url, *ACME)
     assert (after["version"], after["urls"], after["guidance"]) == (before["version"], before["urls"], before["guidance"])
     assert len(openai_fake.requests) == requests  # refused before anything was embedded
 
     # Fixed, the same form saves.
+    page.get_by_label("Provider").fill(ENABLED["provider"])
+    page.get_by_label("Docs URL").fill(ENABLED["docsUrl"])
+    urls = page.get_by_label("URLs")
     urls.fill("https://api.acme.example/v1/geocode")
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("status")).to_contain_text("as version 2")

@@ -36,7 +36,8 @@ grant execute on function
   payrail._is_valid_name(text),
   payrail._is_https_url(text),
   payrail._are_https_urls(text[]),
-  payrail._has_duplicates(text[])
+  payrail._has_duplicates(text[]),
+  payrail._acting_role()
   to payrail_operator, payrail_embedder;
 
 -- Operators: the public fields and enabled; never the vector columns.
@@ -60,6 +61,11 @@ grant execute on function payrail.set_embedding_model(text, integer) to payrail_
 grant execute on function
   payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text)
   to payrail_operator;
+
+-- The rules in words: every writer reads them to say why a value was refused, and asks
+-- check_provider_method for all the rules a record breaks at once.
+grant select on payrail.rules to payrail_operator, payrail_embedder;
+grant execute on function payrail.check_provider_method(bigint, text, text, text[], text, text) to payrail_operator;
 
 -- History: operators read it and restore from it. Only the security-definer trigger
 -- tg_provider_methods__record_history writes it: no role inserts, updates or deletes an entry.

@@ -19,6 +19,16 @@ JSON_NAME_OF_COLUMN = {
     "guidance": "guidance",
     "enabled": "enabled",
 }
+# Each field's name for people, by JSON name: the backoffice form's labels (the accessible names
+# DESIGN.md fixes), and how `edit` and the refusals name fields.
+FIELD_LABELS = {
+    "provider": "Provider",
+    "method": "Method",
+    "urls": "URLs",
+    "docsUrl": "Docs URL",
+    "guidance": "Guidance",
+    "enabled": "Enabled",
+}
 
 
 # Line breaks JSON leaves as they are, though other readers end a line at them (Python's

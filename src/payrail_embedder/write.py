@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from . import database, errcodes
+from . import database, errcodes, refusals
 from .embedders import Embedder, batched, checked_vectors, record_text
-from .records import JSON_NAME_OF_COLUMN, ProviderMethod, unstorable_fields
+from .records import ProviderMethod, unstorable_fields
 from .registry_model import adopt_embedder_model, require_embedder_model
 
 # How often one change is planned and saved again when another writer changes its record meanwhile.
@@ -60,13 +60,19 @@ class Saved:
 
 @dataclass(frozen=True)
 class Refused:
-    """A rule refused the change; nothing of it was saved."""
+    """Rules refused the change; nothing of it was saved."""
 
     reason: str
-    # The JSON names of the fields the rule is about (empty when it is about none in particular).
+    # The JSON names of the fields the rules are about (empty when they are about none in particular).
     fields: tuple[str, ...] = ()
     # For a change of the same record as an earlier change in the same save: that change's position.
     same_as: int | None = None
+    # Every rule the change breaks, in words.
+    rules: tuple[refusals.BrokenRule, ...] = ()
+
+    @classmethod
+    def of(cls, rules: tuple[refusals.BrokenRule, ...]) -> Refused:
+        return cls(refusals.reason(rules), tuple(dict.fromkeys(f for rule in rules for f in rule.fields)), rules=rules)
 
 
 @dataclass(frozen=True)
@@ -166,34 +172,6 @@ def _plan(conn: psycopg.Connection, changes: Sequence[Change]) -> list[_Plan]:
     ]
 
 
-def refused_fields(conn: psycopg.Connection, error: psycopg.Error) -> tuple[str, ...]:
-    """The public fields a refusal is about, as the database records them: the columns its
-    constraint or unique index depends on (pg_depend), or the column it names."""
-    diag = error.diag
-    if diag.column_name:
-        return tuple(JSON_NAME_OF_COLUMN[c] for c in [diag.column_name] if c in JSON_NAME_OF_COLUMN)
-    if not diag.constraint_name or conn.broken:
-        return ()
-    columns = conn.execute(
-        """
-        select a.attname::text
-        from pg_catalog.pg_depend as d
-        join pg_catalog.pg_attribute as a on a.attrelid = d.refobjid and a.attnum = d.refobjsubid
-        where d.refobjid = 'payrail.provider_methods'::regclass
-          and d.objid in (
-            select c.oid from pg_catalog.pg_constraint as c
-            where c.conrelid = 'payrail.provider_methods'::regclass and c.conname = %(name)s
-            union all
-            select i.indexrelid from pg_catalog.pg_index as i
-            where i.indrelid = 'payrail.provider_methods'::regclass
-              and i.indexrelid = pg_catalog.to_regclass('payrail.' || pg_catalog.quote_ident(%(name)s)))
-        order by a.attnum
-        """,
-        {"name": diag.constraint_name},
-    ).fetchall()
-    return tuple(dict.fromkeys(JSON_NAME_OF_COLUMN[c] for (c,) in columns if c in JSON_NAME_OF_COLUMN))
-
-
 def error_reason(error: psycopg.Error) -> str:
     """The database's message, the constraint it names and its hint, in one line."""
     diag = error.diag
@@ -205,8 +183,12 @@ def error_reason(error: psycopg.Error) -> str:
     return reason
 
 
-def _refusal(conn: psycopg.Connection, error: psycopg.Error) -> Refused:
-    return Refused(error_reason(error), refused_fields(conn, error))
+def _refusal(conn: psycopg.Connection, error: psycopg.Error, plan: _Plan) -> Refused:
+    """Every rule the change breaks, in words (refusals), for the error the database refused it with."""
+    change = plan.change
+    # The record the values are saved as: a new one when the caller says so, else the one found.
+    record_id = change.record_id if change.record_id is not None else (None if change.expected_version == 0 else plan.record_id)
+    return Refused.of(refusals.broken_rules(conn, error, record_id, change.record))
 
 
 def _save_arguments(plan: _Plan, as_draft_check: bool) -> tuple:
@@ -292,7 +274,7 @@ def _check_rules(
         position = index if positions is None else positions[index]
         problems = unstorable_fields(plan.change.record)
         if problems:
-            plan.outcome = Refused("; ".join(reason for _, reason in problems), tuple(dict.fromkeys(f for f, _ in problems)))
+            plan.outcome = Refused.of(refusals.unstorable(problems))
             continue
         key = _key_digest(("id", plan.record_id) if plan.change.record_id is not None else ("name", plan.key))
         if key in first_of_key:
@@ -325,7 +307,7 @@ def _check_rules(
                 except psycopg.Error as error:
                     if not errcodes.refuses_input(error.sqlstate):
                         raise
-                    plan.outcome = _refusal(conn, error)
+                    plan.outcome = _refusal(conn, error, plan)
 
     _retry_transient(check_once)
 
@@ -433,7 +415,7 @@ def _save_until_decided(conn: psycopg.Connection, embedder_factory: Callable[[],
             if error.sqlstate in errcodes.TRANSIENT:
                 raise  # the whole transaction is redone
             if not _raced(plan, error):
-                plan.outcome = _outcome_of_failure(conn, error)
+                plan.outcome = _outcome_of_failure(conn, error, plan)
                 return plan
             last_error = error
         (plan,) = _replanned(conn, [plan])
@@ -455,12 +437,12 @@ def _raced(plan: _Plan, error: psycopg.Error) -> bool:
     return raced and plan.change.expected_version is None
 
 
-def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error) -> Outcome:
+def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error, plan: _Plan) -> Outcome:
     if error.sqlstate == errcodes.RECORD_CHANGED:
         return Conflict(error.diag.message_primary or str(error))
     if not errcodes.refuses_input(error.sqlstate):
         raise error
-    return _refusal(conn, error)
+    return _refusal(conn, error, plan)
 
 
 def check_changes(

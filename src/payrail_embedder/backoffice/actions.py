@@ -12,7 +12,7 @@ import psycopg
 
 from .. import catalog, history, stored
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..records import ProviderMethod, parse_lines
+from ..records import FIELD_LABELS, ProviderMethod, parse_lines
 from ..registry_model import RegistryModelMismatch
 from ..search import SearchError, search_provider_methods
 from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, error_reason, save_changes
@@ -61,9 +61,7 @@ def save_record(
     if isinstance(outcome, Saved):
         return SaveResult(saved=outcome, row=stored.get(conn, outcome.record_id))
     if isinstance(outcome, Refused):
-        if not outcome.fields:
-            return SaveResult(problem=f"Not saved: {outcome.reason}")
-        return SaveResult(problem="Not saved: a value was refused.", field_errors={name: outcome.reason for name in outcome.fields})
+        return refused(outcome)
     current = stored.get(conn, record_id) if record_id is not None else None
     if current is None:
         return SaveResult(problem=f"Not saved: {outcome.reason}. Save again to create it anew with your text.", conflict=True)
@@ -72,6 +70,21 @@ def save_record(
         row=current,
         conflict=True,
     )
+
+
+def refused(outcome: Refused) -> SaveResult:
+    """Each broken rule next to each of its fields, all at once; a rule about no field on top."""
+    field_errors: dict[str, str] = {}
+    for rule in outcome.rules:
+        for name in rule.fields:
+            field_errors[name] = " ".join(filter(None, [field_errors.get(name), rule.in_words()]))
+    general = [rule.describe(FIELD_LABELS.get) for rule in outcome.rules if not rule.fields] or (
+        [] if outcome.rules else [outcome.reason]
+    )
+    labels = [FIELD_LABELS[name] for name in FIELD_LABELS if name in field_errors]
+    if labels:
+        general.append(f"Fix the field{'s' if len(labels) > 1 else ''} marked below: {', '.join(labels)}.")
+    return SaveResult(problem=" ".join(["Not saved.", *general]), field_errors=field_errors)
 
 
 def records_list(conn: psycopg.Connection, text: str, state: str | None) -> tuple[list[dict], dict]:

@@ -7,20 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..records import ProviderMethod
+from ..records import FIELD_LABELS, ProviderMethod
 from ..stored import record_of
 from ..write import Saved
 
-# The record form's fields: (form and JSON name, label). The labels are the accessible names
-# DESIGN.md fixes.
-FIELD_LABELS = {
-    "provider": "Provider",
-    "method": "Method",
-    "urls": "URLs",
-    "docsUrl": "Docs URL",
-    "guidance": "Guidance",
-    "enabled": "Enabled",
-}
 
 
 def _text(form: Mapping[str, str], name: str) -> str:

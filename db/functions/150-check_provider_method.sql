@@ -1,0 +1,66 @@
+-- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
+do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
+
+create or replace function payrail.check_provider_method(
+  p_id bigint,
+  p_provider text,
+  p_method text,
+  p_urls text[],
+  p_docs_url text,
+  p_guidance text
+)
+returns table (constraint_name text, fields text[], rule text, remedy text)
+language plpgsql
+stable
+security invoker
+set search_path from current
+as $$
+declare
+  v_row payrail.provider_methods;
+  v_constraint record;
+  v_holds boolean;
+begin
+  -- The record as it would be stored (the triggers store names canonical), as a draft.
+  v_row.provider := payrail._canonical_name(p_provider);
+  v_row.method := payrail._canonical_name(p_method);
+  v_row.urls := p_urls;
+  v_row.docs_url := p_docs_url;
+  v_row.guidance := p_guidance;
+  v_row.enabled := false;
+  v_row.version := 1;
+  -- Each check constraint's own expression, so the table's constraints stay the one statement of
+  -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it.
+  for v_constraint in
+    select c.conname::text as name, pg_catalog.pg_get_expr(c.conbin, c.conrelid) as expression
+    from pg_catalog.pg_constraint as c
+    where c.conrelid = 'payrail.provider_methods'::pg_catalog.regclass and c.contype = 'c'
+    order by c.conname
+  loop
+    execute 'select ' || v_constraint.expression || ' from (select ($1).*) as provider_methods'
+      into v_holds using v_row;
+    if not coalesce(v_holds, true) then
+      return query
+        select v_constraint.name, coalesce(r.fields, '{}'), coalesce(r.rule, 'breaks ' || v_constraint.name), coalesce(r.remedy, '')
+        from (select) as one left join payrail.rules as r on r.constraint_name = v_constraint.name;
+    end if;
+  end loop;
+  if exists (
+    select from payrail.provider_methods as pm
+    where payrail._normalize_name(pm.provider) = payrail._normalize_name(v_row.provider)
+      and payrail._normalize_name(pm.method) = payrail._normalize_name(v_row.method)
+      and pm.id is distinct from p_id
+  ) then
+    return query
+      select r.constraint_name, r.fields, r.rule, r.remedy
+      from payrail.rules as r where r.constraint_name = 'provider_methods_provider_method_key';
+  end if;
+end
+$$;
+
+comment on function payrail.check_provider_method(bigint, text, text, text[], text, text) is
+$$Every rule a record would break, all at once: one row per broken rule, with its fields and its words (payrail.rules).
+
+p_id is the record the values would be saved as (NULL: a new record), so its own name does not
+count as taken. Judges the public fields as a draft would be stored; writes nothing. The write
+path asks it when the database refused a save, so every wrong field is marked in one go:
+select * from payrail.check_provider_method(null, 'Acme', 'Geocode', '{http://x}', null, '');$$;
