@@ -14,6 +14,7 @@ set client_min_messages = warning;
 \ir upgrades/003-enabled_name_indexes.sql
 \ir upgrades/004-stamp_version_trigger.sql
 \ir upgrades/005-name_path_matches_counted_draft.sql
+\ir upgrades/006-saved_by.sql
 \ir schema/015-text_rules.sql
 \ir schema/020-embedding_model.sql
 \ir schema/030-provider_methods.sql

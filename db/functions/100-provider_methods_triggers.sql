@@ -1,6 +1,19 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
+create or replace function payrail._acting_role()
+returns text
+language sql
+stable
+security invoker
+set search_path from current
+-- In a security-definer function current_user is its owner; the role setting is what SET ROLE
+-- chose, which only a member of that role can set ('none': the login itself).
+return coalesce(nullif(pg_catalog.current_setting('role'), 'none'), session_user);
+
+comment on function payrail._acting_role() is
+$$The role a change is made as: the role set with SET ROLE, else the login (session_user); also inside security-definer functions.$$;
+
 create or replace function payrail.tg_provider_methods__keep_embedding_current()
 returns trigger
 language plpgsql
@@ -114,18 +127,22 @@ as $$
 begin
   if tg_op = 'INSERT' then
     new.version := 1;
-    new.created_at := pg_catalog.now();
-    new.updated_at := pg_catalog.now();
+    -- The clock, not the transaction's start: each record of a long import shows its own time.
+    new.created_at := pg_catalog.clock_timestamp();
+    new.updated_at := new.created_at;
+    new.saved_by := payrail._acting_role();
   elsif (new.provider, new.method, new.urls, new.docs_url, new.guidance, new.enabled)
         is distinct from (old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled) then
     new.version := old.version + 1;
     new.created_at := old.created_at;
-    new.updated_at := pg_catalog.now();
+    new.updated_at := pg_catalog.clock_timestamp();
+    new.saved_by := payrail._acting_role();
   else
     -- A vector-only write (sync, model switch) is not a new version.
     new.version := old.version;
     new.created_at := old.created_at;
     new.updated_at := old.updated_at;
+    new.saved_by := old.saved_by;
   end if;
   return new;
 end
@@ -134,8 +151,9 @@ $$;
 comment on function payrail.tg_provider_methods__stamp_version() is
 $$Numbers the versions of a record and stamps when each was saved.
 
-A change of a public field or enabled is a new version (version + 1, updated_at now); a
-vector-only write keeps both. Nobody sets version, created_at or updated_at by hand.$$;
+A change of a public field or enabled is a new version (version + 1, updated_at the clock
+time, saved_by the acting role); a vector-only write keeps all three. Nobody sets version,
+created_at, updated_at or saved_by by hand.$$;
 
 create or replace trigger tg_provider_methods__stamp_version
   before insert or update on payrail.provider_methods

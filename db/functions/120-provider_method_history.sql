@@ -16,13 +16,13 @@ begin
   end if;
   insert into payrail.provider_method_history
     (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version, version_saved_at,
-     changed_by, changed_by_session_user)
+     version_saved_by, changed_at, changed_by, changed_by_session_user)
   values
     (old.id, pg_catalog.lower(tg_op), old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled,
-     old.version, old.updated_at,
-     -- current_user is this function's owner here. The role setting is what SET ROLE chose, which
-     -- only a member of that role can set; 'none' means the login itself.
-     coalesce(nullif(pg_catalog.current_setting('role'), 'none'), session_user),
+     old.version, old.updated_at, old.saved_by,
+     -- Replaced when the next version was saved; deleted now.
+     case when tg_op = 'UPDATE' then new.updated_at else pg_catalog.clock_timestamp() end,
+     payrail._acting_role(),
      session_user);
   return null;
 end

@@ -17,7 +17,10 @@ create table if not exists payrail.provider_methods (
   updated_at timestamptz not null default pg_catalog.now(),
   -- Optimistic concurrency: a writer passes back the version it read (payrail.save_provider_method).
   -- Last, where db/upgrades/001 adds it to registries created before it.
-  version integer not null default 1
+  version integer not null default 1,
+  -- Who saved this version (tg_provider_methods__stamp_version); NULL for versions saved before
+  -- it was kept. Last, where db/upgrades/006 adds it to registries created before it.
+  saved_by text
 );
 
 -- Search reads exact vectors in its second pass (a few rows per query), and in its first pass
@@ -102,4 +105,12 @@ $$Version of the public fields and enabled: 1 when created, one more on every ch
 Vector-only writes (sync, model switch) keep it. A writer that read version n saves with
 payrail.save_provider_method(..., p_expected_version => n), which refuses (PYE03) if it moved.$$;
 comment on column payrail.provider_methods.created_at is 'When the record was created.';
-comment on column payrail.provider_methods.updated_at is 'When this version was saved: the last change of a public field or enabled; vector-only writes keep it.';
+comment on column payrail.provider_methods.updated_at is
+$$When this version was saved: the last change of a public field or enabled; vector-only writes keep it.
+
+The clock time at which the row was written (clock_timestamp()), not its transaction's start, so
+the records of one import each show their own time; they become visible when it commits.$$;
+comment on column payrail.provider_methods.saved_by is
+$$Who saved this version: the role set with SET ROLE, else the login (as the history's changed_by).
+
+NULL for a version saved before the registry kept it; vector-only writes keep it.$$;

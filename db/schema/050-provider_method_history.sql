@@ -22,7 +22,10 @@ create table if not exists payrail.provider_method_history (
   constraint provider_method_history_pkey primary key (id),
   -- The version number of the entry (provider_methods.version); NULL for entries written before
   -- records had versions. Last, where db/upgrades/002 adds it to registries created before it.
-  version integer
+  version integer,
+  -- Who saved the version the entry keeps (provider_methods.saved_by then); NULL for versions saved
+  -- before the registry kept it. Last, where db/upgrades/006 adds it to registries created before it.
+  version_saved_by text
 );
 
 select payrail._ensure_check_constraint('payrail.provider_method_history', 'provider_method_history_operation_check',
@@ -54,7 +57,10 @@ comment on column payrail.provider_method_history.enabled is 'Whether this versi
 comment on column payrail.provider_method_history.version is 'Version number of this version (provider_methods.version then).';
 comment on column payrail.provider_method_history.version_saved_at is
   'When this version was saved (the record''s updated_at then): its public fields or enabled, not a later vector-only write.';
-comment on column payrail.provider_method_history.changed_at is 'When this version was replaced or deleted (start of that transaction).';
+comment on column payrail.provider_method_history.version_saved_by is
+  'Who saved this version (provider_methods.saved_by then); NULL for a version saved before the registry kept it.';
+comment on column payrail.provider_method_history.changed_at is
+  'When this version was replaced (the replacing version''s updated_at) or deleted (the clock time of the delete).';
 comment on column payrail.provider_method_history.changed_by is
   'Role that replaced or deleted it: the role set with SET ROLE, else the login (session_user).';
 comment on column payrail.provider_method_history.changed_by_session_user is 'Login role of that session (session_user).';

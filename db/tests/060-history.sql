@@ -1,7 +1,7 @@
 -- History of provider methods: every update and delete keeps the version it replaced, with who
 -- and when; payrail.restore_provider_method brings a version back under the embedding rules.
 begin;
-select plan(37);
+select plan(41);
 
 \ir include/error_of.sql
 
@@ -46,9 +46,23 @@ select results_eq(
            ('update', 'Acme', 'Hotel Search', '{https://api.acme.example/v2/hotels}'::text[], 'https://docs.acme.example', 'Find hotels.', false)$$,
   'history: a URL edit, a disable and a guidance edit each keep the version they replaced');
 select results_eq(
-  $$select distinct changed_by, changed_by_session_user, changed_at from payrail.provider_method_history$$,
-  $$values ('payrail_operator'::text, session_user::text collate "default", now())$$,
-  'history: who is the role in effect (current_user) and the login (session_user); when is the transaction time');
+  $$select distinct changed_by, changed_by_session_user from payrail.provider_method_history$$,
+  $$values ('payrail_operator'::text, session_user::text collate "default")$$,
+  'history: who is the role in effect (current_user) and the login (session_user)');
+select results_eq(
+  $$select h.version, h.version_saved_by from payrail.provider_method_history as h order by h.id$$,
+  $$values (1, session_user::text collate "default"), (2, 'payrail_operator'), (3, 'payrail_operator')$$,
+  'history: each version names who saved it, the first included');
+select results_eq(
+  $$select h.changed_at from payrail.provider_method_history as h order by h.id$$,
+  $$select t.saved_at from (
+      select h.version_saved_at as saved_at, h.id from payrail.provider_method_history as h where h.id > (select min(id) from payrail.provider_method_history)
+      union all select pm.updated_at, null from payrail.provider_methods as pm where pm.provider = 'Acme') as t
+    order by t.id nulls last$$,
+  'history: a version was replaced when the next one was saved, each at its own clock time within one transaction');
+select is((select saved_by from payrail.provider_methods where provider = 'Acme'), 'payrail_operator', 'the record names who saved its current version');
+select is((select count(distinct h.version_saved_at)::int from payrail.provider_method_history as h), 3,
+  'history: versions saved in one transaction show the clock time of each save, not the transaction''s start');
 select ok(
   (select bool_and(h.version_saved_at <= h.changed_at) from payrail.provider_method_history as h),
   'history: each version says when it was saved, no later than it was replaced');
