@@ -189,7 +189,7 @@ def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path
 
     code, report, _ = cli_json(cli_env, "import", "--json", str(tmp_path / "export-1.jsonl"))
     assert code == 0, report
-    assert report == {"created": 0, "updated": 0, "unchanged": len(ROUND_TRIP), "refused": [], "saved": True}
+    assert report == {"created": 0, "updated": 0, "unchanged": len(ROUND_TRIP), "refused": [], "saved": True, "notImported": 0}
     assert len(openai_fake.requests) == requests_after_import
 
     assert export_text(cli_env, tmp_path / "export-2.jsonl") == first
@@ -218,7 +218,7 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
         cli_env, "import", "--json", write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]])
     )
     assert code == 0, report
-    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True}
+    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
     assert len(openai_fake.requests) == requests_before
     row = stored_row(database_url, "Acme Travel", "Hotel Search")
     assert (row["urls"], row["docsUrl"], row["enabled"]) == (urls_edit["urls"], urls_edit["docsUrl"], True)
@@ -229,7 +229,7 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
         cli_env, "import", "--json", write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]])
     )
     assert code == 0, report
-    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True}
+    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
     new_requests = openai_fake.requests[requests_before:]
     assert [r["input"] for r in new_requests] == [
         [record_text(guidance_edit["provider"], guidance_edit["method"], guidance_edit["guidance"])]

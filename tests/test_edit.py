@@ -13,6 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from payrail_embedder.database import connect
+from payrail_embedder.edit import parse_editor_text
 from payrail_embedder.embedders import record_text
 from payrail_test_support.cli import cli_import, run_cli
 from payrail_test_support.cli import run_edit as edit
@@ -49,7 +50,8 @@ def stored(database_url: str, method: str) -> dict:
 
 
 def body_of(shown: str) -> dict:
-    return json.loads("".join(line for line in shown.splitlines(keepends=True) if not line.startswith("#")))
+    """The record in a text the editor was shown, as the catalog's JSON."""
+    return parse_editor_text(shown).to_json()
 
 
 def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_stays_enabled(registry, database_url, tmp_path):
@@ -58,9 +60,14 @@ def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_
     assert result.returncode == 0, result.stderr
     assert "updated" in result.stdout and "embedded now" in result.stdout and "enabled" in result.stdout, result.stdout
 
-    # The editor showed the record as a pretty-printed catalog line, with instructions as comments.
+    # The editor showed help lines, then a header line per field and the guidance as plain lines.
     assert body_of(shown[0]) == ENABLED
-    assert shown[0].startswith("# payrail-embedder edit:") and '  "provider": "Acme Maps",' in shown[0]
+    assert shown[0].startswith("# payrail-embedder edit:")
+    assert shown[0].split("\n# ")[-1].split("\n", 1)[1] == (
+        "Provider: Acme Maps\nMethod: Geocode an address\nURL: https://api.acme.example/v1/geocode\n"
+        "Docs URL: https://docs.acme.example/geocode\nEnabled: yes\n\n"
+        "Purpose: turn an address into coordinates.\nNotes: paid per call.\n"
+    )
 
     after = stored(database_url, ENABLED["method"])
     guidance = ENABLED["guidance"].replace("paid per call", "paid per request")
@@ -107,8 +114,12 @@ def test_a_refused_value_reopens_the_editor_with_the_reason_and_the_operators_te
     assert result.returncode == 0, result.stderr
 
     assert len(shown) == 2
-    message = shown[1].splitlines()[0]
-    assert message.startswith("# NOT SAVED, refused (urls): ") and "provider_methods_urls_https_check" in message, shown[1]
+    notes = shown[1].splitlines()
+    assert notes[0] == "# NOT SAVED: a rule refused it:", shown[1]
+    assert notes[1].startswith("#   URL: each must be an absolute https:// URL"), shown[1]
+    assert notes[1].endswith("Write each in full, starting with https://, one per line. (provider_methods_urls_https_check)")
+    assert "violates" not in shown[1]  # the rule in words, never PostgreSQL's constraint text
+    assert "# payrail-embedder edit:" in shown[1]  # the help is kept on a reopen
     assert body_of(shown[1])["urls"] == ["http://api.acme.example/v1/geocode"]  # what the operator typed
     assert stored(database_url, ENABLED["method"])["urls"] == ["https://api.acme.example/v3/v1/geocode"]
     # A URL is not content: neither the refused nor the saved edit asked for an embedding.
@@ -127,7 +138,8 @@ def test_someone_elses_save_meanwhile_is_shown_beside_the_operators_text_and_nev
         {"quit": True},
     ]
     result, shown = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
-    assert result.returncode == 0 and "nothing saved" in result.stdout, result.stdout + result.stderr
+    # Left after the conflict: a failure scripts can tell from "nothing to save".
+    assert result.returncode == 1 and "Error: unavailable: nothing saved" in result.stderr, result.stdout + result.stderr
     assert stored(database_url, ENABLED["method"])["guidance"] == other  # not overwritten
 
     notes = [line for line in shown[1].splitlines() if line.startswith("#")]
@@ -157,7 +169,7 @@ def test_a_failing_embedding_service_saves_nothing_and_keeps_the_text(registry, 
     openai_fake.behaviour = "500"
     before = stored(database_url, ENABLED["method"])
     result, shown = edit(registry, tmp_path, [{"replace": ["paid per call", "paid per request"]}], "Acme Maps / Geocode an address")
-    assert result.returncode == 0 and "nothing saved" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1 and "nothing saved" in result.stderr, result.stdout + result.stderr
     assert shown[1].startswith("# NOT SAVED: the embedding service is unavailable"), shown[1]
     assert "paid per request" in body_of(shown[1])["guidance"]
     after = stored(database_url, ENABLED["method"])
@@ -165,17 +177,18 @@ def test_a_failing_embedding_service_saves_nothing_and_keeps_the_text(registry, 
 
 
 def test_text_that_is_not_a_record_reopens_the_editor_naming_the_problem(registry, database_url, tmp_path):
-    steps = [{"replace": ['"enabled": true', '"enabled": "yes"']}, {"replace": ['"enabled": "yes"', '"enabled": false']}]
+    steps = [{"replace": ["Enabled: yes", "Enabled: maybe"]}, {"replace": ["Enabled: maybe", "Enabled: no"]}]
     result, shown = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
     assert result.returncode == 0, result.stderr
-    assert shown[1].splitlines()[0] == "# NOT SAVED: enabled must be true or false"
+    assert shown[1].splitlines()[0] == '# NOT SAVED: "Enabled: maybe": write Enabled: yes or Enabled: no'
     assert stored(database_url, ENABLED["method"])["enabled"] is False  # disabling keeps the vector
     assert stored(database_url, ENABLED["method"])["current_vector"] is True
 
-    broken = [{"write": "{not json"}, {"quit": True}]
+    broken = [{"write": "{not a record\n"}, {"quit": True}]
     result, shown = edit(registry, tmp_path, broken, "Acme Maps / Geocode an address")
-    assert "nothing saved" in result.stdout
-    assert shown[1].startswith("# NOT SAVED: not valid JSON") and shown[1].rstrip().endswith("{not json"), shown[1]
+    assert result.returncode == 2 and "Error: invalid_input: nothing saved" in result.stderr, result.stderr
+    assert shown[1].startswith("# NOT SAVED: line 1: '{not a record' is not a header line"), shown[1]
+    assert shown[1].endswith("\n{not a record\n"), shown[1]
 
 
 def test_closing_without_saving_changes_nothing(registry, database_url, tmp_path):
@@ -187,25 +200,35 @@ def test_closing_without_saving_changes_nothing(registry, database_url, tmp_path
 
 def test_new_starts_a_draft_which_is_refused_until_it_has_a_name_and_is_embedded_when_saved(registry, database_url, tmp_path):
     steps = [
-        {"replace": ['"guidance": "Purpose: ', '"guidance": "Purpose: look up a parcel by its tracking number.']},
-        {"replace": ['"provider": ""', '"provider": "Parcelly"']},
-        {"replace": ['"method": ""', '"method": "Track a parcel"']},
+        {"replace": ["Purpose: \n", "Purpose: look up a parcel by its tracking number.\n"]},
+        {"replace": ["Provider: \n", "Provider: Parcelly\n"]},
+        {"replace": ["Method: \n", "Method: Track a parcel\n"]},
     ]
     result, shown = edit(registry, tmp_path, steps, "--new")
     assert result.returncode == 0, result.stderr
     assert "created" in result.stdout and "draft" in result.stdout and "embedded now" in result.stdout, result.stdout
-    # One rule at a time, each naming a field still empty then.
-    assert any(f"refused ({field})" in shown[1].splitlines()[0] for field in ("provider", "method")), shown[1]
-    assert "refused (method)" in shown[2].splitlines()[0], shown[2]
+    # Every rule broken at once: both empty names in one reopen, then the one still empty.
+    assert shown[1].splitlines()[:3] == [
+        "# NOT SAVED: 2 rules refused it:",
+        "#   Provider: must be 1 to 120 characters, without control characters or invisible ones (zero-width "
+        "spaces, bidi controls). Shorten it, or retype it to drop hidden characters that came with pasted text. "
+        "(provider_methods_provider_check)",
+        "#   Method: must be 1 to 120 characters, without control characters or invisible ones (zero-width "
+        "spaces, bidi controls). Shorten it, or retype it to drop hidden characters that came with pasted text. "
+        "(provider_methods_method_check)",
+    ], shown[1]
+    assert shown[2].splitlines()[:2] == ["# NOT SAVED: a rule refused it:", shown[1].splitlines()[2]], shown[2]
     record = stored(database_url, "Track a parcel")
     assert (record["provider"], record["enabled"], record["current_vector"], record["version"]) == ("Parcelly", False, True, 1)
 
 
 def test_new_refuses_a_name_that_exists(registry, database_url, tmp_path):
-    text = json.dumps({**ENABLED, "provider": " acme  MAPS", "guidance": "Another."}, indent=2)
+    text = "Provider:  acme  MAPS\nMethod: geocode an address\nEnabled: no\n\nAnother.\n"
     result, shown = edit(registry, tmp_path, [{"write": text}, {"quit": True}], "--new")
-    assert "nothing saved" in result.stdout
-    assert "already exists" in shown[1].splitlines()[0] and "(provider, method)" in shown[1].splitlines()[0], shown[1]
+    assert result.returncode == 2 and "nothing saved" in result.stderr, result.stderr
+    assert shown[1].splitlines()[1].startswith(
+        "#   Provider and Method: another record already has this provider and method"
+    ), shown[1]
     assert stored(database_url, ENABLED["method"])["guidance"] == ENABLED["guidance"]
 
 

@@ -24,10 +24,14 @@ class ImportReport:
     # Every refused line, in file order, whichever rule refused it.
     refused: list[Refusal] = field(default_factory=list)
     saved: bool = False
+    # Lines no rule refused, left unsaved because another line was refused.
+    not_imported: int = 0
 
     def summary(self) -> str:
         """The report's last line, as `import` prints it."""
         outcome = "saved" if self.saved else "nothing saved"
+        if self.not_imported:
+            outcome += f": {self.not_imported} valid line{'s were' if self.not_imported != 1 else ' was'} not imported either"
         return (
             f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, "
             f"{len(self.refused)} refused: {outcome}"
@@ -40,6 +44,7 @@ class ImportReport:
             "unchanged": self.unchanged,
             "refused": [{"source": r.source, "line": r.line, "reason": r.reason} for r in self.refused],
             "saved": self.saved,
+            "notImported": self.not_imported,
         }
 
 
@@ -134,9 +139,15 @@ def import_records(
 
     if not skip_invalid:
         # First pass: check every line; nothing is embedded or saved.
+        valid = 0
         for batch in _batches(read_items(), batch_size):
-            report.refused += [r for item, outcome in outcomes_of(batch, check) if (r := refusal(item, outcome))]
+            for item, outcome in outcomes_of(batch, check):
+                if refused_line := refusal(item, outcome):
+                    report.refused.append(refused_line)
+                else:
+                    valid += 1
         if report.refused:
+            report.not_imported = valid
             return report
         seen.clear()  # every line was checked; the save checks none again
     # The save: each batch embedded, then saved in a transaction of its own (with skip_invalid,

@@ -256,11 +256,9 @@ def import_(settings: Settings, files, skip_invalid, as_json):
     else:
         for refusal in report.refused:
             click.echo(f"refused {refusal}", err=True)
-        outcome = "saved" if report.saved else "nothing saved"
-        click.echo(
-            f"{report.created} created, {report.updated} updated, {report.unchanged} unchanged, "
-            f"{len(report.refused)} refused: {outcome}"
-        )
+        click.echo(report.summary())
+        if report.not_imported:
+            click.echo("Fix the refused lines and import again, or import with --skip-invalid to save the valid lines alone.", err=True)
     if report.refused:
         sys.exit(FAILURE_EXIT_STATUS["invalid_input"])
 
@@ -440,15 +438,20 @@ def edit(settings: Settings, name, new):
     """Edit one record in $EDITOR, saved through the same write path as import and the backoffice.
 
     Name it as PROVIDER METHOD (two arguments) or as one "Provider / Method". The record opens
-    as a pretty-printed catalog line; content changes are embedded before they are saved and an
-    enabled record stays enabled. A refusal opens the editor again with the message on top and
-    your text kept; so does a save that someone else's save got ahead of.
+    as header lines (Provider:, Method:, URL: once per URL, Docs URL:, Enabled: yes or no), a
+    blank line and the guidance as plain text; content changes are embedded before they are
+    saved and an enabled record stays enabled. A refusal opens the editor again with the reasons
+    and the help on top and your text kept; so does a save that someone else's save got ahead
+    of. Leaving without saving after such a reopen exits non-zero (2 for a refusal, 1 otherwise).
     """
     if new == bool(name):
         raise click.UsageError("name one record to edit (PROVIDER METHOD), or pass --new")
     with settings.connect() as conn:
         row = None if new else stored.find_by_name(conn, name)
-        saved = edit_module.edit_record(conn, settings.embedder, row)
+        try:
+            saved = edit_module.edit_record(conn, settings.embedder, row)
+        except edit_module.LeftUnsaved as left:
+            raise Failure(left.code, str(left)) from None
         if saved is None:
             click.echo("nothing saved")
             return

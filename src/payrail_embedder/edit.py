@@ -1,12 +1,27 @@
-"""`payrail-embedder edit`: one record in $EDITOR as a pretty-printed catalog line, saved through the write path.
+"""`payrail-embedder edit`: one record in $EDITOR, saved through the write path.
+
+The text is written to be edited by hand, as a commit message or a `kubectl edit` manifest is:
+help lines starting with # on top, then one header line per field ("Provider: ...", "URL: ..."
+once per URL), a blank line, and the guidance as it reads, line breaks and all:
+
+    # payrail-embedder edit: "Acme Maps / Geocode an address" (record 3, version 2, enabled).
+    # ...
+    Provider: Acme Maps
+    Method: Geocode an address
+    URL: https://api.acme.example/v1/geocode
+    Docs URL: https://docs.acme.example/geocode
+    Enabled: yes
+
+    Purpose: turn an address into coordinates.
+    Notes: paid per call.
 
 A refusal, a conflict with someone else's save, or a failing embedding service opens the editor
-again with the message on top and the operator's text kept, so nothing typed is lost.
+again with the reason and the help on top and the operator's text kept, so nothing typed is lost.
+Leaving the editor without saving after such a reopen is a failure (LeftUnsaved), so scripts can tell.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import click
@@ -14,7 +29,7 @@ import psycopg
 
 from . import stored
 from .embedders import Embedder, EmbeddingUnavailable
-from .records import ProviderMethod, json_text, lines_of, parse_record, refuse_duplicate_keys
+from .records import ProviderMethod, lines_of
 from .write import Change, Conflict, Refused, Saved, save_changes
 
 COMMENT = "#"
@@ -26,40 +41,87 @@ NEW_RECORD = ProviderMethod(
     guidance="Purpose: \nInstructions: \nNotes: ",
     enabled=False,
 )
+# Header names, as the editor shows them; "URL" comes once per URL.
+PROVIDER, METHOD, URL, DOCS_URL, ENABLED = "Provider", "Method", "URL", "Docs URL", "Enabled"
+HEADER_NAMES = (PROVIDER, METHOD, URL, DOCS_URL, ENABLED)
+YES, NO = ("yes", "true"), ("no", "false")
+# How a refusal names each field: by its header name.
+HEADER_OF_FIELD = {"provider": PROVIDER, "method": METHOD, "urls": URL, "docsUrl": DOCS_URL, "guidance": "Guidance", "enabled": ENABLED}
 
 
-def editor_text(record: ProviderMethod, notes: list[str]) -> str:
-    """The record as the operator edits it: comment lines, then the catalog line pretty-printed."""
-    body = json_text(record.to_json(), indent=2)
-    return "".join(f"{COMMENT} {line}\n" if line else f"{COMMENT}\n" for line in notes) + body + "\n"
+class LeftUnsaved(Exception):
+    """The operator left the editor without saving after a refusal, a conflict or an outage."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code  # the CLI's failure code: invalid_input (refused) or unavailable
 
 
-def _is_comment(line: str) -> bool:
-    # A JSON string cannot hold a raw newline, so no line of the record itself starts with "#".
-    return line.lstrip().startswith(COMMENT)
+def record_text(record: ProviderMethod) -> str:
+    """The record as the operator edits it (without the help lines)."""
+    lines = [f"{PROVIDER}: {record.provider}", f"{METHOD}: {record.method}"]
+    lines += [f"{URL}: {url}" for url in record.urls]
+    lines += [f"{DOCS_URL}: {record.docs_url or ''}", f"{ENABLED}: {'yes' if record.enabled else 'no'}"]
+    return "\n".join(lines) + "\n\n" + record.guidance + "\n"
 
 
-def without_comments(text: str) -> str:
-    return "".join(line for line in lines_of(text) if not _is_comment(line))
+def commented(lines: list[str]) -> str:
+    return "".join(f"{COMMENT} {line}\n" if line else f"{COMMENT}\n" for line in lines)
+
+
+def split_help(text: str) -> tuple[str, str]:
+    """(the help lines on top, the rest). Only the top is help: a guidance line may start with #.
+    Lines end at newlines only (records.lines_of): U+2028 and the like are text."""
+    lines = lines_of(text.replace("\r\n", "\n"))
+    top = 0
+    while top < len(lines) and lines[top].lstrip().startswith(COMMENT):
+        top += 1
+    return "".join(lines[:top]), "".join(lines[top:])
 
 
 def parse_editor_text(text: str) -> ProviderMethod:
-    """The record in the editor's text; ValueError saying what is wrong with it."""
-    # Comment lines become blank lines, so a JSON error's line number is the editor's.
-    blanked = "".join("\n" if _is_comment(line) else line for line in lines_of(text))
-    try:
-        data = json.loads(blanked, object_pairs_hook=refuse_duplicate_keys)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
-    record = parse_record(data)
-    if record.enabled is None:
-        raise ValueError('"enabled" must be true or false')
-    return record
+    """The record in the editor's text; ValueError saying what is wrong with it, and where."""
+    help_lines, body = split_help(text)
+    offset = help_lines.count("\n")
+    header, blank, guidance = body.partition("\n\n")
+    if not blank and not header.endswith("\n"):
+        header += "\n"
+    fields: dict[str, str] = {}
+    urls: list[str] = []
+    by_lower = {name.lower(): name for name in HEADER_NAMES} | {"urls": URL}
+    for number, line in enumerate(header.split("\n"), start=offset + 1):
+        name, colon, value = line.partition(":")
+        known = by_lower.get(name.strip().lower())
+        if not colon or known is None:
+            raise ValueError(
+                f"line {number}: {line.strip()!r} is not a header line; the header is one line per field "
+                f"({', '.join(f'{n}:' for n in HEADER_NAMES)}), then a blank line, then the guidance"
+            )
+        if known == URL:
+            urls.append(value.strip())
+        elif known in fields:
+            raise ValueError(f"line {number}: {known} is given twice")
+        else:
+            fields[known] = value.strip()
+    missing = [name for name in (PROVIDER, METHOD, ENABLED) if name not in fields]
+    if missing:
+        raise ValueError(f"the header has no {' and no '.join(missing)} line")
+    enabled = fields[ENABLED].lower()
+    if enabled not in YES + NO:
+        raise ValueError(f'"{ENABLED}: {fields[ENABLED]}": write {ENABLED}: yes or {ENABLED}: no')
+    return ProviderMethod(
+        provider=fields[PROVIDER],
+        method=fields[METHOD],
+        urls=[url for url in urls if url],
+        docs_url=fields.get(DOCS_URL) or None,
+        guidance=guidance.removesuffix("\n"),
+        enabled=enabled in YES,
+    )
 
 
 def describe(row: dict | None) -> str:
     if row is None:
-        return "a new record (saved as a draft unless you set \"enabled\": true)"
+        return f"a new record (saved as a draft unless you write {ENABLED}: yes)"
     state = "enabled" if row["enabled"] else "draft"
     return f'"{row["provider"]} / {row["method"]}" (record {row["id"]}, version {row["version"]}, {state})'
 
@@ -69,7 +131,9 @@ def instructions(row: dict | None) -> list[str]:
         f"payrail-embedder edit: {describe(row)}.",
         "Save and close to apply; close without saving, or empty the file, to leave it as it is.",
         "Content changes are embedded before they are saved, and an enabled record stays enabled.",
-        "Lines starting with # are ignored.",
+        f"One header line per field ({URL}: once per URL, up to 10; {DOCS_URL}: empty for none;",
+        f"{ENABLED}: yes or no), then a blank line, then the guidance as plain text to the end.",
+        "Lines starting with # up here are ignored.",
     ]
 
 
@@ -78,35 +142,49 @@ def edit_record(
     embedder_factory: Callable[[], Embedder],
     row: dict | None,
     *,
-    open_editor: Callable[[str], str | None] = lambda text: click.edit(text, extension=".json", require_save=True),
+    open_editor: Callable[[str], str | None] = lambda text: click.edit(text, extension=".txt", require_save=True),
 ) -> Saved | None:
-    """Edits the stored record row (None: a new one) until it is saved or the operator gives up (None)."""
+    """Edits the stored record row (None: a new one) until it is saved, or the operator leaves
+    without a change (None). Raises LeftUnsaved when they leave after a reopen that said why not."""
     record_id, version = (row["id"], row["version"]) if row else (None, 0)
-    text = editor_text(stored.record_of(row) if row else NEW_RECORD, instructions(row))
+    body = record_text(stored.record_of(row) if row else NEW_RECORD)
+    problem: list[str] = []
+    left = None  # (code, why) of the last reopen: what leaving now fails with
     while True:
-        edited = open_editor(text)
-        if edited is None or not without_comments(edited).strip():
+        edited = open_editor(commented(problem + ([""] if problem else []) + instructions(row)) + body)
+        if edited is None or not split_help(edited)[1].strip():
+            if left:
+                raise LeftUnsaved(left[0], f"nothing saved: you left the editor after this: {left[1]}")
             return None
-        body = without_comments(edited)
+        body = split_help(edited)[1]
         try:
             record = parse_editor_text(edited)
             outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
         except ValueError as error:
-            problem = [f"NOT SAVED: {error}"]
+            left, problem = ("invalid_input", str(error)), [f"NOT SAVED: {error}"]
         except EmbeddingUnavailable as error:
-            problem = [f"NOT SAVED: the embedding service is unavailable: {error}", "Save again to retry."]
+            why = f"the embedding service is unavailable: {error}"
+            left, problem = ("unavailable", why), [f"NOT SAVED: {why}", "Save again to retry."]
         else:
             if isinstance(outcome, Saved):
                 return outcome
             if isinstance(outcome, Refused):
-                fields = f" ({', '.join(outcome.fields)})" if outcome.fields else ""
-                problem = [f"NOT SAVED, refused{fields}: {outcome.reason}"]
+                left, problem = ("invalid_input", outcome.reason), refusal_notes(outcome)
             else:
-                current = stored.get(conn, record_id) if record_id else None
-                problem = conflict_notes(outcome, current)
-                version = current["version"] if current else 0
-                record_id = current["id"] if current else None
-        text = "".join(f"{COMMENT} {line}\n" for line in problem) + f"{COMMENT}\n" + body
+                row = stored.get(conn, record_id) if record_id else None
+                left, problem = ("unavailable", outcome.reason), conflict_notes(outcome, row)
+                record_id, version = (row["id"], row["version"]) if row else (None, 0)
+
+
+def refusal_notes(refused: Refused) -> list[str]:
+    """One line per broken rule, each naming its field as the header does."""
+    if not refused.rules:
+        return [f"NOT SAVED: {refused.reason}"]
+    count = len(refused.rules)
+    return [
+        f"NOT SAVED: {'a rule' if count == 1 else f'{count} rules'} refused it:",
+        *(f"  {rule.describe(HEADER_OF_FIELD.get)}" for rule in refused.rules),
+    ]
 
 
 def conflict_notes(conflict: Conflict, current: dict | None) -> list[str]:
@@ -116,10 +194,9 @@ def conflict_notes(conflict: Conflict, current: dict | None) -> list[str]:
             f"NOT SAVED: {conflict.reason}.",
             "It was deleted meanwhile: save again to create it anew with your text.",
         ]
-    saved_now = json_text(stored.record_of(current).to_json(), indent=2).split("\n")
     return [
         f"NOT SAVED: {conflict.reason}.",
         f"The record as saved now (version {current['version']}, {current['updated_at'].isoformat()}):",
-        *saved_now,
+        *("  " + line for line in record_text(stored.record_of(current)).rstrip("\n").split("\n")),
         "Your text follows, unchanged: merge the two and save again to replace that version.",
     ]

@@ -40,7 +40,7 @@ def cli_import(env: dict[str, str], path: Path, records: list[dict]) -> dict:
     """`payrail-embedder import --json` of records into a registry that holds none of them yet."""
     code, report, _ = cli_json(env, "import", "--json", write_jsonl(path, records))
     assert code == 0, report
-    assert report == {"created": len(records), "updated": 0, "unchanged": 0, "refused": [], "saved": True}
+    assert report == {"created": len(records), "updated": 0, "unchanged": 0, "refused": [], "saved": True, "notImported": 0}
     return report
 
 
