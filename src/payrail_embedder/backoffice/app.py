@@ -19,7 +19,9 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..database import embedded_stopped
 from ..edit import NEW_RECORD
+from ..records import FIELD_LABELS
 from ..settings import Settings
 from ..stored import STATES, record_of
 from ..write import error_reason
@@ -38,7 +40,7 @@ from .sessions import (
     open_connection,
     typed_problem,
 )
-from .views import FIELD_LABELS, record_from_form, record_name, saved_message
+from .views import record_from_form, record_name, saved_message
 from .web import (
     CSRF_FIELD,
     HERE,
@@ -334,7 +336,9 @@ async def body_too_large(request: Request, error: BodyTooLarge) -> Response:
 
 
 async def database_failed(request: Request, error: psycopg.Error) -> Response:
-    return render(request, "message.html", 500, title="The database failed", text=f"The database failed: {error_reason(error)}")
+    settings: Settings = request.app.state.settings
+    reason = embedded_stopped(settings.database_url, settings.data_dir) or error_reason(error)
+    return render(request, "message.html", 500, title="The database failed", text=f"The database failed: {reason}")
 
 
 def shared_embedder(settings: Settings):
@@ -410,6 +414,7 @@ def create_app(
         },
         lifespan=lifespan,
     )
+    app.state.settings = settings
     app.state.database_url = settings.resolved_database_url
     app.state.embedded = settings.database_url is None
     app.state.embedder = shared_embedder(settings)
