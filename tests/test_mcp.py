@@ -13,6 +13,7 @@ import time
 import anyio
 import pytest
 
+from payrail_embedder.database import connect
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog, mcp_client
 from payrail_test_support.ports import unused_port
@@ -111,6 +112,32 @@ def test_failures_are_tool_errors_that_name_them(mcp_env, openai_fake, errlog):
     assert error_of(too_long)["error"] == "invalid_query"
     assert "2,000" in error_of(too_long)["detail"]
     assert recovered.structured_content == {"matches": expected_semantic_matches(SEMANTIC_QUERY)}
+
+
+def test_a_call_without_a_query_says_the_query_is_missing(mcp_env, errlog):
+    async def main():
+        async with mcp_client(mcp_env, errlog) as client:
+            return await client.call_tool(TOOL, {}), await client.call_tool(TOOL, {"question": "hotels"})
+
+    for result in anyio.run(main):
+        assert error_of(result) == {
+            "error": "invalid_query",
+            "detail": 'the query is missing: call search_provider_methods with {"query": "what you need, in plain words"}',
+        }
+
+
+def test_the_pool_is_open_before_the_server_answers_the_handshake(mcp_env, database_url, errlog):
+    """The first question is as fast as the next: the server opens its pool (and loads a local
+    model) before it answers `initialize`, not meanwhile (benchmarks/agent_latency.py times it)."""
+
+    async def main():
+        async with mcp_client(mcp_env, errlog):
+            with connect(database_url, autocommit=True) as conn:
+                return conn.execute(
+                    "select count(*) from pg_stat_activity where application_name = 'payrail-agent-search' and datname = current_database()"
+                ).fetchone()[0]
+
+    assert anyio.run(main) >= 1
 
 
 def test_unreachable_database_is_a_tool_error(errlog, tmp_path):

@@ -86,7 +86,8 @@ def test_every_mcp_tool_failure_is_the_documented_json(node_env):
         error = json.loads(result["text"])
         assert set(error) == {"error", "detail"} and error["error"] == "invalid_query", (case, error)
     assert "not int" in json.loads(results["a number"]["text"])["detail"]
-    assert "not null" in json.loads(results["missing"]["text"])["detail"]
+    assert json.loads(results["missing"]["text"])["detail"].startswith("the query is missing: call search_provider_methods with")
+    assert "not null" in json.loads(results["null"]["text"])["detail"]
     assert "2001 characters" in json.loads(results["too long"]["text"])["detail"]
     assert "search_everything" in json.loads(results["an unknown tool"]["text"])["detail"]
 

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 from importlib.metadata import version
 from typing import Annotated
 
@@ -86,8 +85,10 @@ def build_server(registry: Registry):
             # and before the database: a bad query is invalid_query even while it is down.
             if name != TOOL_NAME:
                 return failure_result(InvalidQuery(f"there is no tool {name!r}; the one tool is {TOOL_NAME}"))
+            if "query" not in (arguments or {}):
+                return failure_result(InvalidQuery(f'the query is missing: call {TOOL_NAME} with {{"query": "what you need, in plain words"}}'))
             try:
-                check_query((arguments or {}).get("query"))
+                check_query(arguments["query"])
             except InvalidQuery as error:
                 return failure_result(error)
             return await super().call_tool(name, arguments, context)
@@ -140,8 +141,9 @@ def serve(registry: Registry, http_port: int | None = None) -> None:
     """Serves until standard input closes (stdio) or SIGTERM / Ctrl-C (HTTP, where it exits 0)."""
     server = build_server(registry)
     sock = bind_loopback(http_port) if http_port is not None else None
-    # Opens the pool (and loads a local model) while the host is still handshaking.
-    threading.Thread(target=registry.warm_up, name="payrail-warm-up", daemon=True).start()
+    # The pool opened (the embedded default started) and a local model loaded before the server
+    # answers anything, so the first question is as fast as the next ones.
+    registry.warm_up()
     # Stopped with SIGTERM (agent hosts, service managers), the server exits 0, as for a closed stdin.
     try:
         if sock is None:
