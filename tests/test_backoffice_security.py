@@ -418,7 +418,9 @@ def test_the_embedded_default_is_never_served_beyond_loopback(openai_fake, tmp_p
     env["PAYRAIL_DATA_DIR"] = str(tmp_path / "data")
     result = run_cli(env, "backoffice", "--host", "0.0.0.0", "--port", "0")
     assert result.returncode == 2
-    assert "the embedded PostgreSQL is this machine's own database" in result.stderr
+    # Refused like every other error: the code and the words, no usage block.
+    assert result.stderr.startswith("Error: invalid_input: the embedded PostgreSQL is this machine's own database"), result.stderr
+    assert "Usage:" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
     assert not (tmp_path / "data").exists()  # refused before the embedded server was started
 
 

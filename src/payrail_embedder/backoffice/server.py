@@ -40,7 +40,7 @@ def serve(
     behind a proxy): it is this machine's own database, not a server for a network."""
     loopback = is_loopback(host)
     if settings.database_url is None and not (loopback and public_url is None):
-        raise click.UsageError(
+        raise click.ClickException(
             "the embedded PostgreSQL is this machine's own database, and its superuser signs in without a "
             "password on its socket; to serve the backoffice beyond this machine, set PAYRAIL_DATABASE_URL to a "
             "production server, or serve on 127.0.0.1 without --public-url"
