@@ -1,28 +1,34 @@
-"""Latency of the backoffice at 10,000 records: the pages an operator opens and the saves they make,
-with the real local model (all-MiniLM-L6-v2). Not a test: it prints a table.
+"""Latency and page size of the backoffice at 100,000 records loaded through the product: the pages
+an operator opens and the saves they make. Not a test: it prints a table.
 
-    ./scripts/benchmark backoffice_latency [--records 10000] [--requests 30]
+    ./scripts/benchmark backoffice_latency [--records 100000] [--requests 30]
 
 What it does:
 - starts its own throwaway embedded PostgreSQL 18 in a temporary directory, applies db/ and
   deletes everything when it ends;
-- imports the shipped sample catalog embedded with the real model, then fills the registry up to
-  --records enabled records as agent_latency does (generated records with random unit vectors
-  inserted with SQL: embedding 10,000 records takes minutes on two cores, and the pages cost the
-  same whatever the vectors are);
-- runs `payrail-embedder backoffice` as a subprocess (local model), signs in with a login made as
+- writes --records generated records (nine in ten enabled; guidance of random words from a small
+  vocabulary, as agent_latency's) to a JSON Lines file and imports it with `payrail-embedder
+  import`, the write path every operator uses: every line checked against every rule, embedded,
+  saved. The embedding service is payrail_test_support's OpenAI-compatible fake at 384
+  dimensions (the local model's), which answers at once: the local model would take about an
+  hour for 100,000 records on two cores, and the pages cost the same whatever the vectors are.
+  Nothing else is done to the database: no ANALYZE (autovacuum, on by default, may have run one
+  by the time pages are timed; the first line says whether it had);
+- runs `payrail-embedder backoffice` on that registry and embedder, signs in with a login made as
   `payrail-embedder operator add` makes one (the server asks its password, as on the embedded
-  default) and times, over one kept-alive HTTP connection as a browser uses: the records list (every record), the list filtered by a word, one record page (form,
-  history, no query), a URL-only save (the form's POST, answered with a redirect; the vector is
-  kept), a content save (the guidance changes: embedded by the local model first, then saved),
-  and Try a query (a plain-words question: what agents get and the preview, each embedding it).
-  The first content save, which loads the model, is timed on its own.
+  default) and times, over one kept-alive HTTP connection that accepts
+  gzip as browsers do: the records list's first page, a page deep in the list (reached by a page
+  link), the list filtered by a common word, by a rare word and by a state (each with its count
+  of matches), one record page, a URL-only save, a content save (embedded by the fake first) and
+  Try a query (two query embeddings by the fake). On loopback the time is the server's.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
+import json
 import os
 import random
 import re
@@ -36,42 +42,48 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 import numpy as np
+from psycopg.rows import dict_row
 
-from agent_latency import fill_to, percentile
-from payrail_embedder import catalog, database, logins
-from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
-from payrail_embedder.records import read_lines
+from agent_latency import DIMENSIONS, generated_rows, percentile
+from payrail_embedder import database, logins, stored
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.openai_fake import FakeOpenAI
 from throwaway_postgres import throwaway_postgres
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "payrail-embedder"
 QUERY = "find live hotel availability through a paid API"
+COMMON_WORD = "hotel"
 OPERATOR_LOGIN = ("bench_operator", "a benchmark passphrase")
 
 
 class Browser:
-    """One kept-alive HTTP connection with the session's cookies, as a browser keeps them."""
+    """One kept-alive HTTP connection with the session's cookies, asking for gzip as a browser does."""
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
         self.cookies: dict[str, str] = {}
+        # Bytes on the wire and unpacked, of the last response.
+        self.sent = self.unpacked = 0
 
     def request(self, method: str, path: str, form: dict | None = None) -> tuple[int, str, str | None]:
-        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items()), "Accept-Encoding": "gzip"}
         body = None
         if form is not None:
             body = urlencode(form)
             headers |= {"Content-Type": "application/x-www-form-urlencoded", "Origin": self.origin}
         self.conn.request(method, path, body=body, headers=headers)
         response = self.conn.getresponse()
-        text = response.read().decode()
+        raw = response.read()
+        data = gzip.decompress(raw) if response.getheader("content-encoding") == "gzip" else raw
+        self.sent, self.unpacked = len(raw), len(data)
         for name, value in response.getheaders():
             if name.lower() == "set-cookie":
                 key, _, rest = value.partition("=")
                 self.cookies[key] = rest.split(";", 1)[0]
-        return response.status, text, response.getheader("location")
+        return response.status, data.decode(), response.getheader("location")
 
 
 def token_of(html: str) -> str:
@@ -85,10 +97,14 @@ def with_operator_login(server, url: str) -> None:
         logins.add_operator(conn, *OPERATOR_LOGIN)
 
 
-def start_backoffice(url: str, log: Path, *args: str, cli: Path = CLI) -> tuple[subprocess.Popen, str]:
-    """`cli backoffice --port 0 ARGS` on the registry at url; returns the process and its address."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
-    env |= {"PAYRAIL_DATABASE_URL": url, "PAYRAIL_EMBEDDER": "local"}
+def start_backoffice(
+    url: str, log: Path, *args: str, cli: Path = CLI, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`cli backoffice --port 0 ARGS` on the registry at url (with the local model, unless env says
+    otherwise); returns the process and its address."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+        env |= {"PAYRAIL_DATABASE_URL": url, "PAYRAIL_EMBEDDER": "local"}
     with log.open("w") as output:
         process = subprocess.Popen([str(cli), "backoffice", "--port", "0", *args], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
     deadline = time.monotonic() + 60
@@ -100,17 +116,9 @@ def start_backoffice(url: str, log: Path, *args: str, cli: Path = CLI) -> tuple[
     return process, re.search(r"Payrail backoffice: (\S+?)/?$", log.read_text(), flags=re.M).group(1)
 
 
-def timed(call, times: int) -> list[float]:
-    samples = []
-    for index in range(times):
-        started = time.perf_counter()
-        call(index)
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples
-
-
 def record_form(html: str, **changes: str) -> dict:
     """The record page's form as the browser would post it, with changes."""
+
     def value(name):
         found = re.search(rf'<(?:input|textarea) id="{name}" name="{name}"[^>]*?(?:value="([^"]*)"[^>]*>|>\n(.*?)</textarea>)', html, flags=re.S)
         return found.group(1) if found.group(1) is not None else found.group(2)
@@ -122,78 +130,120 @@ def record_form(html: str, **changes: str) -> dict:
     return form | changes
 
 
-def measure(url: str, requests: int) -> list[tuple[str, list[float], int]]:
+def write_catalog(path: Path, records: int) -> None:
+    rng, np_rng = random.Random(42), np.random.default_rng(42)
+    with path.open("w", encoding="utf-8") as file:
+        for n, (provider, method, urls, docs_url, guidance, _) in enumerate(generated_rows(0, records, rng, np_rng)):
+            record = {"provider": provider, "method": method, "urls": urls, "docsUrl": docs_url, "guidance": guidance, "enabled": n % 10 != 0}
+            file.write(json.dumps(record) + "\n")
+
+
+def deep_cursor(url: str, position: int) -> str:
+    """A page link's cursor: the records after the one at position in the list's order."""
+    with database.connect(url) as conn:
+        row = conn.cursor(row_factory=dict_row).execute(
+            """select pm.id, pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
+                from payrail.provider_methods as pm
+                order by pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id offset %s limit 1""",
+            (position,),
+        ).fetchone()
+    return stored.encode_cursor(row)
+
+
+def measure(url: str, database_url: str, records: int, requests: int) -> list[tuple[str, list[float], int, int]]:
     browser = Browser(url)
-    status, page, _ = browser.request("GET", "/sign-in")
+    _, page, _ = browser.request("GET", "/sign-in")
     login, password = OPERATOR_LOGIN
     status, _, location = browser.request("POST", "/sign-in", {"csrf_token": token_of(page), "username": login, "password": password})
     assert (status, location) == (303, "/records"), status
-    status, listing, _ = browser.request("GET", "/records")
-    ids = [int(i) for i in re.findall(r'<a href="/records/(\d+)">', listing)]
-    rng = random.Random(7)
     rows = []
 
     def get(path):
         status, text, _ = browser.request("GET", path)
-        assert status == 200, (path, status)
+        assert status == 200, (path, status, text[:500])
         return text
 
-    rows.append(("records list (every record)", timed(lambda i: get("/records"), requests), len(listing)))
-    filtered = get("/records?q=hotel")
-    rows.append(("records list, filtered by a word", timed(lambda i: get("/records?q=hotel"), requests), len(filtered)))
-    record_page = get(f"/records/{ids[0]}")
-    rows.append(("record page", timed(lambda i: get(f"/records/{rng.choice(ids)}"), requests), len(record_page)))
+    def page_row(label, path, check=None):
+        text = get(path)
+        if check:
+            assert check in text, (label, text[:2000])
+        sent, unpacked = browser.sent, browser.unpacked
+        rows.append((label, [elapsed for elapsed in (timed_get(path) for _ in range(requests))], sent, unpacked))
+        return text
+
+    def timed_get(path):
+        started = time.perf_counter()
+        get(path)
+        return (time.perf_counter() - started) * 1000
+
+    listing = page_row("records list, first page", "/records", f"Records: {records}.")
+    ids = [int(i) for i in re.findall(r'<a href="/records/(\d+)">', listing)]
+    page_row("records list, a page deep in the list", f"/records?{urlencode({'after': deep_cursor(database_url, records - 150)})}", "Previous page")
+    page_row(f"filtered by a common word ({COMMON_WORD})", f"/records?{urlencode({'q': COMMON_WORD})}", "records match.")
+    rare = f"op{records // 2}"
+    page_row(f"filtered by a rare word ({rare})", f"/records?{urlencode({'q': rare})}", f"1 of {records} records match.")
+    page_row("filtered by state (drafts)", f"/records?{urlencode({'state': 'draft'})}", "records match.")
+    rng = random.Random(7)
+    page_row("record page", f"/records/{ids[0]}")
 
     edited = rng.choice(ids)
 
     def save(changes):
         form = record_form(get(f"/records/{edited}"), **changes)
         started = time.perf_counter()
-        status, text, location = browser.request("POST", f"/records/{edited}", form)
+        status, text, _ = browser.request("POST", f"/records/{edited}", form)
         elapsed = (time.perf_counter() - started) * 1000
-        assert status == 303, text
+        assert status == 303, text[:2000]
         return elapsed
 
-    rows.append(("URL-only save (vector kept)", [save({"docsUrl": f"https://docs.bench.example/v{i}"}) for i in range(requests)], 0))
+    rows.append(("URL-only save (vector kept)", [save({"docsUrl": f"https://docs.bench.example/v{i}"}) for i in range(requests)], 0, 0))
     guidance = record_form(get(f"/records/{edited}"))["guidance"]
-    first = save({"guidance": guidance + "\nNotes: edited once."})
-    rows.append(("first content save (loads the model)", [first], 0))
-    rows.append(("content save (local model)", [save({"guidance": f"{guidance}\nNotes: edit {i}."}) for i in range(requests)], 0))
-    trial = get(f"/records/{ids[1]}?{urlencode({'query': QUERY})}")
-    assert "What agents get now" in trial
-    rows.append(("Try a query (2 query embeddings)", timed(lambda i: get(f"/records/{rng.choice(ids)}?{urlencode({'query': QUERY})}"), requests), len(trial)))
+    rows.append(("content save (embedded first)", [save({"guidance": f"{guidance}\nNotes: edit {i}."}) for i in range(requests)], 0, 0))
+    page_row("Try a query (2 query embeddings)", f"/records/{ids[1]}?{urlencode({'query': QUERY})}", "What agents get now")
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=10_000, help="enabled records in the registry")
+    parser.add_argument("--records", type=int, default=100_000, help="records in the registry, imported through the product")
     parser.add_argument("--requests", type=int, default=30, help="timed requests per row")
     args = parser.parse_args()
 
-    with throwaway_postgres(18) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-log-") as logs:
+    fake = FakeOpenAI(dimensions=DIMENSIONS).start()
+    with throwaway_postgres(18) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-") as scratch:
         url = server.registry("payrail_bench")
-        embedder = LocalEmbedder()
-        with database.connect(url, autocommit=True) as conn:
-            catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))
-        fill_to(url, args.records, random.Random(42), np.random.default_rng(42))
+        env = cli_environment(url, fake, Path(scratch))
+        catalog_file = Path(scratch) / "catalog.jsonl"
+        write_catalog(catalog_file, args.records)
+        started = time.perf_counter()
+        result = subprocess.run([str(CLI), "import", str(catalog_file)], env=env, capture_output=True, text=True, cwd=REPO)
+        import_seconds = time.perf_counter() - started
+        assert result.returncode == 0, result.stdout + result.stderr
+        fake.requests.clear()  # the fake keeps every request; these are done with
         with_operator_login(server, url)
-        process, base_url = start_backoffice(url, Path(logs) / "backoffice.log")
+        process, base_url = start_backoffice(url, Path(scratch) / "backoffice.log", env=env)
         try:
-            rows = measure(base_url, args.requests)
+            with database.connect(url) as conn:
+                analyzed = conn.execute(
+                    "select last_autoanalyze is not null from pg_stat_user_tables where relid = 'payrail.provider_methods'::regclass"
+                ).fetchone()[0]
+            rows = measure(base_url, url, args.records, args.requests)
         finally:
             process.terminate()
             process.wait(30)
+    fake.stop()
 
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(
-        f"backoffice at {args.records:,} enabled records; {args.requests} timed requests per row; model "
-        f"{LOCAL_DEFAULT_MODEL} on {os.cpu_count()} CPUs (load average {load}); embedded PostgreSQL 18; not analyzed by the benchmark (autovacuum on, as a server runs)"
+        f"backoffice at {args.records:,} records (imported through `payrail-embedder import` in {import_seconds:.0f} s; "
+        f"no ANALYZE by the benchmark, autovacuum {'had' if analyzed else 'had not'} analyzed the table); "
+        f"{args.requests} timed requests per row over one kept-alive connection; {os.cpu_count()} CPUs (load average {load}); "
+        "embedded PostgreSQL 18; embeddings from an OpenAI-compatible fake that answers at once"
     )
-    print(f"{'request':<38} {'p50 ms':>8} {'p95 ms':>8} {'page kB':>8}")
-    for name, samples, size in rows:
-        page = f"{size / 1000:>8.0f}" if size else f"{'':>8}"
-        print(f"{name:<38} {statistics.median(samples):>8.1f} {percentile(samples, 0.95):>8.1f} {page}")
+    print(f"{'request':<44} {'p50 ms':>8} {'p95 ms':>8} {'gzip kB':>8} {'page kB':>8}")
+    for name, samples, sent, unpacked in rows:
+        sizes = f"{sent / 1000:>8.1f} {unpacked / 1000:>8.1f}" if unpacked else f"{'':>8} {'':>8}"
+        print(f"{name:<44} {statistics.median(samples):>8.1f} {percentile(samples, 0.95):>8.1f} {sizes}")
 
 
 if __name__ == "__main__":

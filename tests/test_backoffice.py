@@ -8,10 +8,12 @@ history.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlencode
 
 import pytest
 from playwright.sync_api import expect
@@ -22,11 +24,13 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     CATALOG,
     DRAFT,
     ENABLED,
+    HttpClient,
     OPERATOR,
     WEATHER,
     backoffice,
     csrf_token,
     history,
+    http_sign_in,
     name,
     new_page,
     operator_logins,
@@ -177,6 +181,94 @@ def test_the_list_counts_every_state_and_filters_by_text_and_state(page):
     expect(page.get_by_role("link", name=name(DRAFT))).to_have_count(0)
 
 
+def test_the_list_pages_through_many_records_keeping_the_filter_in_the_url(page, database_url):
+    with connect(database_url) as conn:
+        conn.cursor().executemany(
+            "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
+            [(f"Mass {n:03d}", "Lookup", f"Purpose: {'bulk' if n % 2 else 'other'} record {n}.") for n in range(250)],
+        )
+    page.goto("/records")
+    expect(page.get_by_text("Records: 253. Enabled: 2. Drafts: 251, needing an embedding: 250.")).to_be_visible()
+    links = page.get_by_role("table").get_by_role("link")
+    expect(links).to_have_count(100)
+    expect(links.first).to_have_text(name(ENABLED))  # by provider and method, ignoring case
+    expect(page.get_by_role("link", name="Previous page")).to_have_count(0)
+
+    # Filtered: 125 of them, in two pages, the filter kept in every link.
+    page.get_by_label("Text").fill("BULK")
+    page.get_by_label("State").select_option("draft needing an embedding")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_text("125 of 253 records match.")).to_be_visible()
+    expect(links).to_have_count(100)
+    expect(links.first).to_have_text("Mass 001 / Lookup")
+    page.get_by_role("link", name="Next page").click()
+    expect(page.get_by_text("125 of 253 records match.")).to_be_visible()
+    expect(page.get_by_label("Text")).to_have_value("BULK")
+    expect(page.get_by_label("State")).to_have_value("draft needing an embedding")
+    expect(links).to_have_count(25)
+    expect(links.first).to_have_text("Mass 201 / Lookup")
+    expect(links.last).to_have_text("Mass 249 / Lookup")
+    expect(page.get_by_role("link", name="Next page")).to_have_count(0)
+    assert "q=BULK" in page.url and "state=draft+needing+an+embedding" in page.url and "after=" in page.url
+
+    # A record saved meanwhile shifts nothing: a page starts before (or after) the row it was
+    # linked from, so the 100 before Mass 201 are the same, and the new one is a page further.
+    with connect(database_url) as conn:
+        conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('Mass 000a', 'Lookup', 'Purpose: bulk.')")
+    page.get_by_role("link", name="Previous page").click()
+    expect(links).to_have_count(100)
+    expect(links.first).to_have_text("Mass 001 / Lookup")
+    expect(links.last).to_have_text("Mass 199 / Lookup")
+    expect(page.get_by_text("126 of 254 records match.")).to_be_visible()
+    page.get_by_role("link", name="Previous page").click()
+    expect(links).to_have_text(["Mass 000a / Lookup"])
+    expect(page.get_by_role("link", name="Previous page")).to_have_count(0)
+    expect(page.get_by_role("link", name="Next page")).to_be_visible()
+
+
+def cursor_of(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode()
+
+
+FORGED_CURSORS = [
+    "",
+    "!!!not base64",
+    cursor_of("not json"),
+    cursor_of('{"provider": "a"}'),
+    cursor_of('["a", "b"]'),
+    cursor_of('["a", "b", "1"]'),
+    cursor_of('["a", "b", 1.5]'),
+    cursor_of('["a", "b", true]'),
+    cursor_of('["a\\u0000", "b", 1]'),
+    cursor_of('["a\\ud800", "b", 1]'),
+    cursor_of("[" * 5_000),  # nested past the JSON parser's depth, in a URL uvicorn accepts
+    cursor_of("""["') or true; drop table payrail.provider_methods; --", "b", 1]"""),
+    cursor_of('["z", "z", 99999999999999999999999]'),
+]
+
+
+def test_a_page_link_that_the_backoffice_did_not_make_is_refused_and_changes_nothing(backoffice, database_url):
+    session = http_sign_in(HttpClient(backoffice.url))
+    for cursor in FORGED_CURSORS:
+        for direction in ("after", "before"):
+            reply = session.client.get(f"/records?{urlencode({direction: cursor})}", cookies=session.cookies)
+            # Refused, or (a well-formed key) the records that sort after or before it: never a failure.
+            assert reply.status in (200, 400), (cursor, reply.status)
+            if reply.status == 400:
+                assert "That page link is not one the backoffice made" in reply.body
+    # The injection was data, and the table is whole.
+    with connect(database_url) as conn:
+        assert conn.execute("select count(*) from payrail.provider_methods").fetchone()[0] == len(CATALOG)
+
+
+def test_pages_are_compressed_when_the_browser_asks(backoffice):
+    session = http_sign_in(HttpClient(backoffice.url))
+    compressed = session.client.get("/records", cookies=session.cookies, headers={"Accept-Encoding": "gzip"})
+    plain = session.client.get("/records", cookies=session.cookies)
+    assert compressed.header("content-encoding") == "gzip" and plain.header("content-encoding") is None
+    assert int(compressed.header("content-length")) < len(plain.body.encode()) / 2
+
+
 def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_words_with_the_text_kept(
     page, database_url, openai_fake, tmp_path
 ):
@@ -225,7 +317,7 @@ def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_word
     assert stored(database_url, *ACME)["guidance"] == edited_guidance
 
 
-def test_two_browsers_editing_one_record_the_second_saves_nothing_and_sees_both_versions(browser, backoffice, page, database_url):
+def test_two_browsers_editing_one_record_the_second_saves_nothing_and_sees_both_versions(browser, backoffice, page, database_url, tmp_path):
     other = new_page(browser, backoffice)
     sign_in(other)
     open_record(page, ENABLED)
@@ -248,6 +340,15 @@ def test_two_browsers_editing_one_record_the_second_saves_nothing_and_sees_both_
     expect(other.get_by_label("Guidance")).to_have_value(ENABLED["guidance"])
     row = stored(database_url, *ACME)
     assert (row["version"], row["guidance"], row["docs_url"]) == (2, first, ENABLED["docsUrl"])
+    # The fields where the two versions differ are marked, on both sides, and only those.
+    for label in ("Docs URL", "Guidance"):
+        expect(other.get_by_label(label, exact=True)).to_have_accessible_description(re.compile("Differs from the version saved meanwhile"))
+    for label in ("Provider", "Method", "URLs", "Enabled"):
+        expect(other.get_by_label(label, exact=True)).not_to_have_accessible_description(re.compile("Differs"))
+    expect(saved_now.locator("dt", has_text="differs from yours")).to_have_text(
+        ["Docs URL differs from yours", "Guidance differs from yours"]
+    )
+    take_screenshot(other, tmp_path, "backoffice-conflict.png", full_page=True)
 
     # Merged by hand, the form now saves over version 2.
     other.get_by_label("Guidance").fill(first)
@@ -368,7 +469,10 @@ def test_import_reports_every_refused_line_and_export_downloads_what_the_cli_exp
     page.get_by_label("Catalog file (JSON Lines)").set_input_files(upload)
     page.get_by_role("button", name="Import").click()
     report = page.get_by_role("region", name="Import report")
-    expect(report.get_by_role("status")).to_have_text("0 created, 0 updated, 0 unchanged, 2 refused: nothing saved")
+    expect(report.get_by_role("status")).to_have_text(
+        "0 created, 0 updated, 0 unchanged, 2 refused: nothing saved: 1 valid line was not imported either"
+    )
+    expect(report).to_contain_text("Fix the refused lines and import again, or tick")
     expect(report.get_by_role("listitem").nth(0)).to_contain_text("refused upload.jsonl:2: ")
     expect(report.get_by_role("listitem").nth(0)).to_contain_text("provider_methods_urls_https_check")
     expect(report.get_by_role("listitem").nth(1)).to_contain_text("refused upload.jsonl:3: malformed JSON")

@@ -16,7 +16,7 @@ import pytest
 
 from payrail_embedder.cli import FAILURE_EXIT_STATUS
 from payrail_test_support import CLI, REPO
-from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.cli import cli_import, run_cli, write_jsonl
 from payrail_test_support.ports import unused_port
 
 CATALOG = [
@@ -133,7 +133,7 @@ def test_json_keys_are_camel_case_on_every_report(registry, database_url):
     assert not snake, snake
 
 
-def test_sync_off_a_terminal_prints_no_progress(registry, database_url):
+def test_a_short_sync_off_a_terminal_prints_no_progress(registry, database_url):
     with psycopg.connect(database_url) as conn:
         conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where not enabled")
     result = run_cli(registry, "sync")
@@ -141,16 +141,37 @@ def test_sync_off_a_terminal_prints_no_progress(registry, database_url):
     assert result.stdout == "1 embedded, 0 changed meanwhile, 0 pending\n"
 
 
+def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(registry, database_url, tmp_path):
+    """One line per interval (PAYRAIL_PROGRESS_INTERVAL, 10 s by default; 0 here: every batch)."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.', enabled = false")
+        records = conn.execute("select count(*) from payrail.provider_methods").fetchone()[0]
+    env = {**registry, "PAYRAIL_PROGRESS_INTERVAL": "0"}
+    result = run_cli(env, "sync", "--batch-size", "1")
+    assert result.returncode == 0, result.stderr
+    lines = [dict(pair.split("=", 1) for pair in line.split()[1:]) for line in result.stderr.splitlines()]
+    assert [line["done"] for line in lines] == [str(n) for n in range(1, records + 1)], result.stderr
+    assert all(line["task"] == "sync" and line["total"] == str(records) and line["elapsed_s"].isdigit() for line in lines)
+    assert all(line.startswith("progress task=sync ") for line in result.stderr.splitlines())
+
+    lines_file = write_jsonl(tmp_path / "more.jsonl", [{**CATALOG[0], "method": f"Extra {n}"} for n in range(3)])
+    imported = run_cli(env, "import", lines_file)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stderr.splitlines()[-1].startswith("progress task=import done=3 total=3 elapsed_s="), imported.stderr
+
+
 def test_the_embedded_default_keeps_standard_error_quiet_and_db_status_tells_where_it_runs(tmp_path):
-    """No PAYRAIL_DATABASE_URL and no XDG_RUNTIME_DIR: what an MCP host starts. Nothing on stderr."""
+    """No PAYRAIL_DATABASE_URL and no XDG_RUNTIME_DIR: what an MCP host starts. Nothing on stderr
+    but the one line that says the server is being started (no warnings)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "XDG_RUNTIME_DIR"))}
     env["PAYRAIL_DATA_DIR"] = str(tmp_path / "data")
     before = json.loads(run_cli(env, "db", "status", "--json").stdout)
     assert before["embedded"]["running"] is False and before["registry"] is None, before
     try:
-        for args in (("db", "url"), ("db", "apply"), ("search", "--json", "Nothing here")):
+        starting = f"creating and starting the embedded PostgreSQL 18 under {tmp_path / 'data'} ...\n"
+        for args, stderr in ((("db", "url"), starting), (("db", "apply"), ""), (("search", "--json", "Nothing here"), "")):
             result = run_cli(env, *args)
-            assert result.returncode == 0 and result.stderr == "", (args, result.stderr)
+            assert result.returncode == 0 and result.stderr == stderr, (args, result.stderr)
         status = run_cli(env, "db", "status", "--json")
         report = json.loads(status.stdout)
         assert (status.returncode, report["embedded"]["running"], report["registry"]["records"]) == (0, True, 0), report

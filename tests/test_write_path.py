@@ -453,11 +453,16 @@ def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env
     with psycopg.connect(database_url) as conn:
         user = conn.info.user
     assert {(v["changedBy"], v["changedBySessionUser"]) for v in found["history"]} == {(user, user)}
+    # Every version names who saved it, the first (imported) included.
+    assert [v["savedBy"] for v in found["history"]] == [user, user] and found["record"]["savedBy"] == user
     text = run_cli(cli_env, "history", "Acme Maps", "Geocode").stdout
-    assert "restore_provider_method" in text and original["guidance"] in text
+    assert original["guidance"] in text and f"saved {found['history'][-1]['savedAt']} by {user}" in text, text
+    assert text.splitlines()[-1] == "restore one with: payrail-embedder restore HISTORY_ID   (--as-draft: as a draft)"
 
+    code, restored, _ = cli_json(cli_env, "restore", str(found["history"][-1]["historyId"]), "--json")
+    assert code == 0 and restored["outcome"] == "updated", restored
+    assert (restored["urls"], restored["guidance"], restored["enabled"]) == (original["urls"], original["guidance"], False)
     with psycopg.connect(database_url) as conn:
-        conn.execute("select payrail.restore_provider_method(%s)", (found["history"][-1]["historyId"],))
         conn.execute("delete from payrail.provider_methods where provider = 'Acme Maps'")
     export = run_cli(cli_env, "export").stdout
     assert export == ""

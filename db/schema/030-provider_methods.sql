@@ -67,6 +67,11 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
 
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
+-- The records list (backoffice, `payrail-embedder list`) pages through records in this order,
+-- by provider and method ignoring case (payrail_embedder.stored.LIST_ORDER_KEY): a page is a
+-- short read of this index, not a sort of every record.
+create index if not exists provider_methods_list_order_idx
+  on payrail.provider_methods (pg_catalog.lower(provider), pg_catalog.lower(method), id);
 -- The name path looks up a provider, a method, or a "provider method" pair, among enabled records
 -- only: indexes that hold no draft, so an agent's lookup of a draft's name reads what a lookup
 -- of an unknown name reads, entry for entry (pg_stat_user_indexes and pg_statio_* say nothing).

@@ -20,11 +20,12 @@ from . import history as history_module
 from . import status as status_module
 from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
+from .progress import progress
 from .records import json_text, read_lines
 from .registry_model import RegistryModelMismatch
 from .search import SearchError, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
-from .write import TransientFailure, error_reason
+from .write import Conflict, Refused, Saved, TransientFailure, error_reason
 
 # Exit 2: the caller must fix something (the query, a name, a file, the configuration, a grant).
 # Exit 1: the database or the embedding service failed; the same command may work later.
@@ -104,11 +105,6 @@ class Commands(click.Group):
             else:
                 failure.show()
             sys.exit(failure.exit_code)
-
-
-def progress_bar(length: int, label: str):
-    """A progress bar on standard error, only when it is a terminal (nothing for scripts and logs)."""
-    return click.progressbar(length=length, label=label, file=sys.stderr, hidden=not sys.stderr.isatty())
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -244,7 +240,7 @@ def db_stop(settings: Settings):
 
 
 def count_lines(files) -> int:
-    """The non-blank lines of the files: the progress bar's length."""
+    """The non-blank lines of the files: the total progress reports against."""
     total = 0
     for path in files:
         with path.open("rb") as file:
@@ -268,8 +264,8 @@ def import_(settings: Settings, files, skip_invalid, as_json):
     # Read twice, a batch at a time (checked, then saved), never held whole.
     lines = lambda: (item for path in files for item in read_lines(path))  # noqa: E731
     with settings.connect() as conn:
-        with progress_bar(count_lines(files), "embedding") as bar:
-            report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=bar.update)
+        with progress("import", count_lines(files)) as advance:
+            report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
@@ -290,6 +286,44 @@ def export(settings: Settings, output):
     with settings.connect() as conn:
         for line in catalog.export_records(conn):
             output.write(line + "\n")
+
+
+@cli.command("list")
+@click.option("--text", default="", help="Only records whose provider, method, guidance or URLs contain TEXT, ignoring case.")
+@click.option("--state", type=click.Choice(stored.STATES), help="Only records in this state.")
+@JSON_OPTION
+@click.pass_obj
+def list_(settings: Settings, text, state, as_json):
+    """List the records by provider and method (ignoring case): state, version, when and by whom saved.
+
+    The backoffice's filters: --text matches provider, method, guidance and URLs ignoring case;
+    --state is enabled, draft (with a vector of its current content) or "draft needing an
+    embedding". With --json: {"records": [{"recordId", "provider", "method", "state", "version",
+    "savedAt", "savedBy"}, ...]}.
+    """
+    with settings.connect() as conn:
+        rows = stored.list_records(conn, text, state).rows
+    listed = [
+        {
+            "recordId": row["id"],
+            "provider": row["provider"],
+            "method": row["method"],
+            "state": row["state"],
+            "version": row["version"],
+            "savedAt": row["updated_at"].isoformat(),
+            "savedBy": history_module.author(row["saved_by"], None),
+        }
+        for row in rows
+    ]
+    if as_json:
+        click.echo(json_text({"records": listed}))
+        return
+    for record in listed:
+        click.echo(
+            f"{record['provider']} / {record['method']}  ({record['state']}, version {record['version']}, "
+            f"saved {record['savedAt']} by {record['savedBy']})"
+        )
+    click.echo(f"{len(listed)} record{'' if len(listed) == 1 else 's'}")
 
 
 BATCH_SIZE_OPTION = click.option(
@@ -327,8 +361,8 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             else:
                 click.echo("\n".join(names + [f"{len(names)} records would be embedded"]))
             return
-        with progress_bar(sum(1 for _ in sync_module.ids_to_sync(conn)), "embedding") as bar:
-            report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=bar.update)
+        with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
+            report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
@@ -474,7 +508,14 @@ def edit(settings: Settings, name, new):
         if saved is None:
             click.echo("nothing saved")
             return
-        record = stored.get(conn, saved.record_id)
+        echo_saved(stored.get(conn, saved.record_id), saved, as_json=False)
+
+
+def echo_saved(record: dict, saved: Saved, as_json: bool) -> None:
+    """What a save through the write path did to one record (edit, restore)."""
+    if as_json:
+        click.echo(json_text({"outcome": saved.outcome, "embeddedNow": saved.embedded, **stored.as_json(record)}))
+        return
     vector = "embedded now" if saved.embedded else ("vector kept" if record["embedded"] else "no vector")
     click.echo(
         f'{saved.outcome} "{record["provider"]} / {record["method"]}": record {saved.record_id}, '
@@ -490,8 +531,8 @@ def history(settings: Settings, name, as_json):
     """Show the earlier versions of a record, newest first: PROVIDER METHOD, or one "Provider / Method".
 
     Also a record since renamed or deleted, by a name it had. Every update and delete keeps the
-    version it replaced, with who and when. Restore one in psql with:
-    select payrail.restore_provider_method(HISTORY_ID);
+    version it replaced, with who saved it, who replaced it and when. Bring one back with
+    `payrail-embedder restore HISTORY_ID`.
     """
     with settings.connect() as conn:
         provider, method = stored.resolve_former_name(conn, name)
@@ -506,13 +547,13 @@ def history(settings: Settings, name, as_json):
         state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
         click.echo(
             f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
-            f"{state}, saved {record['savedAt']}"
+            f"{state}, saved {record['savedAt']} by {record['savedBy']}"
         )
     for version in found["history"]:
         click.echo(
-            f"\nhistory {version['historyId']}: {version['operation']}d {version['changedAt']} by "
-            f"{version['changedBy']} (session {version['changedBySessionUser']}); version {version['version']} of record "
-            f"{version['recordId']}, saved {version['savedAt']}"
+            f"\nhistory {version['historyId']}: version {version['version']} of record {version['recordId']}, saved "
+            f"{version['savedAt']} by {version['savedBy']}; {version['operation']}d {version['changedAt']} by "
+            f"{version['changedBy']} (session {version['changedBySessionUser']})"
         )
         click.echo(f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})")
         click.echo(f"  docs: {version['docsUrl'] or '-'}")
@@ -521,7 +562,30 @@ def history(settings: Settings, name, as_json):
         for line in version["guidance"].split("\n"):
             click.echo(f"  {line}")
     if found["history"]:
-        click.echo("\nrestore one with: select payrail.restore_provider_method(HISTORY_ID);")
+        click.echo("\nrestore one with: payrail-embedder restore HISTORY_ID   (--as-draft: as a draft)")
+
+
+@cli.command("restore")
+@click.argument("history_id", type=click.IntRange(min=1))
+@click.option("--as-draft", is_flag=True, help="Restore it as a draft (disabled), e.g. to check it with preview before enabling it.")
+@JSON_OPTION
+@click.pass_obj
+def restore(settings: Settings, history_id, as_draft, as_json):
+    """Bring back the fields of an earlier version (HISTORY_ID, from `history`), through the write path.
+
+    The record keeps its enabled state (a draft with --as-draft): other content restored into an
+    enabled record is embedded first, and the record stays enabled. A deleted record comes back
+    as a new draft. The version it replaces is kept in the history, so a restore can be undone.
+    """
+    with settings.connect() as conn:
+        entry, outcome = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
+        if entry is None:
+            raise Failure("unknown_record", f"there is no history entry {history_id}; `payrail-embedder history PROVIDER METHOD` lists them")
+        if isinstance(outcome, Refused):
+            raise Failure("invalid_input", f"not restored: {outcome.reason}")
+        if isinstance(outcome, Conflict):
+            raise Failure("unavailable", f"not restored: {outcome.reason}; run it again")
+        echo_saved(stored.get(conn, outcome.record_id), outcome, as_json)
 
 
 @cli.group()
@@ -562,8 +626,8 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     """
     embedder = replace(settings, model=new_model).embedder()
     with settings.connect() as conn:
-        with progress_bar(sum(1 for _ in model_switch.ids_to_stage(conn, new_model)), "staging") as bar:
-            report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=bar.update)
+        with progress("model_switch", sum(1 for _ in model_switch.ids_to_stage(conn, new_model))) as advance:
+            report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=advance)
     if as_json:
         click.echo(json_text(report.to_json()))
     elif report.switched:

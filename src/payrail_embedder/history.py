@@ -1,11 +1,31 @@
-"""Earlier versions of a provider method (payrail.provider_method_history), for operators."""
+"""Earlier versions of a provider method (payrail.provider_method_history), who saved each, and
+restoring one through the write path, for operators (the CLI and the backoffice)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import stored
+from .embedders import Embedder
+from .write import Change, Outcome, save_changes
+
+UNKNOWN_AUTHOR = "unknown"
+
+
+def author(saved_by: str | None, older: dict | None) -> str:
+    """Who saved a version: as the registry recorded it (saved_by), else, for a version saved
+    before it did, who replaced the version before it (the older history entry of the same
+    record), else unknown."""
+    return saved_by or (older["changed_by"] if older is not None else None) or UNKNOWN_AUTHOR
+
+
+def _older_entries(versions: list[dict]) -> list[dict | None]:
+    """For each history row (newest first), the next older row of the same record, or None."""
+    return [next((o for o in versions[i + 1 :] if o["provider_method_id"] == v["provider_method_id"]), None) for i, v in enumerate(versions)]
 
 
 def provider_method_history(conn: psycopg.Connection, provider: str, method: str) -> dict:
@@ -24,8 +44,12 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
         (provider, method),
     ).fetchone()
     versions = cursor.execute("select * from payrail.get_provider_method_history(%s, %s)", (provider, method)).fetchall()
+    record = None
+    if current:
+        newest = next((v for v in versions if v["provider_method_id"] == current["id"]), None)
+        record = stored.as_json(current) | {"savedBy": author(current["saved_by"], newest)}
     return {
-        "record": stored.as_json(current) if current else None,
+        "record": record,
         "history": [
             {
                 "historyId": v["id"],
@@ -36,9 +60,10 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
                 "changedBySessionUser": v["changed_by_session_user"],
                 "version": v["version"],
                 "savedAt": v["version_saved_at"].isoformat(),
+                "savedBy": author(v["version_saved_by"], older),
                 **stored.record_of(v).to_json(),
             }
-            for v in versions
+            for v, older in zip(versions, _older_entries(versions))
         ],
     }
 
@@ -62,3 +87,28 @@ def history_entry(conn: psycopg.Connection, history_id: int) -> dict | None:
         .execute("select * from payrail.provider_method_history where id = %s", (history_id,))
         .fetchone()
     )
+
+
+def restore(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    history_id: int,
+    *,
+    as_draft: bool = False,
+    record_id: int | None = None,
+    expected_version: int | None = None,
+) -> tuple[dict | None, Outcome | None]:
+    """Brings back the public fields a history entry kept, through the write path: (the entry,
+    the save's outcome), or (None, None) when there is no such entry (of record_id, if given).
+
+    The record keeps its enabled state (a draft with as_draft), so other content restored into
+    an enabled record is embedded first; a deleted record comes back as a new draft.
+    expected_version: the version the caller showed (a Conflict if it moved); None: as it is now.
+    """
+    entry = history_entry(conn, history_id)
+    if entry is None or (record_id is not None and entry["provider_method_id"] != record_id):
+        return None, None
+    exists = stored.get(conn, entry["provider_method_id"]) is not None
+    record = replace(stored.record_of(entry), enabled=False if as_draft or not exists else None)
+    change = Change(record, entry["provider_method_id"], expected_version) if exists else Change(record, None, 0)
+    return entry, save_changes(conn, embedder_factory, [change])[0]

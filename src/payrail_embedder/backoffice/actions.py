@@ -87,9 +87,28 @@ def refused(outcome: Refused) -> SaveResult:
     return SaveResult(problem=" ".join(["Not saved.", *general]), field_errors=field_errors)
 
 
-def records_list(conn: psycopg.Connection, text: str, state: str | None) -> tuple[list[dict], dict]:
-    """The records that match the filter, and what the registry holds (stored.counts)."""
-    return stored.list_records(conn, text, state), stored.counts(conn)
+# Records per page of the list: a page stays small (tens of kB) at any size of registry.
+PAGE_SIZE = 100
+
+
+@dataclass
+class RecordsList:
+    page: stored.RecordsPage
+    # What the registry holds (stored.counts), and how many records the filter matches (None: no filter).
+    counts: dict
+    matching: int | None
+
+
+def records_list(conn: psycopg.Connection, text: str, state: str | None, after: str | None, before: str | None) -> RecordsList:
+    """A page of the records that match the filter (ValueError for a cursor that is not one)."""
+    page = stored.list_records(conn, text, state, after=after, before=before, limit=PAGE_SIZE)
+    if not (text or state):
+        matching = None
+    elif after is None and before is None and page.after is None:
+        matching = len(page.rows)  # the first page holds every match: no second scan to count them
+    else:
+        matching = stored.count_records(conn, text, state)
+    return RecordsList(page, stored.counts(conn), matching)
 
 
 @dataclass
@@ -129,18 +148,14 @@ def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: 
 
 
 def restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str]:
-    """Brings back the public fields a history entry kept, through the write path: the record keeps
-    its enabled state, so other content restored into an enabled record is embedded first.
+    """Brings back the public fields a history entry kept, through the write path (history.restore).
     Returns (kind, message), kind "info" or "error"."""
-    entry = history.history_entry(conn, history_id)
-    if entry is None or entry["provider_method_id"] != record_id:
-        return "error", f"Not restored: this record has no history entry {history_id}."
-    kept = stored.record_of(entry)
-    record = ProviderMethod(kept.provider, kept.method, kept.urls, kept.docs_url, kept.guidance, enabled=None)
     try:
-        outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
+        entry, outcome = history.restore(conn, embedder_factory, history_id, record_id=record_id, expected_version=version)
     except WRITE_FAILURES as error:
         return "error", _not_saved(conn, error, "Not restored")
+    if entry is None:
+        return "error", f"Not restored: this record has no history entry {history_id}."
     label = f"version {entry['version']}" if entry["version"] is not None else f"history entry {history_id}"
     if isinstance(outcome, Saved):
         if outcome.outcome == "unchanged":

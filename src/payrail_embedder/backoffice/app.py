@@ -8,12 +8,14 @@ import contextlib
 import functools
 import math
 import threading
+from urllib.parse import urlencode
 
 import psycopg
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
@@ -40,7 +42,7 @@ from .sessions import (
     open_connection,
     typed_problem,
 )
-from .views import record_from_form, record_name, saved_message
+from .views import differing, record_from_form, record_name, saved_message
 from .web import (
     CSRF_FIELD,
     HERE,
@@ -146,18 +148,31 @@ async def sign_out(request: Request, session: Session, form: FormData) -> Respon
 
 @signed_in
 async def records(request: Request, session: Session, form: None) -> Response:
-    text = request.query_params.get("q", "").replace("\x00", "")
-    state = request.query_params.get("state")
+    params = request.query_params
+    text = params.get("q", "").replace("\x00", "")
+    state = params.get("state")
     state = state if state in STATES else None
-    rows, counts = await work(request, session, actions.records_list, text, state)
-    return render(request, "records.html", rows=rows, counts=counts, text=text, state=state, states=STATES)
+    try:
+        listed = await work(request, session, actions.records_list, text, state, params.get("after"), params.get("before"))
+    except ValueError:
+        return render(request, "message.html", 400, title="No such page", text="That page link is not one the backoffice made: start from the first page.")
+    # The filter, kept in the links to the pages before and after.
+    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
+    pages = {
+        direction: f"/records?{urlencode(kept | {direction: cursor})}"
+        for direction, cursor in (("before", listed.page.before), ("after", listed.page.after))
+        if cursor
+    }
+    return render(request, "records.html", listed=listed, pages=pages, text=text, state=state, states=STATES)
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
     """The record page: the form (what the operator typed, or the record), history, Try a query."""
     context = {"page": None, "trial": None, "query": "", "problem": None, "errors": {}, "saved_now": None} | context
     row = context["page"].row if context["page"] else None
-    return render(request, "record.html", status_code, labels=FIELD_LABELS, row=row, **context)
+    # Beside the version saved meanwhile, the fields where it and the operator's text differ are marked.
+    differs = differing(context["record"], record_of(context["saved_now"])) if context["saved_now"] else []
+    return render(request, "record.html", status_code, labels=FIELD_LABELS, row=row, differs=differs, **context)
 
 
 @signed_in
@@ -403,6 +418,9 @@ def create_app(
     app = Starlette(
         routes=routes,
         middleware=[
+            # Compressed when the browser asks. Safe from BREACH-style guessing of the tokens a page
+            # carries: the session cookie is SameSite=Strict, so another site's requests get none.
+            Middleware(GZipMiddleware, minimum_size=1000),
             Middleware(Guard, hosts=allowed_hosts(bind_host, public_url), public_origin=public_url and origin_of(public_url)),
             Middleware(BodyLimit, upload_limit=upload_limit),
         ],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..records import FIELD_LABELS, ProviderMethod
+from ..history import author
 from ..stored import record_of
 from ..write import Saved
 
@@ -72,8 +73,8 @@ class Version:
     number: int | None  # None: an entry written before records had versions
     record: ProviderMethod
     saved_at: datetime
-    # Who replaced the version before it with this one (the history's changed_by); None for the first.
-    saved_by: str | None
+    # Who saved it (history.author: "unknown" for a first version saved before authors were kept).
+    saved_by: str
     saved_by_session: str | None
     changes: tuple[FieldChange, ...]
     # The history entry that keeps this version; None for the current version.
@@ -89,13 +90,16 @@ def _shown(record: ProviderMethod, name: str) -> str:
     return value or ""
 
 
+def differing(first: ProviderMethod, second: ProviderMethod) -> list[str]:
+    """The fields (form names, in the form's order) whose values differ, as the page shows them."""
+    return [name for name in FIELD_LABELS if _shown(first, name) != _shown(second, name)]
+
+
 def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange, ...]:
     """What differs from before to after, field by field, in the form's order."""
     found = []
-    for name, label in FIELD_LABELS.items():
-        old, new = _shown(before, name), _shown(after, name)
-        if old == new:
-            continue
+    for name in differing(before, after):
+        label, old, new = FIELD_LABELS[name], _shown(before, name), _shown(after, name)
         lines = ()
         if name in ("guidance", "urls"):
             old_lines, new_lines = old.split("\n"), new.split("\n")
@@ -126,7 +130,7 @@ def versions(current: Mapping, history: Sequence[Mapping]) -> list[Version]:
                 number=row["version"],
                 record=record_of(row),
                 saved_at=row["updated_at"] if is_current else row["version_saved_at"],
-                saved_by=older["changed_by"] if older else None,
+                saved_by=author(row["saved_by"] if is_current else row["version_saved_by"], older),
                 saved_by_session=older["changed_by_session_user"] if older else None,
                 changes=changes(record_of(older), record_of(row)) if older else (),
                 history_id=None if is_current else row["id"],
