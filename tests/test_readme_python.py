@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ PYTHON_BLOCKS = re.findall(r"```python\n(.+?)```", (REPO / "README.md").read_tex
 def sample_registry(database_url, tmp_path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
     env.update(PAYRAIL_DATABASE_URL=database_url, PAYRAIL_DATA_DIR=str(tmp_path / "unused"), HF_HUB_OFFLINE="1")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # payrail-embedder, as after activation
     result = run_cli(env, "import", str(REPO / "catalog" / "sample.jsonl"), timeout=600)
     assert result.returncode == 0, result.stderr
     return env
@@ -28,7 +30,7 @@ def sample_registry(database_url, tmp_path) -> dict[str, str]:
 
 @pytest.mark.local_model
 def test_every_python_block_of_the_readme_runs_as_written_offline(sample_registry):
-    assert len(PYTHON_BLOCKS) >= 2
+    assert len(PYTHON_BLOCKS) == 3
     outputs = []
     for block in PYTHON_BLOCKS:
         result = subprocess.run([sys.executable, "-c", block], env=sample_registry, capture_output=True, text=True, timeout=600)
@@ -40,6 +42,8 @@ def test_every_python_block_of_the_readme_runs_as_written_offline(sample_registr
     cli = run_cli(sample_registry, "search", "--json", "find live hotel availability through a paid API")
     assert api[-1] == cli.stdout.strip()
     assert api[:-1] == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in json.loads(cli.stdout)["matches"]]
+    # The MCP SDK block asks the MCP server the same question, and gets the same answer.
+    assert outputs[1] == api[:-1]
     # The psycopg block answers what search answers for its query.
     sms = json.loads(run_cli(sample_registry, "search", "--json", "send an SMS to a customer").stdout)["matches"]
-    assert outputs[1] == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms]
+    assert outputs[2] == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms]

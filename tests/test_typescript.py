@@ -12,12 +12,17 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psycopg
 
 import pytest
 
 from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS
+from payrail_test_support.ports import unused_port
 
 CLIENTS = REPO / "tests" / "typescript"
 README_BLOCKS = re.findall(r"```js\n(.+?)```", (REPO / "README.md").read_text().split("### From TypeScript", 1)[1].split("\n### ", 1)[0], re.S)
@@ -37,39 +42,89 @@ def node(env: dict[str, str], script: Path) -> list[str]:
     return result.stdout.splitlines()
 
 
-def readme_script(index: int) -> Path:
-    """README block `index` as a module beside tests/typescript's node_modules, where imports resolve."""
-    path = CLIENTS / f".readme-{index}.mjs"
-    path.write_text(README_BLOCKS[index], encoding="utf-8")
-    return path
+STDIO, HTTP, NODE_POSTGRES = range(3)
 
 
-def test_the_readme_has_the_two_typescript_examples():
-    assert len(README_BLOCKS) == 2
-    assert "const { matches } = await search_provider_methods({ query });" in README_BLOCKS[0]
-    assert "pgvector.toSql(embedding)" in README_BLOCKS[1]
+def test_the_readme_has_the_three_typescript_examples():
+    assert len(README_BLOCKS) == 3
+    assert "const { matches } = await search_provider_methods({ query });" in README_BLOCKS[STDIO]
+    assert "new StreamableHTTPClientTransport(url)" in README_BLOCKS[HTTP]
+    assert "pgvector.toSql(embedding)" in README_BLOCKS[NODE_POSTGRES]
+
+
+def run_block(env: dict[str, str], index: int, query: str | None = None) -> subprocess.CompletedProcess:
+    """README block `index` run with node beside tests/typescript's node_modules (where its imports
+    resolve), its query replaced by `query` if given."""
+    block = README_BLOCKS[index]
+    if query is not None:
+        block = re.sub(r'const query = ".+?";', f"const query = {json.dumps(query)};", block)
+    script = CLIENTS / f".readme-{index}.mjs"
+    script.write_text(block, encoding="utf-8")
+    try:
+        return subprocess.run(["node", str(script)], env=env, cwd=CLIENTS, capture_output=True, text=True, timeout=120)
+    finally:
+        script.unlink()
 
 
 def test_the_readme_mcp_example_runs_as_written(node_env):
-    script = readme_script(0)
-    try:
-        lines = node(node_env, script)
-    finally:
-        script.unlink()
-    assert f'const query = "{SEMANTIC_QUERY}";' in README_BLOCKS[0]
+    result = run_block(node_env, STDIO)
+    assert result.returncode == 0, result.stderr
+    assert f'const query = "{SEMANTIC_QUERY}";' in README_BLOCKS[STDIO]
     expected = [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(SEMANTIC_QUERY)]
-    assert lines == expected
+    assert result.stdout.splitlines() == expected
+
+
+def test_the_readme_mcp_over_http_example_runs_as_written(node_env, tmp_path):
+    port = unused_port()
+    log = tmp_path / "mcp-http.log"
+    with log.open("w") as output:
+        server = subprocess.Popen(["payrail-embedder", "mcp", "--http", str(port)], env=node_env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while url not in log.read_text():  # printed once the server is ready
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        result = run_block({**node_env, "PAYRAIL_MCP_URL": url}, HTTP)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    assert result.returncode == 0, result.stderr
+    query = re.search(r'query: "(.+?)"', README_BLOCKS[HTTP]).group(1)
+    assert result.stdout.splitlines() == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(query)]
+
+    # Nothing listening: the connect throws, and node exits non-zero.
+    refused = run_block({**node_env, "PAYRAIL_MCP_URL": url}, HTTP)
+    assert refused.returncode != 0 and "fetch failed" in refused.stderr, refused.stderr
 
 
 def test_the_readme_node_postgres_example_runs_as_written(node_env):
-    query = re.search(r'const query = "(.+?)";', README_BLOCKS[1]).group(1)
-    script = readme_script(1)
-    try:
-        lines = node(node_env, script)
-    finally:
-        script.unlink()
-    expected = [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(query)]
-    assert lines == expected
+    result = run_block(node_env, NODE_POSTGRES)
+    assert result.returncode == 0, result.stderr
+    query = re.search(r'const query = "(.+?)";', README_BLOCKS[NODE_POSTGRES]).group(1)
+    assert result.stdout.splitlines() == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(query)]
+
+
+def test_the_node_postgres_example_checks_the_embedding_services_http_status(node_env, openai_fake):
+    openai_fake.behaviour = "500"
+    result = run_block(node_env, NODE_POSTGRES)
+    assert result.returncode != 0 and "embedding service: HTTP 500" in result.stderr, result.stderr
+
+
+def test_on_a_local_model_registry_node_postgres_answers_names_and_sends_other_queries_to_mcp(node_env, database_url):
+    with psycopg.connect(database_url) as conn:
+        # The registry switched to the local default's model (its vectors kept: only the name path is asked).
+        conn.execute(
+            """insert into payrail.embedding_staging (provider_method_id, model, content_hash, embedding)
+               select id, 'all-MiniLM-L6-v2', content_hash, embedding from payrail.provider_methods"""
+        )
+        conn.execute("select payrail.switch_embedding_model('all-MiniLM-L6-v2', %s)", (FAKE_DIMENSIONS,))
+    by_name = run_block(node_env, NODE_POSTGRES, query="Stripe")
+    assert by_name.returncode == 0, by_name.stderr
+    assert by_name.stdout.splitlines() == [f"{r['provider']} / {r['method']}: {r['docsUrl']}" for r in CATALOG[:2]]
+    semantic = run_block(node_env, NODE_POSTGRES, query=SEMANTIC_QUERY)
+    assert semantic.returncode != 0
+    assert "this registry embeds with the local model, which no OpenAI endpoint serves: ask it over MCP" in semantic.stderr
 
 
 def test_a_plain_js_array_is_refused_as_a_vector(node_env):
@@ -94,10 +149,6 @@ def test_every_mcp_tool_failure_is_the_documented_json(node_env):
 
 def test_the_name_path_answers_typescript_without_an_embedding_service(node_env):
     env = {**node_env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}  # nothing listens there
-    script = CLIENTS / ".name-path.mjs"
-    script.write_text(README_BLOCKS[0].replace(f'const query = "{SEMANTIC_QUERY}";', 'const query = "Stripe";'), encoding="utf-8")
-    try:
-        lines = node(env, script)
-    finally:
-        script.unlink()
-    assert lines == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in map(as_match, CATALOG[:2])]
+    result = run_block(env, STDIO, query="Stripe")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in map(as_match, CATALOG[:2])]

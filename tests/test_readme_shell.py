@@ -1,0 +1,190 @@
+"""Every shell command of the README works as printed in a fresh shell after the setup command:
+bash without profile or rc files, an environment of nothing but HOME (a new, empty one), a plain
+PATH and the locale, in the clone, with the README's one activation step (`. .venv/bin/activate`)
+first. The registry is the embedded default of that new HOME, as a new user's is.
+
+Every command line of the README's sh blocks is in COMMANDS, which says how it is run: as printed,
+in the README's order (the walkthrough a new operator follows, psql and its SQL blocks included);
+with --help, where it needs what no test has (a production server, an API key); or not at all,
+where it is the test suite or a benchmark's synopsis, which tests/test_docs.py checks. A command
+added to the README without a line here fails the test.
+
+./scripts/setup itself is not run here: it reinstalls the .venv this very test runs in. CI runs
+the README's first command verbatim, setup included, on a clean clone (.ci/run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import platformdirs
+import pytest
+
+from payrail_test_support import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+ACTIVATE = ". .venv/bin/activate"
+SETUP = "./scripts/setup && "
+
+RUN, HELP, SERVE, NOT_RUN = "run", "help", "serve", "not run"
+# Every command line of the README's sh blocks (comments dropped), and how it is run.
+COMMANDS = {
+    SETUP + ACTIVATE + ' && payrail-embedder db apply && payrail-embedder import catalog/sample.jsonl && payrail-embedder search "find live hotel availability through a paid API"': RUN,
+    "./scripts/test": NOT_RUN,
+    'payrail-embedder search "send an SMS to a customer" --json': RUN,
+    'echo "send an SMS to a customer" | payrail-embedder search - --json': RUN,
+    "payrail-embedder backoffice": SERVE,
+    "export PAYRAIL_DATABASE_URL=postgresql://db.internal/registry PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
+    "payrail-embedder backoffice --public-url https://registry.example.com": HELP,
+    'psql "$(payrail-embedder db url)"': RUN,
+    'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json': RUN,
+    'payrail-embedder history "Acme Maps / Geocode an address"': RUN,
+    "payrail-embedder restore 42": RUN,
+    "payrail-embedder restore 42 --as-draft": RUN,
+    'payrail-embedder edit "Acme Maps / Geocode an address"': RUN,
+    "payrail-embedder edit --new": RUN,
+    "payrail-embedder export -o catalog.jsonl": RUN,
+    "payrail-embedder import catalog.jsonl": RUN,
+    "payrail-embedder model show": RUN,
+    "payrail-embedder --embedder openai model switch text-embedding-3-large": HELP,
+    "export PAYRAIL_DATABASE_URL=postgresql://deployer@db.internal/registry": HELP,
+    "payrail-embedder db apply": HELP,
+    "export PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
+    'PAYRAIL_DATABASE_URL=postgresql://agent_login@replica.internal/registry payrail-embedder search "send an SMS" --json': HELP,
+    "payrail-embedder eval labelled.jsonl [--json]": HELP,
+} | {line: NOT_RUN for line in re.findall(r"^\./scripts/benchmark .+?$", README, flags=re.M)}
+
+
+def readme_commands() -> list[str]:
+    lines = [line for block in re.findall(r"```sh\n(.+?)\n```", README, flags=re.S) for line in block.splitlines()]
+    return [re.sub(r"\s+#.*$", "", line).strip() for line in lines if line.strip()]
+
+
+def sql_block(first_line: str) -> str:
+    """The README's SQL block that begins with first_line, as a reader pastes it into psql."""
+    return next(block for block in re.findall(r"```sql\n(.+?)```", README, flags=re.S) if block.startswith(first_line))
+
+
+@pytest.fixture(scope="module")
+def fresh_env(tmp_path_factory):
+    """The environment of a new login: nothing but a new, empty HOME, a plain PATH and the locale.
+    The cache keeps the model setup exported (what ./scripts/setup leaves in a user's cache);
+    EDITOR is `true`, an editor that closes without a change."""
+    home = tmp_path_factory.mktemp("h")  # short: the embedded server's socket lives below it
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700)
+    env = {
+        "HOME": str(home),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "XDG_RUNTIME_DIR": str(runtime),
+        "XDG_CACHE_HOME": platformdirs.user_cache_dir(),
+        "EDITOR": "true",
+        "HF_HUB_OFFLINE": "1",
+    }
+    yield env
+    shell(env, "payrail-embedder db stop")
+
+
+def shell(env: dict[str, str], command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """command in a new bash (no profile, no rc) after the README's activation step, in the clone."""
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", f"{ACTIVATE} && {command}"],
+        cwd=REPO, env=env, input=stdin, capture_output=True, text=True, timeout=600,
+    )
+
+
+def ok(env: dict[str, str], command: str, stdin: str | None = None) -> str:
+    assert COMMANDS.get(command) == RUN or command == "payrail-embedder sync", command
+    result = shell(env, command, stdin)
+    # psql reads SQL from standard input as a person pastes it: an error does not end it, but says ERROR.
+    assert result.returncode == 0 and "ERROR" not in result.stderr, f"{command}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_every_readme_command_is_classified():
+    assert sorted(set(readme_commands())) == sorted(COMMANDS)
+
+
+def test_without_the_activation_step_the_command_is_not_found(fresh_env):
+    """The environment is a fresh one: the activation step is what puts the command on PATH."""
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-c", "payrail-embedder --help"], cwd=REPO, env=fresh_env, capture_output=True, text=True)
+    assert result.returncode == 127 and "command not found" in result.stderr
+
+
+def test_the_readme_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
+    env = fresh_env
+    first = next(command for command in COMMANDS if command.startswith(SETUP))
+    # The first command as printed, but for setup (above); it activates .venv itself.
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-c", first.removeprefix(SETUP)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert [line[:3] for line in result.stdout.splitlines() if re.match(r"\d\. ", line)] == ["1. ", "2. ", "3. "], result.stdout
+    assert "creating and starting the embedded PostgreSQL 18 under " + env["HOME"] in result.stderr
+
+    assert len(json.loads(ok(env, 'payrail-embedder search "send an SMS to a customer" --json'))["matches"]) == 3
+    piped = ok(env, 'echo "send an SMS to a customer" | payrail-embedder search - --json')
+    assert json.loads(piped)["matches"][0]["provider"], piped
+
+    # Operators in psql: the draft the README adds, sync, then enabling it; the rules in words.
+    psql = 'psql "$(payrail-embedder db url)"'
+    ok(env, psql, sql_block("-- Add a draft"))
+    assert "1 embedded" in ok(env, "payrail-embedder sync")
+    ok(env, psql, sql_block("update payrail.provider_methods set enabled = true"))
+    rules = ok(env, psql, sql_block("select * from payrail.rules"))
+    assert "provider_methods_docs_url_check" in rules and "provider_methods_urls_https_check" in rules, rules
+
+    preview = json.loads(ok(env, 'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json'))
+    assert preview["matches"][0]["provider"] == "Acme Maps", preview
+    history = ok(env, 'payrail-embedder history "Acme Maps / Geocode an address"')
+    assert history.splitlines()[-1].startswith("restore one with: payrail-embedder restore HISTORY_ID")
+    # 42 stands for a history id `history` printed.
+    history_id = re.search(r"^history (\d+):", history, flags=re.M).group(1)
+    for command in ("payrail-embedder restore 42", "payrail-embedder restore 42 --as-draft"):
+        assert COMMANDS[command] == RUN
+        restored = shell(env, command.replace("42", history_id))
+        assert restored.returncode == 0 and '"Acme Maps / Geocode an address"' in restored.stdout, restored.stderr
+
+    for command in ('payrail-embedder edit "Acme Maps / Geocode an address"', "payrail-embedder edit --new"):
+        assert ok(env, command) == "nothing saved\n"
+
+    try:
+        ok(env, "payrail-embedder export -o catalog.jsonl")
+        records = len((REPO / "catalog.jsonl").read_text().splitlines())
+        assert ok(env, "payrail-embedder import catalog.jsonl").startswith(f"0 created, 0 updated, {records} unchanged")
+    finally:
+        (REPO / "catalog.jsonl").unlink(missing_ok=True)
+    assert ok(env, "payrail-embedder model show").startswith("all-MiniLM-L6-v2 (384 dimensions)")
+
+
+def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
+    # --port 0 added: on a machine shared with other test runs, 8470 may be taken.
+    log = tmp_path / "backoffice.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-c", f"{ACTIVATE} && exec payrail-embedder backoffice --port 0"],
+            cwd=REPO, env=fresh_env, stdout=output, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "Payrail backoffice: http://127.0.0.1:" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert "Sign in as postgres, with any password" in log.read_text()
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+def test_commands_that_need_a_production_server_or_a_key_resolve_in_a_fresh_shell(fresh_env):
+    for command, how in COMMANDS.items():
+        if how != HELP or command.startswith("export "):
+            continue
+        # The option syntax of a synopsis ([--json]) is the reader's to fill in; the command must exist.
+        result = shell(fresh_env, re.sub(r"\s*\[.*$", "", command) + " --help")
+        assert result.returncode == 0 and result.stdout.startswith("Usage: payrail-embedder"), (command, result.stderr)
+    for command in (c for c, how in COMMANDS.items() if how == HELP and c.startswith("export ")):
+        assert shell(fresh_env, command).returncode == 0, command
