@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.sync_api import expect
 
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
@@ -19,6 +20,8 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     registry,
     take_screenshot,
 )
+
+pytestmark = pytest.mark.slow  # a browser
 
 FOCUSED = """() => {
   const element = document.activeElement;

@@ -30,6 +30,8 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 ACTIVATE = ". .venv/bin/activate"
 SETUP = "./scripts/setup && "
 
+pytestmark = pytest.mark.slow  # a new embedded server, the sample catalog embedded, a dozen processes
+
 RUN, HELP, SERVE, NOT_RUN = "run", "help", "serve", "not run"
 # Every command line of the README's sh blocks (comments dropped), and how it is run.
 COMMANDS = {
