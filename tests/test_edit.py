@@ -13,7 +13,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from payrail_embedder.database import connect
-from payrail_embedder.edit import parse_editor_text
+from payrail_embedder.edit import parse_editor_text, record_text
+from payrail_embedder.records import ProviderMethod
 from payrail_embedder.embedders import record_text
 from payrail_test_support.cli import cli_import, run_cli
 from payrail_test_support.cli import run_edit as edit
@@ -251,3 +252,16 @@ def test_edit_accepts_the_name_paths_pair_without_a_slash(registry, database_url
     result, _ = edit(registry, tmp_path, [{"replace": ["paid per call", "paid per use"]}], "acme maps geocode an address")
     assert result.returncode == 0, result.stderr
     assert stored(database_url, ENABLED["method"])["guidance"].endswith("paid per use.")
+
+
+def test_the_editor_text_reads_back_as_written_whatever_the_guidance_holds():
+    """Guidance lines that start with #, blank lines in or before it, and the header as a person
+    types it (any case, URL once per line, blank lines after the help) all read back as meant."""
+    tricky = ProviderMethod("Acme", "Geocode", ["https://a.example", "https://b.example"], None, "\n# Purpose\n\nNotes: #1.\n\n", True)
+    assert parse_editor_text("# help\n" + record_text(tricky)) == tricky
+    typed = "# help\n\n\nprovider:  Acme \nMETHOD: Geocode\nurls: https://a.example\nurl: https://b.example\nDocs url:\nenabled: YES\n\nG.\n"
+    assert parse_editor_text(typed) == ProviderMethod("Acme", "Geocode", ["https://a.example", "https://b.example"], None, "G.", True)
+    with pytest.raises(ValueError, match="line 3: Method is given twice"):
+        parse_editor_text("Provider: A\nMethod: B\nMethod: C\nEnabled: no\n\nG.\n")
+    with pytest.raises(ValueError, match="the header has no Method line"):
+        parse_editor_text("Provider: A\nEnabled: no\n\nG.\n")

@@ -82,10 +82,9 @@ def split_help(text: str) -> tuple[str, str]:
 def parse_editor_text(text: str) -> ProviderMethod:
     """The record in the editor's text; ValueError saying what is wrong with it, and where."""
     help_lines, body = split_help(text)
-    offset = help_lines.count("\n")
-    header, blank, guidance = body.partition("\n\n")
-    if not blank and not header.endswith("\n"):
-        header += "\n"
+    header_starts = body.lstrip("\n")  # blank lines between the help and the header are no part of it
+    offset = help_lines.count("\n") + len(body) - len(header_starts)
+    header, _, guidance = header_starts.partition("\n\n")
     fields: dict[str, str] = {}
     urls: list[str] = []
     by_lower = {name.lower(): name for name in HEADER_NAMES} | {"urls": URL}
