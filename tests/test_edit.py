@@ -13,7 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from payrail_embedder.database import connect
-from payrail_embedder.edit import parse_editor_text, record_text
+from payrail_embedder.edit import editable_text, parse_editor_text
 from payrail_embedder.records import ProviderMethod
 from payrail_embedder.embedders import record_text
 from payrail_test_support.cli import cli_import, run_cli
@@ -258,7 +258,7 @@ def test_the_editor_text_reads_back_as_written_whatever_the_guidance_holds():
     """Guidance lines that start with #, blank lines in or before it, and the header as a person
     types it (any case, URL once per line, blank lines after the help) all read back as meant."""
     tricky = ProviderMethod("Acme", "Geocode", ["https://a.example", "https://b.example"], None, "\n# Purpose\n\nNotes: #1.\n\n", True)
-    assert parse_editor_text("# help\n" + record_text(tricky)) == tricky
+    assert parse_editor_text("# help\n" + editable_text(tricky)) == tricky
     typed = "# help\n\n\nprovider:  Acme \nMETHOD: Geocode\nurls: https://a.example\nurl: https://b.example\nDocs url:\nenabled: YES\n\nG.\n"
     assert parse_editor_text(typed) == ProviderMethod("Acme", "Geocode", ["https://a.example", "https://b.example"], None, "G.", True)
     with pytest.raises(ValueError, match="line 3: Method is given twice"):

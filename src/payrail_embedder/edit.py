@@ -57,7 +57,7 @@ class LeftUnsaved(Exception):
         self.code = code  # the CLI's failure code: invalid_input (refused) or unavailable
 
 
-def record_text(record: ProviderMethod) -> str:
+def editable_text(record: ProviderMethod) -> str:
     """The record as the operator edits it (without the help lines)."""
     lines = [f"{PROVIDER}: {record.provider}", f"{METHOD}: {record.method}"]
     lines += [f"{URL}: {url}" for url in record.urls]
@@ -146,7 +146,7 @@ def edit_record(
     """Edits the stored record row (None: a new one) until it is saved, or the operator leaves
     without a change (None). Raises LeftUnsaved when they leave after a reopen that said why not."""
     record_id, version = (row["id"], row["version"]) if row else (None, 0)
-    body = record_text(stored.record_of(row) if row else NEW_RECORD)
+    body = editable_text(stored.record_of(row) if row else NEW_RECORD)
     problem: list[str] = []
     left = None  # (code, why) of the last reopen: what leaving now fails with
     while True:
@@ -196,6 +196,6 @@ def conflict_notes(conflict: Conflict, current: dict | None) -> list[str]:
     return [
         f"NOT SAVED: {conflict.reason}.",
         f"The record as saved now (version {current['version']}, {current['updated_at'].isoformat()}):",
-        *("  " + line for line in record_text(stored.record_of(current)).rstrip("\n").split("\n")),
+        *("  " + line for line in editable_text(stored.record_of(current)).rstrip("\n").split("\n")),
         "Your text follows, unchanged: merge the two and save again to replace that version.",
     ]
