@@ -165,16 +165,17 @@ class Registry:
         return {"matches": [Match.from_json(match) for match in matches]}
 
     def warm_up(self) -> None:
-        """Opens the pool and, for the local backend, loads the model, so the first search is warm.
+        """Opens the pool and, for the local backend, runs one semantic search (loading the model),
+        so the first search is as fast as the next.
 
         Never raises: a failure here is reported by the search that meets it.
         """
         try:
             self._open_pool()
-            with self._embedder_lock:
-                embedder = self._get_embedder_locked()
-                if isinstance(embedder, LocalEmbedder):  # a remote backend would bill a request
-                    embedder.embed(["warm up"])
+            if isinstance(self._get_embedder(), LocalEmbedder):  # a remote backend would bill a request
+                # A whole semantic search, so the first real one finds every part warm: the model's
+                # first run, the search's statements, the pool's connection.
+                self.search_provider_methods("warm up the registry's search path")
         except Exception:  # noqa: BLE001 (best effort by design)
             pass
 
