@@ -14,8 +14,8 @@ from psycopg.rows import dict_row
 
 from payrail_embedder.database import connect
 from payrail_embedder.edit import editable_text, parse_editor_text
-from payrail_embedder.records import ProviderMethod
 from payrail_embedder.embedders import record_text
+from payrail_embedder.records import ProviderMethod
 from payrail_test_support.cli import cli_import, run_cli
 from payrail_test_support.cli import run_edit as edit
 from payrail_test_support.openai_fake import fake_embedding

@@ -16,7 +16,6 @@ the README's first command verbatim, setup included, on a clean clone (.ci/run).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time

@@ -7,11 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..records import FIELD_LABELS, ProviderMethod
 from ..history import author
+from ..records import FIELD_LABELS, ProviderMethod
 from ..stored import record_of
 from ..write import Saved
-
 
 
 def _text(form: Mapping[str, str], name: str) -> str:
