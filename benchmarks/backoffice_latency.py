@@ -7,10 +7,9 @@ What it does:
 - starts its own throwaway embedded PostgreSQL 18 in a temporary directory, applies db/ and
   deletes everything when it ends;
 - writes --records generated records (nine in ten enabled; guidance of random words from a small
-  vocabulary, as agent_latency's) to JSON Lines files of --file-lines lines and imports them with
-  `payrail-embedder import`, the write path every operator uses: every line checked against
-  every rule, embedded, saved (one import per file: an import runs its file in one transaction,
-  and 100,000 lines in one ran past 45 minutes on this shared machine). The embedding service is payrail_test_support's OpenAI-compatible fake at 384
+  vocabulary, as agent_latency's) to a JSON Lines file and imports it with `payrail-embedder
+  import`, the write path every operator uses: every line checked against every rule, embedded,
+  saved. The embedding service is payrail_test_support's OpenAI-compatible fake at 384
   dimensions (the local model's), which answers at once: the local model would take about an
   hour for 100,000 records on two cores, and the pages cost the same whatever the vectors are.
   Nothing else is done to the database: no ANALYZE (autovacuum, on by default, may have run one
@@ -131,17 +130,12 @@ def record_form(html: str, **changes: str) -> dict:
     return form | changes
 
 
-def write_catalogs(directory: Path, records: int, lines_per_file: int) -> list[Path]:
-    """The generated records as JSON Lines files of lines_per_file lines each."""
+def write_catalog(path: Path, records: int) -> None:
     rng, np_rng = random.Random(42), np.random.default_rng(42)
-    paths = []
-    for n, (provider, method, urls, docs_url, guidance, _) in enumerate(generated_rows(0, records, rng, np_rng)):
-        if n % lines_per_file == 0:
-            paths.append(directory / f"catalog-{len(paths):03d}.jsonl")
-        record = {"provider": provider, "method": method, "urls": urls, "docsUrl": docs_url, "guidance": guidance, "enabled": n % 10 != 0}
-        with paths[-1].open("a", encoding="utf-8") as file:
+    with path.open("w", encoding="utf-8") as file:
+        for n, (provider, method, urls, docs_url, guidance, _) in enumerate(generated_rows(0, records, rng, np_rng)):
+            record = {"provider": provider, "method": method, "urls": urls, "docsUrl": docs_url, "guidance": guidance, "enabled": n % 10 != 0}
             file.write(json.dumps(record) + "\n")
-    return paths
 
 
 def deep_cursor(url: str, position: int) -> str:
@@ -213,22 +207,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="records in the registry, imported through the product")
     parser.add_argument("--requests", type=int, default=30, help="timed requests per row")
-    parser.add_argument(
-        "--file-lines", type=int, default=10_000,
-        help="lines per imported file (one file of 100,000 lines ran past 45 minutes in one import transaction)",
-    )
     args = parser.parse_args()
 
     fake = FakeOpenAI(dimensions=DIMENSIONS).start()
     with throwaway_postgres(18) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-") as scratch:
         url = server.registry("payrail_bench")
         env = cli_environment(url, fake, Path(scratch))
-        files = write_catalogs(Path(scratch), args.records, args.file_lines)
+        catalog_file = Path(scratch) / "catalog.jsonl"
+        write_catalog(catalog_file, args.records)
         started = time.perf_counter()
-        for path in files:
-            result = subprocess.run([str(CLI), "import", str(path)], env=env, capture_output=True, text=True, cwd=REPO)
-            assert result.returncode == 0, result.stdout + result.stderr
+        result = subprocess.run([str(CLI), "import", str(catalog_file)], env=env, capture_output=True, text=True, cwd=REPO)
         import_seconds = time.perf_counter() - started
+        assert result.returncode == 0, result.stdout + result.stderr
         fake.requests.clear()  # the fake keeps every request; these are done with
         with_operator_login(server, url)
         process, base_url = start_backoffice(url, Path(scratch) / "backoffice.log", env=env)
@@ -245,8 +235,7 @@ def main() -> None:
 
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(
-        f"backoffice at {args.records:,} records (imported through `payrail-embedder import`, {len(files)} files of "
-        f"{args.file_lines:,} lines, in {import_seconds:.0f} s; "
+        f"backoffice at {args.records:,} records (imported through `payrail-embedder import` in {import_seconds:.0f} s; "
         f"no ANALYZE by the benchmark, autovacuum {'had' if analyzed else 'had not'} analyzed the table); "
         f"{args.requests} timed requests per row over one kept-alive connection; {os.cpu_count()} CPUs (load average {load}); "
         "embedded PostgreSQL 18; embeddings from an OpenAI-compatible fake that answers at once"
