@@ -400,7 +400,7 @@ def test_on_the_embedded_default_an_operator_login_signs_in_postgres_does_not_an
         sign_in(page, "ada", PASSWORD)
         alert = page.get_by_role("alert")
         expect(alert).to_contain_text("The embedded PostgreSQL is not running")
-        expect(alert).to_contain_text("Start it again with `payrail-embedder db url`")
+        expect(alert).to_contain_text("Start it again with `payrail-embedder db start`")
         expect(alert).not_to_contain_text("socket")
         take_screenshot(page, tmp_path, "sign-in-embedded-stopped.png")
         assert run_cli(env, "db", "url").returncode == 0

@@ -96,15 +96,15 @@ def test_edit_takes_its_own_file_back_and_keeps_the_breaks_then_history_shows_th
     assert result.returncode == 0 and len(shown) == 1, (result.stderr, shown)
     assert "updated" in result.stdout, result.stdout
     assert stored_guidance(database_url, item["method"]) == guidance
-    # Typed into the editor as they are: U+2028 is kept; VT, which JSON must escape, is refused
-    # naming the problem and the editor opens again with the operator's text; closing it changes nothing.
+    # Typed into the editor as they are: U+2028 is kept; VT, a control character, is refused by the
+    # guidance rule, in words, and the editor opens again with the operator's text; closing it changes nothing.
     typed = guidance + "\u2028Typed in the editor."
     steps = [{"replace": ["Last paragraph.", "Last paragraph.\u2028Typed in the editor."]}]
     result, shown = edit(cli_env, tmp_path, steps, name)
     assert result.returncode == 0 and len(shown) == 1, (result.stderr, shown)
     assert stored_guidance(database_url, item["method"]) == typed
     result, shown = edit(cli_env, tmp_path, [{"replace": ["Typed in the editor.", "Typed\x0bin the editor."]}], name)
-    assert len(shown) == 2 and shown[1].startswith("# NOT SAVED: not valid JSON: Invalid control character"), shown
+    assert len(shown) == 2 and shown[1].startswith("# NOT SAVED: a rule refused it:\n#   Guidance: must be plain text"), shown
     assert "Typed\x0bin the editor." in shown[1]  # the operator's text, kept
     assert stored_guidance(database_url, item["method"]) == typed
 

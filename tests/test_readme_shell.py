@@ -38,6 +38,7 @@ COMMANDS = {
     "./scripts/test": NOT_RUN,
     'payrail-embedder search "send an SMS to a customer" --json': RUN,
     'echo "send an SMS to a customer" | payrail-embedder search - --json': RUN,
+    "payrail-embedder operator add ada": RUN,
     "payrail-embedder backoffice": SERVE,
     "export PAYRAIL_DATABASE_URL=postgresql://db.internal/registry PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
     "payrail-embedder backoffice --public-url https://registry.example.com": HELP,
@@ -162,6 +163,8 @@ def test_the_readme_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
 
 
 def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
+    # The password it asks for twice, typed.
+    ok(fresh_env, "payrail-embedder operator add ada", stdin="a long passphrase\na long passphrase\n")
     # --port 0 added: on a machine shared with other test runs, 8470 may be taken.
     log = tmp_path / "backoffice.log"
     with log.open("w") as output:
@@ -174,7 +177,7 @@ def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
         while "Payrail backoffice: http://127.0.0.1:" not in log.read_text():
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        assert "Sign in as postgres, with any password" in log.read_text()
+        assert "Sign in with a login made by `payrail-embedder operator add NAME`" in log.read_text()
     finally:
         process.terminate()
         process.wait(20)

@@ -14,6 +14,8 @@ language plpgsql
 stable
 security invoker
 set search_path from current
+-- Its one table read is a lookup by the unique key: by its index, whatever the statistics say.
+set enable_seqscan = off
 as $$
 declare
   v_row payrail.provider_methods;

@@ -10,13 +10,9 @@ create table if not exists payrail.rules (
   fields text[] not null,
   rule text not null,
   remedy text not null,
-  constraint rules_pkey primary key (constraint_name)
+  constraint rules_pkey primary key (constraint_name),
+  constraint rules_fields_check check (fields <@ array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled']::text[])
 );
-
-alter table payrail.rules
-  drop constraint if exists rules_fields_check,
-  add constraint rules_fields_check
-    check (fields <@ array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled']::text[]);
 
 insert into payrail.rules as r (constraint_name, fields, rule, remedy)
 values

@@ -50,8 +50,8 @@ CREDENTIAL_FAILURE = re.compile(r"authentication|pg_hba\.conf|role \"[^\n]*\" do
 BUSY = re.compile(r"too many|connection slots|the database system is|does not exist")
 EMBEDDED_STOPPED = (
     "The embedded PostgreSQL is not running (`payrail-embedder db stop` stops it, and so does a restart of "
-    "this machine). Start it again with `payrail-embedder db url` (every payrail-embedder command that uses "
-    "the database starts it), then sign in."
+    "this machine). Start it again with `payrail-embedder db start` (every payrail-embedder command that uses "
+    "the database starts it too), then sign in."
 )
 MAX_MESSAGES = 10  # kept for the next page of a session; a client that never reads them grows nothing
 
