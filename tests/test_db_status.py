@@ -168,7 +168,9 @@ def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_pat
         assert result.returncode == 1
         assert (f"cannot start the embedded PostgreSQL under {disk / 'data'}: no space left on the device that holds {pgdata}"
                 in result.stderr), result.stderr
-        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+        # The line that says it is starting the server, then the one that says why it could not.
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 2, result.stderr
+        assert result.stderr.startswith(f"starting the embedded PostgreSQL 18 under {disk / 'data'} ...\n"), result.stderr
 
         text = run_cli(env, "db", "status").stdout
         assert f"it cannot start: its last start failed: no space left on the device that holds {pgdata}" in text, text

@@ -156,7 +156,10 @@ def test_a_release_that_tightens_a_rule_checks_the_stored_rows_again_after_its_t
     assert 'check constraint \\"provider_methods_method_check\\"' in result.stdout, result.stdout
     status = json.loads(run_cli_of(release, registry.env(), "db", "status", "--json").stdout)
     assert status["applyDue"] is True
-    assert "constraints not validated: provider_methods.provider_methods_method_check" in "; ".join(status["applyDueReasons"])
+    # Among the constraints left not valid (the follow-up stops at the first that fails; which others
+    # it had validated by then depends on the order the catalog lists them in).
+    not_validated = next(r for r in status["applyDueReasons"] if r.startswith("constraints not validated: "))
+    assert "provider_methods.provider_methods_method_check" in not_validated.split(": ", 1)[1].split(", "), not_validated
 
     with psycopg.connect(registry.url) as conn:
         with pytest.raises(psycopg.errors.CheckViolation, match="provider_methods_method_check"):
