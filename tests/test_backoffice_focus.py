@@ -16,6 +16,7 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     backoffice,
     name,
     new_page,
+    operator_logins,
     page,
     registry,
     take_screenshot,

@@ -104,7 +104,7 @@ def test_the_backoffice_starts_it_and_says_so(embedded, tmp_path):
         assert STARTING.format(embedded["PAYRAIL_DATA_DIR"]) in backoffice.output
     finally:
         backoffice.stop()
-    assert run_cli(embedded, "db", "status").stdout.startswith("embedded PostgreSQL 18: running")
+    assert "\nembedded PostgreSQL 18: running" in run_cli(embedded, "db", "status").stdout
 
 
 def test_db_start_refuses_a_configured_database_url(embedded):
