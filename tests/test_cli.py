@@ -295,6 +295,35 @@ def test_import_refuses_a_file_with_a_bad_line(kind, cli_env, database_url, tmp_
     assert sorted(saved, key=lambda r: r["provider"]) == [as_exported(GOOD_UPDATE), as_exported(GOOD_NEW)]
 
 
+def test_an_import_line_breaking_several_rules_names_every_field_and_rule_in_words(cli_env, database_url, tmp_path):
+    """The import report says what the backoffice and edit say: every broken rule at once, each
+    with its field, the rule and what to do from payrail.rules, never PostgreSQL's text."""
+    bad = rec("", "Flight Search", "Purpose: Flights.", urls=["http://initech.example/flights"], docs_url="ftp://docs.initech.example")
+    path = write_jsonl(tmp_path / "bad.jsonl", [GOOD_NEW, bad])
+    with psycopg.connect(database_url) as conn:
+        words = dict(conn.execute("select constraint_name, rule || '. ' || remedy from payrail.rules").fetchall())
+
+    code, report, _ = cli_json(cli_env, "import", "--json", path)
+    assert (code, report["saved"], report["notImported"]) == (2, False, 1), report
+    [refusal] = report["refused"]
+    assert refusal["reason"] == "; ".join(
+        f"{field}: {words[constraint]} ({constraint})"
+        for field, constraint in (
+            ("provider", "provider_methods_provider_check"),
+            ("urls", "provider_methods_urls_https_check"),
+            ("docsUrl", "provider_methods_docs_url_check"),
+        )
+    ), refusal
+    assert "violates" not in refusal["reason"]
+
+    plain = run_cli(cli_env, "import", path)
+    assert plain.returncode == 2 and f"refused {path}:2: {refusal['reason']}" in plain.stderr, plain.stderr
+    assert "Fix the refused lines and import again, or import with --skip-invalid" in plain.stderr
+    assert plain.stdout == "0 created, 0 updated, 0 unchanged, 1 refused: nothing saved: 1 valid line was not imported either\n"
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select count(*) from payrail.provider_methods").fetchone()[0] == 0  # nothing saved
+
+
 # --- search --------------------------------------------------------------------------------------
 
 NAME_CATALOG = [
