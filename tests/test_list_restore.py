@@ -50,6 +50,10 @@ def test_list_shows_every_record_in_order_with_its_state_and_filters_like_the_ba
     code, found, _ = cli_json(registry, "list", "--text", "COORDINATES", "--state", "enabled", "--json")
     assert [r["method"] for r in found["records"]] == ["Geocode an address"]
     assert run_cli(registry, "list", "--text", "nothing like it").stdout == "0 records\n"
+    # The text is data, never SQL or a pattern: wildcards and quotes match only themselves.
+    for hostile in ("%", "_", "'); drop table payrail.provider_methods; --", "\\"):
+        assert run_cli(registry, "list", "--text", hostile).stdout == "0 records\n", hostile
+    assert len(cli_json(registry, "list", "--json")[1]["records"]) == 3
 
     code, failure, _ = cli_json(registry, "list", "--state", "archived", "--json")
     assert code == 2 and failure["error"] == "invalid_input" and "archived" in failure["detail"], failure

@@ -54,10 +54,10 @@ def test_the_readme_has_the_three_typescript_examples():
 
 def run_block(env: dict[str, str], index: int, query: str | None = None) -> subprocess.CompletedProcess:
     """README block `index` run with node beside tests/typescript's node_modules (where its imports
-    resolve), its query replaced by `query` if given."""
+    resolve), its query (`const query = "..."` or `query: "..."`) replaced by `query` if given."""
     block = README_BLOCKS[index]
     if query is not None:
-        block = re.sub(r'const query = ".+?";', f"const query = {json.dumps(query)};", block)
+        block = re.sub(r'(const query = |query: )".*?"', lambda m: m.group(1) + json.dumps(query), block)
     script = CLIENTS / f".readme-{index}.mjs"
     script.write_text(block, encoding="utf-8")
     try:
@@ -86,12 +86,16 @@ def test_the_readme_mcp_over_http_example_runs_as_written(node_env, tmp_path):
             assert server.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
         result = run_block({**node_env, "PAYRAIL_MCP_URL": url}, HTTP)
+        # A tool error (here an empty query) throws with the documented JSON, and node exits non-zero.
+        failed = run_block({**node_env, "PAYRAIL_MCP_URL": url}, HTTP, query="")
     finally:
         server.terminate()
         server.wait(timeout=20)
     assert result.returncode == 0, result.stderr
     query = re.search(r'query: "(.+?)"', README_BLOCKS[HTTP]).group(1)
     assert result.stdout.splitlines() == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(query)]
+    assert failed.returncode != 0 and failed.stdout == "", failed.stdout
+    assert "invalid_query" in failed.stderr and "query is empty" in failed.stderr, failed.stderr
 
     # Nothing listening: the connect throws, and node exits non-zero.
     refused = run_block({**node_env, "PAYRAIL_MCP_URL": url}, HTTP)
