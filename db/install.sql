@@ -22,11 +22,14 @@ set client_min_messages = warning;
 \ir schema/040-embedding_staging.sql
 \ir schema/050-provider_method_history.sql
 \ir schema/060-rules.sql
+\ir schema/070-provider_method_states.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql
 \ir functions/140-save_provider_method.sql
+\ir functions/142-delete_provider_method.sql
+\ir functions/144-plan_provider_method_changes.sql
 \ir functions/150-check_provider_method.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql

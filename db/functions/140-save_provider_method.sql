@@ -1,6 +1,65 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
+create or replace function payrail._edit_conflict(
+  p_id bigint,
+  p_current payrail.provider_methods,
+  p_expected_version integer
+)
+returns text
+language plpgsql
+immutable
+security invoker
+set search_path from current
+as $$
+begin
+  if p_id is not null and p_current.id is null then
+    return pg_catalog.format('provider method %s was deleted since it was read', p_id);
+  end if;
+  if p_expected_version is distinct from p_current.version and p_expected_version is not null then
+    return pg_catalog.format(
+      'provider method "%s / %s" changed since it was read: version %s was read, version %s is saved now',
+      p_current.provider, p_current.method, p_expected_version, p_current.version);
+  end if;
+  return null;
+end
+$$;
+
+comment on function payrail._edit_conflict(bigint, payrail.provider_methods, integer) is
+$$Why an edit of a record read at p_expected_version conflicts (PYE03), in words; NULL when it does not.
+
+p_id: the record the caller read (NULL: found by name); p_current: that record as stored now
+(all NULL: there is none). Deleted since it was read, or at another version now (p_expected_version
+NULL: no version to compare). The one statement of the edit-conflict rule: saves and deletes raise
+it (payrail._refuse_edit_conflict), the write plan reports it (payrail.plan_provider_method_changes).$$;
+
+create or replace function payrail._refuse_edit_conflict(
+  p_id bigint,
+  p_current payrail.provider_methods,
+  p_expected_version integer
+)
+returns void
+language plpgsql
+immutable
+security invoker
+set search_path from current
+as $$
+declare
+  v_conflict text := payrail._edit_conflict(p_id, p_current, p_expected_version);
+begin
+  if v_conflict is not null then
+    raise exception using
+      errcode = 'PYE03',
+      message = v_conflict,
+      hint = case when p_current.id is null then 'Save it as a new record, or restore it from its history.'
+                  else 'Read the record again, merge your change into it, and save with its new version.' end;
+  end if;
+end
+$$;
+
+comment on function payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer) is
+$$Raises PYE03 with payrail._edit_conflict's words and a hint when the edit conflicts.$$;
+
 create or replace function payrail.save_provider_method(
   p_id bigint,
   p_expected_version integer,
@@ -27,12 +86,6 @@ declare
 begin
   if p_id is not null then
     select * into v_current from payrail.provider_methods as pm where pm.id = p_id for update;
-    if not found then
-      raise exception using
-        errcode = 'PYE03',
-        message = pg_catalog.format('provider method %s was deleted since it was read', p_id),
-        hint = 'Save it as a new record, or restore it from its history.';
-    end if;
   else
     select * into v_current
     from payrail.provider_methods as pm
@@ -50,14 +103,8 @@ begin
       message = pg_catalog.format('provider method "%s / %s" already exists', v_current.provider, v_current.method),
       hint = 'Edit that record instead, or choose another provider or method name.';
   end if;
-  if p_expected_version is distinct from v_current.version and p_expected_version <> 0 then
-    raise exception using
-      errcode = 'PYE03',
-      message = pg_catalog.format(
-        'provider method "%s / %s" changed since it was read: version %s was read, version %s is saved now',
-        v_current.provider, v_current.method, p_expected_version, v_current.version),
-      hint = 'Read the record again, merge your change into it, and save with its new version.';
-  end if;
+  -- 0 (must be new) is the unique key's business, above.
+  perform payrail._refuse_edit_conflict(p_id, v_current, nullif(p_expected_version, 0));
 
   if p_embedding is not null then
     -- The caller embedded this very content (the write path embeds the canonical names).

@@ -41,14 +41,14 @@ grant execute on function
   to payrail_operator, payrail_embedder;
 
 -- Operators: the public fields and enabled; never the vector columns.
-grant select on payrail.provider_methods, payrail.embedding_model to payrail_operator;
+grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states to payrail_operator;
 grant insert (provider, method, urls, docs_url, guidance, enabled),
       update (provider, method, urls, docs_url, guidance, enabled),
       delete
   on payrail.provider_methods to payrail_operator;
 
 -- Embedder: reads content, writes vectors and chooses the first model.
-grant select on payrail.provider_methods, payrail.embedding_model to payrail_embedder;
+grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states to payrail_embedder;
 grant update (embedding, embedding_model, embedding_content_hash) on payrail.provider_methods to payrail_embedder;
 -- A new record saved with its vector (the write path) inserts these columns too: a login holding
 -- both roles can; the embedder alone cannot insert a row (it has no public field to insert).
@@ -56,10 +56,15 @@ grant insert (embedding, embedding_model, embedding_content_hash) on payrail.pro
 grant insert, update on payrail.embedding_model to payrail_embedder;
 grant execute on function payrail.set_embedding_model(text, integer) to payrail_embedder;
 
--- The write path: one statement saves the public fields, and the vector when the caller has the
--- embedder's column privileges too (import, edit and the backoffice need both roles).
+-- The write path: the plan, one statement that saves the public fields (and the vector when the
+-- caller has the embedder's column privileges too: import, edit and the backoffice need both
+-- roles), and the delete, each refusing an edit conflict.
 grant execute on function
-  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text)
+  payrail.plan_provider_method_changes(bigint[], text[], text[], text[], boolean[], integer[]),
+  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text),
+  payrail.delete_provider_method(bigint, integer),
+  payrail._edit_conflict(bigint, payrail.provider_methods, integer),
+  payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer)
   to payrail_operator;
 
 -- The rules in words: every writer reads them to say why a value was refused, and asks

@@ -37,7 +37,7 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
     cursor = conn.cursor(row_factory=dict_row)
     current = cursor.execute(
         f"""
-        select {stored.RECORD_COLUMNS} from payrail.provider_methods as pm
+        select {stored.RECORD_COLUMNS} from {stored.RECORDS} as pm
         where payrail._normalize_name(pm.provider) = payrail._normalize_name(%s)
           and payrail._normalize_name(pm.method) = payrail._normalize_name(%s)
         """,

@@ -19,13 +19,12 @@ class UnknownRecord(Exception):
     """No record, or more than one, goes by the name given."""
 
 
-# Whether record pm has a vector of its current content by the registry's model (an enabled record always has).
-HAS_CURRENT_VECTOR = """
-  (pm.embedding is not null and pm.embedding_model is not distinct from (select m.name from payrail.get_embedding_model() as m))
-"""
-RECORD_COLUMNS = f"""
+# The records with whether each has a vector of its current content by the registry's model
+# (has_current_vector; an enabled record always has): that rule's one statement is this view's.
+RECORDS = "payrail.provider_method_states"
+RECORD_COLUMNS = """
   pm.id, pm.version, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled, pm.updated_at, pm.saved_by,
-  {HAS_CURRENT_VECTOR} as embedded
+  pm.has_current_vector as embedded
 """
 
 
@@ -48,7 +47,7 @@ def get(conn: psycopg.Connection, record_id: int) -> dict | None:
     """The record with this id (as_json's row), or None."""
     return (
         conn.cursor(row_factory=dict_row)
-        .execute(f"select {RECORD_COLUMNS} from payrail.provider_methods as pm where pm.id = %s", (record_id,))
+        .execute(f"select {RECORD_COLUMNS} from {RECORDS} as pm where pm.id = %s", (record_id,))
         .fetchone()
     )
 
@@ -113,7 +112,7 @@ def find_by_name(conn: psycopg.Connection, name: Sequence[str]) -> dict:
     rows = (
         conn.cursor(row_factory=dict_row)
         .execute(
-            f"""select n.* from ({_named("payrail.provider_methods", RECORD_COLUMNS)}) as n
+            f"""select n.* from ({_named(RECORDS, RECORD_COLUMNS)}) as n
                 order by payrail._normalize_name(n.provider), payrail._normalize_name(n.method)""",
             {"name": list(name)},
         )
@@ -154,8 +153,8 @@ def counts(conn: psycopg.Connection) -> dict:
             f"""
             select count(*) as records, count(*) filter (where pm.enabled) as enabled,
                    count(*) filter (where not pm.enabled) as drafts,
-                   count(*) filter (where not pm.enabled and not {HAS_CURRENT_VECTOR}) as drafts_needing_embedding
-            from payrail.provider_methods as pm
+                   count(*) filter (where not pm.enabled and not pm.has_current_vector) as drafts_needing_embedding
+            from {RECORDS} as pm
             """
         )
         .fetchone()
@@ -176,8 +175,8 @@ def counts(conn: psycopg.Connection) -> dict:
 STATES = ("enabled", "draft", "draft needing an embedding")
 STATE_CONDITIONS = {
     "enabled": "pm.enabled",
-    "draft": f"not pm.enabled and {HAS_CURRENT_VECTOR}",
-    "draft needing an embedding": f"not pm.enabled and not {HAS_CURRENT_VECTOR}",
+    "draft": "not pm.enabled and pm.has_current_vector",
+    "draft needing an embedding": "not pm.enabled and not pm.has_current_vector",
 }
 
 
@@ -262,14 +261,14 @@ def list_records(
     direction = sql.SQL("desc" if backwards else "asc")
     query = sql.SQL(
         """select pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by,
-                  {has_vector} as embedded,
+                  pm.has_current_vector as embedded,
                   pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
-           from payrail.provider_methods as pm
+           from {records} as pm
            where {where}
            order by pg_catalog.lower(pm.provider) {d}, pg_catalog.lower(pm.method) {d}, pm.id {d}
            {limit}"""
     ).format(
-        has_vector=sql.SQL(HAS_CURRENT_VECTOR),
+        records=sql.SQL(RECORDS),
         where=sql.SQL(" and ").join(where),
         d=direction,
         limit=sql.SQL("limit {}").format(limit + 1) if limit is not None else sql.SQL(""),
@@ -290,5 +289,5 @@ def list_records(
 
 def count_records(conn: psycopg.Connection, text: str = "", state: str | None = None) -> int:
     """How many records list_records would list, on every page."""
-    query = sql.SQL("select count(*) from payrail.provider_methods as pm where {}").format(_filters(text, state))
+    query = sql.SQL("select count(*) from {} as pm where {}").format(sql.SQL(RECORDS), _filters(text, state))
     return conn.execute(query).fetchone()[0]

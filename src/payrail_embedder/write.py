@@ -2,8 +2,9 @@
 
 `import`, `payrail-embedder edit` and the backoffice all save through save_changes. The rules are
 the database's: payrail.save_provider_method writes a record, the table's constraints and triggers
-judge it, and SQL says which record a change is for, how its names are stored and whether its
-content changed. This module orders the work so that
+judge it, and SQL says which record a change is for, how its names are stored, whether its
+content changed and whether it conflicts (payrail.plan_provider_method_changes). This module
+orders the work so that
 
 1. every change is checked against every rule, in a transaction that is rolled back, before
    anything is embedded (a bad last line of a long file costs no embedding request);
@@ -81,6 +82,11 @@ class Conflict:
 
     reason: str
 
+    @classmethod
+    def of(cls, error: psycopg.Error) -> Conflict:
+        """The database's words for an edit conflict (PYE03, payrail._edit_conflict)."""
+        return cls(error.diag.message_primary or str(error))
+
 
 Outcome = Saved | Refused | Conflict
 
@@ -97,6 +103,8 @@ class _Plan:
     method: str
     key: tuple[str, str]
     needs_embedding: bool
+    # Why the change conflicts with the record as stored (payrail._edit_conflict), or None.
+    conflict: str | None
     vector: object = None
     embedder: Embedder | None = None
     outcome: Outcome | None = None
@@ -111,34 +119,8 @@ class TransientFailure(Exception):
 
 
 PLAN = """
-with c as (
-  select c.*, payrail._canonical_name(c.provider) as stored_provider, payrail._canonical_name(c.method) as stored_method,
-         payrail._normalize_name(c.provider) as provider_key, payrail._normalize_name(c.method) as method_key
-  from unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::boolean[])
-         with ordinality as c(id, provider, method, guidance, enabled, position)
-)
-select pm.id, pm.version, c.stored_provider as provider, c.stored_method as method, c.provider_key, c.method_key,
-       -- Content that changes is embedded; so is a record that will be enabled without a current vector.
-       pm.id is null
-         or pm.content_hash <> payrail._content_hash(c.stored_provider, c.stored_method, c.guidance)
-         or (coalesce(c.enabled, pm.enabled)
-             and not (pm.embedding is not null and pm.embedding_model is not distinct from m.name))
-         as needs_embedding
-from c
-left join payrail.get_embedding_model() as m on true
--- By id, or by name through the unique key's index, once per change: the whole row comes from
--- the lookup, so no join is left for a plan made without statistics (a bulk load's) to turn
--- into a scan of the table, or of every name normalized.
-left join lateral (
-  select p from payrail.provider_methods as p where p.id = c.id
-  union all
-  select p from payrail.provider_methods as p
-  where c.id is null
-    and payrail._normalize_name(p.provider) = c.provider_key
-    and payrail._normalize_name(p.method) = c.method_key
-) as found on true
-left join lateral (select (found.p).*) as pm on true
-order by c.position
+select record_id, record_version, provider, method, provider_key, method_key, needs_embedding, conflict
+from payrail.plan_provider_method_changes(%s, %s, %s, %s, %s, %s)
 """
 
 SAVE = """
@@ -156,17 +138,19 @@ def _plan(conn: psycopg.Connection, changes: Sequence[Change]) -> list[_Plan]:
         [c.record.method if ok else None for c, ok in zip(changes, storable)],
         [c.record.guidance if ok else None for c, ok in zip(changes, storable)],
         [c.record.enabled for c in changes],
+        [c.expected_version for c in changes],
     ]
     rows = conn.cursor(row_factory=dict_row).execute(PLAN, columns).fetchall()
     return [
         _Plan(
             change,
-            row["id"],
-            row["version"],
+            row["record_id"],
+            row["record_version"],
             row["provider"],
             row["method"],
             (row["provider_key"], row["method_key"]),
             row["needs_embedding"],
+            row["conflict"],
         )
         for change, row in zip(changes, rows)
     ]
@@ -281,13 +265,8 @@ def _check_rules(
             plan.outcome = Refused("the same record as an earlier change", ("provider", "method"), first_of_key[key])
             continue
         first_of_key[key] = position
-        if plan.change.record_id is not None and plan.record_id is None:
-            plan.outcome = Conflict(f"provider method {plan.change.record_id} was deleted since it was read")
-        elif plan.change.expected_version not in (None, 0, plan.version):
-            plan.outcome = Conflict(
-                f'provider method "{plan.provider} / {plan.method}" changed since it was read: version '
-                f"{plan.change.expected_version} was read, version {plan.version} is saved now"
-            )
+        if plan.conflict is not None:
+            plan.outcome = Conflict(plan.conflict)
     to_check = sorted((p for p in plans if p.outcome is None), key=_lock_order)
 
     def check_once() -> None:
@@ -439,7 +418,7 @@ def _raced(plan: _Plan, error: psycopg.Error) -> bool:
 
 def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error, plan: _Plan) -> Outcome:
     if error.sqlstate == errcodes.RECORD_CHANGED:
-        return Conflict(error.diag.message_primary or str(error))
+        return Conflict.of(error)
     if not errcodes.refuses_input(error.sqlstate):
         raise error
     return _refusal(conn, error, plan)
@@ -501,20 +480,16 @@ def save_changes(
 
 
 def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int) -> Conflict | None:
-    """Deletes the record if it is still at the version the caller read; a Conflict otherwise.
+    """Deletes the record through payrail.delete_provider_method if it is still at the version
+    the caller read; a Conflict otherwise.
 
     The history keeps the deleted version (tg_provider_methods__record_history), so it can be
     restored as a new draft.
     """
-    deleted = conn.execute(
-        "delete from payrail.provider_methods where id = %s and version = %s", (record_id, expected_version)
-    ).rowcount
-    if deleted:
-        return None
-    now = conn.execute("select version from payrail.provider_methods where id = %s", (record_id,)).fetchone()
-    if now is None:
-        return Conflict(f"provider method {record_id} was deleted since it was read")
-    return Conflict(
-        f"provider method {record_id} changed since it was read: version {expected_version} was read, "
-        f"version {now[0]} is saved now"
-    )
+    try:
+        conn.execute("select payrail.delete_provider_method(%s, %s)", (record_id, expected_version))
+    except psycopg.Error as error:
+        if error.sqlstate != errcodes.RECORD_CHANGED:
+            raise
+        return Conflict.of(error)
+    return None
