@@ -16,6 +16,7 @@ set client_min_messages = warning;
 \ir upgrades/005-name_path_matches_counted_draft.sql
 \ir upgrades/006-saved_by.sql
 \ir schema/015-text_rules.sql
+\ir schema/017-vector_rules.sql
 \ir schema/020-embedding_model.sql
 \ir schema/030-provider_methods.sql
 \ir schema/035-provider_method_half_vectors.sql

@@ -247,6 +247,25 @@ def test_import_into_empty_registry_with_failing_embedder_saves_nothing(cli_env,
     assert registry_snapshot(database_url) == ([], [])
 
 
+@pytest.mark.parametrize("scale", [2.0**40, 2.0**-40])
+def test_an_embedding_of_extreme_length_is_never_stored(scale, cli_env, openai_fake, loaded_catalog, database_url, tmp_path):
+    """The database's limit on a stored vector's length (2^-32..2^32, where search's float32
+    distance neither overflows nor loses it) refuses what the service answered: the import fails
+    as the service's failure, and nothing is saved."""
+    edited = dict(CATALOG[0], guidance="Purpose: Charge a card, edited.")
+    path = write_jsonl(tmp_path / "edits.jsonl", [edited])
+    snapshot_before = registry_snapshot(database_url)
+    openai_fake.scale = scale
+
+    result = run_cli(cli_env, "import", str(path))
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"Error: unavailable: {FAKE_MODEL} returned an embedding the registry cannot store: "), result.stderr
+    assert "a stored vector's length must be between 2^-32 and 2^32" in result.stderr, result.stderr
+    assert registry_snapshot(database_url) == snapshot_before
+
+
 # 5. The embedder used directly from Python --------------------------------------------------------
 
 
@@ -325,9 +344,3 @@ def test_a_reply_of_other_dimensions_is_never_recorded_as_the_models_shape(cli_e
     assert result.returncode == 0, result.stdout + result.stderr
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select name, dimensions from payrail.embedding_model").fetchone() == ("text-embedding-3-small", 64)
-
-
-def test_an_embedding_of_extreme_length_is_refused_before_it_is_stored(openai_fake):
-    openai_fake.scale = 2.0**40
-    with pytest.raises(EmbeddingUnavailable, match="an embedding of length 1.09951e\\+12, outside 2\\^-32..2\\^32"):
-        direct_embedder(openai_fake).embed(["send an SMS"])

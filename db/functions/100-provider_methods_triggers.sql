@@ -46,12 +46,13 @@ begin
           coalesce(pg_catalog.format('%s (%s dimensions)', v_model.name, v_model.dimensions), '(none set)')),
         hint = 'Embed with the model payrail.get_embedding_model() returns, or switch the registry''s model first.';
     end if;
-    -- Search's exact distance sums in float32: a length beyond these overflows it or loses it in
-    -- rounding, and the vector would rank by its scale. Models answer lengths near 1.
-    if vector_norm(new.embedding) > 0
-       and vector_norm(new.embedding) not between double precision '2.3283064365386963e-10' and double precision '4294967296' then
+    if not payrail._is_storable_vector_length(new.embedding) then
+      -- The column names the vector, so the write path can tell the model's answer was refused.
       raise exception using
         errcode = 'invalid_parameter_value',
+        schema = 'payrail',
+        table = 'provider_methods',
+        column = 'embedding',
         message = pg_catalog.format(
           'embedding for provider method "%s / %s" has length %s; a stored vector''s length must be between 2^-32 and 2^32',
           new.provider, new.method, vector_norm(new.embedding)),

@@ -37,6 +37,7 @@ grant execute on function
   payrail._is_https_url(text),
   payrail._are_https_urls(text[]),
   payrail._has_duplicates(text[]),
+  payrail._is_storable_vector_length(vector),
   payrail._acting_role()
   to payrail_operator, payrail_embedder;
 

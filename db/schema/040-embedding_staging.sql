@@ -22,6 +22,9 @@ select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_
   'check (pg_catalog.octet_length(content_hash) = 32)');
 select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_embedding_nonzero_check',
   'check (vector_norm(embedding) > 0)');
+-- A vector the switch could not move into provider_methods is refused when it is staged.
+select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_embedding_length_check',
+  'check (payrail._is_storable_vector_length(embedding))');
 
 comment on table payrail.embedding_staging is
 $$Staged vectors of the next embedding model: one per record and model, not yet in force.

@@ -1,8 +1,8 @@
 -- The write path's rules as functions psql users call too: delete_provider_method (the same
--- edit-conflict rule and words as save_provider_method), the write plan, and the one statement
--- of "has a current vector" (provider_method_states).
+-- edit-conflict rule and words as save_provider_method), the write plan, the one statement of
+-- "has a current vector" (provider_method_states) and of a stored vector's length.
 begin;
-select plan(19);
+select plan(23);
 \ir include/error_of.sql
 
 select payrail.set_embedding_model('test-model', 3);
@@ -101,6 +101,28 @@ select is((select count(*)::int from payrail.provider_method_states), (select co
 set local role payrail_agent;
 select throws_ok('select * from payrail.provider_method_states', '42501', null, 'states: agents read no record');
 reset role;
+
+-- One statement of a stored vector's length, for the records and for a switch's staged vectors.
+select results_eq(
+  $$select payrail._is_storable_vector_length(v::vector) from unnest(array[
+      '[1,0,0]', '[0,0,0]', '[4294967296,0,0]', '[4.3e9,0,0]', '[2.3283064365386963e-10,0,0]', '[2e-10,0,0]']) as v$$,
+  $$values (true), (true), (true), (false), (true), (false)$$,
+  'length: 2^-32..2^32 is stored, beyond is not (zero is the nonzero rules'' business)');
+select results_eq(
+  format($$select e_sqlstate, e_message from pg_temp.error_of(
+    'update payrail.provider_methods set embedding = ''[0,5e9,0]'' where id = %s')$$, :geo),
+  $$values ('22023', 'embedding for provider method "Acme / Geocode" has length 5000000000; a stored vector''s length must be between 2^-32 and 2^32')$$,
+  'length: a record''s vector beyond it is refused (22023)');
+select results_eq(
+  format($$select e_sqlstate, e_constraint from pg_temp.error_of(
+    $q$insert into payrail.embedding_staging (provider_method_id, model, content_hash, embedding)
+       select id, 'third-model', content_hash, '[0,0,1e-11]' from payrail.provider_methods where id = %s$q$)$$, :geo),
+  $$values ('23514', 'embedding_staging_embedding_length_check')$$,
+  'length: so is a staged vector, before a switch would fail on it');
+select lives_ok(
+  format($$insert into payrail.embedding_staging (provider_method_id, model, content_hash, embedding)
+    select id, 'third-model', content_hash, '[0,0,1]' from payrail.provider_methods where id = %s$$, :geo),
+  'length: a staged vector of unit length is stored');
 
 select * from finish();
 rollback;

@@ -16,8 +16,6 @@ LOCAL_DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # The OpenAI embeddings endpoint takes at most 2,048 inputs per request.
 OPENAI_MAX_BATCH = 2048
 LOCAL_BATCH = 64
-# The lengths a stored vector may have: pgvector's float32 distance neither overflows nor loses it.
-STORED_LENGTHS = (2.0**-32, 2.0**32)
 
 
 class EmbeddingUnavailable(Exception):
@@ -47,8 +45,9 @@ def batched(items: Sequence, size: int) -> Iterator[Sequence]:
 
 
 def checked_vectors(vectors: Sequence, expected_count: int, model_name: str) -> list[np.ndarray]:
-    """Refuses a response that cannot be stored or searched: wrong count, ragged, zero or non-finite,
-    or of a length the database refuses to store (payrail.tg_provider_methods__keep_embedding_current)."""
+    """Refuses a response that cannot be stored or searched: wrong count, ragged, zero or non-finite.
+    The lengths a stored vector may have are the database's rule (payrail._is_storable_vector_length):
+    a save of another length is refused there, and the write path reports it as the service's failure."""
     if len(vectors) != expected_count:
         raise EmbeddingUnavailable(f"{model_name} returned {len(vectors)} embeddings for {expected_count} inputs")
     arrays = [np.asarray(v, dtype=np.float32) for v in vectors]
@@ -58,9 +57,6 @@ def checked_vectors(vectors: Sequence, expected_count: int, model_name: str) -> 
     for a in arrays:
         if not np.all(np.isfinite(a)) or not np.any(a):
             raise EmbeddingUnavailable(f"{model_name} returned a zero or non-finite embedding")
-        length = float(np.linalg.norm(a.astype(np.float64)))
-        if not STORED_LENGTHS[0] <= length <= STORED_LENGTHS[1]:
-            raise EmbeddingUnavailable(f"{model_name} returned an embedding of length {length:g}, outside 2^-32..2^32")
     return arrays
 
 

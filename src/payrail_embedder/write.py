@@ -30,7 +30,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import database, errcodes, refusals
-from .embedders import Embedder, batched, checked_vectors, record_text
+from .embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors, record_text
 from .records import ProviderMethod, unstorable_fields
 from .registry_model import adopt_embedder_model, require_embedder_model
 
@@ -417,6 +417,9 @@ def _raced(plan: _Plan, error: psycopg.Error) -> bool:
 
 
 def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error, plan: _Plan) -> Outcome:
+    if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE and error.diag.column_name == "embedding":
+        # The database refused the vector the model returned (its length: payrail._is_storable_vector_length).
+        raise EmbeddingUnavailable(f"{plan.embedder.model_name} returned an embedding the registry cannot store: {error_reason(error)}") from error
     if error.sqlstate == errcodes.RECORD_CHANGED:
         return Conflict.of(error)
     if not errcodes.refuses_input(error.sqlstate):
