@@ -21,7 +21,7 @@ from typing import Annotated
 from typing_extensions import TypedDict
 
 from .api import Registry
-from .search import InvalidQuery, SearchError, check_query
+from .search import QUERY_MAX_CHARACTERS, InvalidQuery, SearchError, check_query
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
@@ -48,7 +48,7 @@ back at most three provider methods with their docs and guidance. They are advis
 approvals or callable capabilities. Read the official docs before calling a provider, call it
 yourself, and take any payment requirement to Payrail Agent."""
 
-QUERY_DESCRIPTION = "What you need, in plain words, or an exact provider or method name; 1 to 2,000 characters."
+QUERY_DESCRIPTION = f"What you need, in plain words, or an exact provider or method name; 1 to {QUERY_MAX_CHARACTERS:,} characters."
 
 
 class Match(TypedDict):
@@ -97,7 +97,7 @@ def build_server(registry: Registry):
 
     # A sync tool runs on a worker thread, so a slow embedding never stalls the protocol.
     def search_provider_methods(
-        query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=2000)],
+        query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=QUERY_MAX_CHARACTERS)],
     ) -> Answer:
         try:
             answer = registry.search_provider_methods(query)

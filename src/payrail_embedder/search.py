@@ -89,6 +89,9 @@ QUERY_INVISIBLE = "".join(
     for code in range(first, last + 1)
 )  # fmt: skip
 QUERY_BLANK = QUERY_WHITE_SPACE + QUERY_INVISIBLE
+# payrail._check_query's limit (db/functions/200-search.sql), mirrored so a query is refused before
+# any connection: with QUERY_BLANK, the package's one deliberate copy of a database rule. Every face
+# (CLI, API, MCP) checks through check_query and names the limit from here.
 QUERY_MAX_CHARACTERS = 2000
 
 
@@ -102,7 +105,7 @@ def check_query(query: object) -> str:
     if not query.strip(QUERY_BLANK):
         raise InvalidQuery("query is empty")
     if len(query) > QUERY_MAX_CHARACTERS:
-        raise InvalidQuery(f"query is {len(query)} characters long; the limit is 2,000")
+        raise InvalidQuery(f"query is {len(query)} characters long; the limit is {QUERY_MAX_CHARACTERS:,}")
     if "\x00" in query:
         raise InvalidQuery("query contains a NUL character")
     try:
