@@ -342,16 +342,19 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
             with_vector = [plans[i] for i in pending if plans[i].vector is not None]
             if with_vector:
                 adopt_embedder_model(conn, with_vector[0].embedder, len(with_vector[0].vector))
-            conn.execute(
-                "select from payrail.provider_methods where id = any(%s) order by id for update",
-                ([plans[i].record_id for i in pending if plans[i].record_id is not None],),
-            )
-            for i, fresh in zip(pending, _replanned(conn, [plans[i] for i in pending])):
-                plans[i] = fresh
+            # The lock and the plan made under it go in one round trip.
+            with conn.pipeline():
+                conn.execute(
+                    "select from payrail.provider_methods where id = any(%s) order by id for update",
+                    ([plans[i].record_id for i in pending if plans[i].record_id is not None],),
+                )
+                for i, fresh in zip(pending, _replanned(conn, [plans[i] for i in pending])):
+                    plans[i] = fresh
             _embed(conn, embedder_factory, [plans[i] for i in pending])
             if one_batch:
                 embedded = [plans[i] for i in pending if plans[i].vector is not None]
-                if embedded:  # one embedder per save: its model, checked once
+                # One embedder per save: its model, checked once (above, when vectors were made before).
+                if embedded and not with_vector:
                     adopt_embedder_model(conn, embedded[0].embedder, len(embedded[0].vector))
                 _save_batch(conn, [plans[i] for i in pending])
                 return
