@@ -18,7 +18,6 @@ from psycopg.rows import dict_row
 from . import database
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
 from .registry_model import RegistryModelMismatch, adopt_embedder_model, require_embedder_model
-from .stored import RECORDS
 from .write import error_reason
 
 # Records to embed, shortest texts first: a batch is padded to its longest text, so batches of
@@ -128,20 +127,21 @@ def _write(conn: psycopg.Connection, write_batch: WriteBatch, batch: Sequence[di
         return write_batch([record for record, _ in by_id], [vector for _, vector in by_id])
 
 
-# Whether record pm (of stored.RECORDS) has no vector of its current content by the registry's model.
+# Whether record pm, a row of payrail.provider_method_states (the rule's one statement), has no
+# vector of its current content by the registry's model.
 NEEDS_SYNC = "not pm.has_current_vector"
 
 
 def ids_to_sync(conn: psycopg.Connection) -> Iterable[tuple[int, str]]:
     """The id and name of each record whose vector is missing or stale, in the order sync embeds them."""
     return conn.execute(
-        f"""select pm.id, pm.provider || ' / ' || pm.method from {RECORDS} as pm
+        f"""select pm.id, pm.provider || ' / ' || pm.method from payrail.provider_method_states as pm
             where {NEEDS_SYNC} order by {EMBEDDING_ORDER}"""
     )
 
 
 def records_by_ids(conn: psycopg.Connection, ids: Sequence[int], condition: str, parameters: dict | None = None) -> list[dict]:
-    """The records of these ids for which condition (on pm, a row of stored.RECORDS) holds, in
+    """The records of these ids for which condition (on pm, a row of payrail.provider_method_states) holds, in
     embedding order. Each is looked up by its id ("offset 0" keeps it a probe of the primary key,
     whatever a plan made without statistics would estimate)."""
     cursor = conn.cursor(row_factory=dict_row)
@@ -149,7 +149,7 @@ def records_by_ids(conn: psycopg.Connection, ids: Sequence[int], condition: str,
         f"""
         select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
         from pg_catalog.unnest(%(ids)s::bigint[]) as i(id),
-        lateral (select * from {RECORDS} as p where p.id = i.id offset 0) as pm
+        lateral (select * from payrail.provider_method_states as p where p.id = i.id offset 0) as pm
         where {condition}
         order by {EMBEDDING_ORDER}
         """,
