@@ -144,6 +144,25 @@ def test_a_refusal_names_the_fields_its_rule_is_about(database_url, embedder, op
     assert openai_fake.requests == []
 
 
+def test_an_edit_that_embeds_nothing_is_refused_by_the_save_itself_with_every_rule_and_changes_nothing(
+    database_url, embedder, openai_fake
+):
+    """A URL-only edit skips the checks in a transaction rolled back (they spare an embedding
+    request, and there is none): its own save is refused the same way, every rule at once."""
+    stored = "select version, urls, docs_url, enabled, embedding::text, updated_at from payrail.provider_methods"
+    with connect(database_url, autocommit=True) as conn:
+        (saved,) = save_changes(conn, lambda: embedder, [Change(as_record(record(1)), expected_version=0)])
+        before = conn.execute(stored).fetchall()
+        requests = len(openai_fake.requests)
+        bad = record(1, urls=["https://a.example", "https://a.example"], docsUrl="http://docs.example")
+        (outcome,) = save_changes(conn, lambda: embedder, [Change(as_record(bad), saved.record_id, saved.version)])
+        assert isinstance(outcome, Refused), outcome
+        assert sorted(rule.constraint for rule in outcome.rules) == ["provider_methods_docs_url_check", "provider_methods_urls_unique_check"]
+        assert set(outcome.fields) == {"urls", "docsUrl"}
+        assert len(openai_fake.requests) == requests
+        assert conn.execute(stored).fetchall() == before
+
+
 def test_checking_changes_looks_each_record_up_by_its_key_not_by_normalizing_every_name(database_url):
     """Finding the records n changes are for normalizes names a few times per change, never once per
     change and stored record: that cost n x m normalizations (0.2 ms each on PostgreSQL 16), and a

@@ -245,13 +245,17 @@ def _check_rules(
     plans: Sequence[_Plan],
     seen: dict[bytes, int] | None = None,
     positions: Sequence[int] | None = None,
+    *,
+    in_database: bool = True,
 ) -> None:
     """Sets the outcome of every change some rule refuses, checking all of them as drafts in a
     transaction that is rolled back: nothing is written, nothing is embedded.
 
     seen: the keys of changes checked before (key digest to position), for a caller that checks
     in batches; updated with these. positions: what to record for each change and report as
-    same_as (default: its index).
+    same_as (default: its index). in_database False: only what is judged before any statement
+    (text PostgreSQL cannot hold, a record named twice, an edit conflict), for a save that embeds
+    nothing, which its own statements check as well (and roll back when a rule refuses).
     """
     first_of_key = {} if seen is None else seen
     for index, plan in enumerate(plans):
@@ -267,6 +271,8 @@ def _check_rules(
         first_of_key[key] = position
         if plan.conflict is not None:
             plan.outcome = Conflict(plan.conflict)
+    if not in_database:
+        return
     to_check = sorted((p for p in plans if p.outcome is None), key=_lock_order)
 
     def check_once() -> None:
@@ -475,7 +481,9 @@ def save_changes(
     embedder_factory = functools.cache(embedder_factory)  # one embedder (one model load) per save
     plans = _plan(conn, changes)
     if not checked:
-        _check_rules(conn, plans, seen, positions)
+        # The checks in a transaction rolled back spare a refused change its embedding request;
+        # a save that embeds nothing is checked by its own statements (a URL-only edit).
+        _check_rules(conn, plans, seen, positions, in_database=any(p.needs_embedding for p in plans))
     if not (all_or_nothing and any(p.outcome is not None for p in plans)):
         _embed(conn, embedder_factory, [p for p in plans if p.outcome is None], progress)
         _save_all(conn, embedder_factory, plans, all_or_nothing)
