@@ -4,17 +4,29 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 -- The one statement of "has a current vector", which the records list and its counts, sync and
 -- the write plan all ask. A view, not a function: PostgreSQL inlines it into each query, where a
 -- function (its search path pinned) costs a call per row, 0.2 to 0.4 s per 100,000 records
--- counted. Its invoker's privileges apply, as to the table.
-create or replace view payrail.provider_method_states
-with (security_invoker = true)
-as
--- A vector by the registry's model of the record's current content (provider_methods_
--- embedding_content_check holds for every stored vector): an enabled record always has one.
--- First, so a column added to the table later lands at the end of the view too.
-select (pm.embedding is not null and pm.embedding_model = m.name) is true as has_current_vector,
-       pm.*
-from payrail.provider_methods as pm
-left join payrail.embedding_model as m on true;
+-- counted. Its invoker's privileges apply, as to the table. Replaced only when its definition
+-- changed (a column added to the table, a new rule): create or replace view locks the view
+-- exclusively, and the records list would wait for the deploy to commit.
+do $$
+declare
+  -- A vector by the registry's model of the record's current content (provider_methods_
+  -- embedding_content_check holds for every stored vector): an enabled record always has one.
+  -- First, so a column added to the table later lands at the end of the view too.
+  v_definition constant text := $view$
+    select (pm.embedding is not null and pm.embedding_model = m.name) is true as has_current_vector,
+           pm.*
+    from payrail.provider_methods as pm
+    left join payrail.embedding_model as m on true
+  $view$;
+begin
+  execute 'create temporary view provider_method_states_wanted as ' || v_definition;
+  if pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('payrail.provider_method_states'))
+     is distinct from pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('pg_temp.provider_method_states_wanted')) then
+    execute 'create or replace view payrail.provider_method_states with (security_invoker = true) as ' || v_definition;
+  end if;
+  drop view pg_temp.provider_method_states_wanted;
+end
+$$;
 
 comment on view payrail.provider_method_states is
 $$Every record with whether it has a current vector: the one definition of that rule.

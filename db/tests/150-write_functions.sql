@@ -2,7 +2,7 @@
 -- edit-conflict rule and words as save_provider_method), the write plan, the one statement of
 -- "has a current vector" (provider_method_states) and of a stored vector's length.
 begin;
-select plan(23);
+select plan(24);
 \ir include/error_of.sql
 
 select payrail.set_embedding_model('test-model', 3);
@@ -101,6 +101,13 @@ select is((select count(*)::int from payrail.provider_method_states), (select co
 set local role payrail_agent;
 select throws_ok('select * from payrail.provider_method_states', '42501', null, 'states: agents read no record');
 reset role;
+-- A deploy reruns its file: the view, unchanged, is not replaced (which would lock the records
+-- list out until the deploy commits).
+\ir ../schema/070-provider_method_states.sql
+select is_empty(
+  $$select mode from pg_locks
+    where relation = 'payrail.provider_method_states'::regclass and pid = pg_backend_pid() and mode = 'AccessExclusiveLock'$$,
+  'states: a rerun of its file leaves the view as it is, unlocked');
 
 -- One statement of a stored vector's length, for the records and for a switch's staged vectors.
 select results_eq(
