@@ -7,7 +7,8 @@ content changed and whether it conflicts (payrail.plan_provider_method_changes).
 orders the work so that
 
 1. every change is checked against every rule, in a transaction that is rolled back, before
-   anything is embedded (a bad last line of a long file costs no embedding request);
+   anything is embedded (a bad last line of a long file costs no embedding request); a save that
+   embeds nothing skips this, its own statements refusing the same way;
 2. content that changes, and records enabled without a current vector, are embedded with the
    registry's model, outside any transaction (no lock is held while the embedding service works);
 3. fields and vectors are saved in one transaction, records locked in id order (so concurrent
