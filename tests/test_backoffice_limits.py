@@ -32,6 +32,7 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     PASSWORD,
     TEST_HBA,
     HttpClient,
+    Reply,
     backoffice,
     connections_of,
     cookie_value,
@@ -52,6 +53,7 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
 from payrail_test_support.cli import cli_import
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.servers import start_embedded
+from payrail_test_support.waiting import wait_until
 
 ACME = (ENABLED["provider"], ENABLED["method"])
 CREDENTIALS_REFUSED = "Not signed in: the username or password is wrong"
@@ -275,11 +277,13 @@ def test_a_session_ends_at_its_maximum_age_however_busy(registry, database_url, 
     with running_backoffice(registry, tmp_path, "--session-max-age", "2") as running:
         client = HttpClient(running.url)
         session = http_sign_in(client)
-        deadline = time.monotonic() + 30
-        while (reply := client.get("/records", cookies=session.cookies)).status == 200:
-            assert time.monotonic() < deadline, "the session outlived its maximum age"
-            time.sleep(0.2)  # never idle
-        assert reply.location == "/sign-in?ended=1"
+
+        def refused() -> Reply | None:
+            reply = client.get("/records", cookies=session.cookies)
+            return reply if reply.status != 200 else None
+
+        # A request every 0.2 s: never idle.
+        assert wait_until(refused, "the session to end at its maximum age", timeout=30, interval=0.2).location == "/sign-in?ended=1"
         assert connections_of(database_url, OPERATOR, settles_at=0) == 0
 
 
@@ -388,14 +392,8 @@ def test_connections_past_the_servers_limit_are_answered_503_and_hold_nothing_af
             sock = socket.create_connection((client.host, client.port))
             sock.sendall(b"GET /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
             slow.append(sock)
-        deadline = time.monotonic() + 30
-        while (status := client.get("/sign-in").status) != 503:
-            assert time.monotonic() < deadline, status
-            time.sleep(0.1)
+        wait_until(lambda: client.get("/sign-in").status == 503, "503 once every connection is held", timeout=30, interval=0.1)
     finally:
         for sock in slow:
             sock.close()
-    deadline = time.monotonic() + 30
-    while (status := client.get("/sign-in").status) != 200:
-        assert time.monotonic() < deadline, status
-        time.sleep(0.1)
+    wait_until(lambda: client.get("/sign-in").status == 200, "200 once the slow clients went", timeout=30, interval=0.1)

@@ -23,6 +23,7 @@ from payrail_embedder.deploy import FIRST_APPLY_LOCK_KEY, LOCK_ORDER
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
 from payrail_test_support.servers import login_url
 from payrail_test_support.traffic import Traffic, overlapping
+from payrail_test_support.waiting import wait_until
 
 MODEL = "test-model"
 DIMENSIONS = 16
@@ -94,13 +95,18 @@ def drop_derived_rows(registry: Registry, count: int) -> None:
                      "(select provider_method_id from payrail.provider_method_half_vectors order by 1 limit %s)", (count,))
 
 
+def searched_after(traffic: Traffic, count: int) -> None:
+    """Until traffic has run a few searches more than count."""
+    wait_until(lambda: len(traffic.searches) >= count + 3, "the agents to search", timeout=30)
+
+
 def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
     function_release = registry.changed("function-release", FUNCTION_CHANGE)
     constraint_release = registry.changed("constraint-release", CONSTRAINT_CHANGE)
     drop_derived_rows(registry, 3)
     applies = []
     with registry.traffic().running() as traffic:
-        time.sleep(0.5)
+        searched_after(traffic, 0)
         for code, args in [
             (registry.code, ()),  # current: nothing to do
             (function_release, ()),  # a function changed: shared locks
@@ -111,7 +117,7 @@ def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
             started = time.perf_counter()
             result = apply_json(registry.apply("--json", *args, code=code))
             applies.append((result, started, time.perf_counter()))
-        time.sleep(0.5)
+        searched_after(traffic, len(traffic.searches))
 
     assert [(r["changed"], r["locks"]) for r, _, _ in applies] == [
         (False, None), (True, "shared"), (True, "exclusive"), (True, "exclusive"), (True, "shared")]

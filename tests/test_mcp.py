@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 
 import anyio
 import pytest
@@ -17,6 +16,7 @@ from payrail_embedder.database import connect
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog, mcp_client
 from payrail_test_support.ports import unused_port
+from payrail_test_support.waiting import wait_until
 
 TOOL = "search_provider_methods"
 MATCH_KEYS = ["provider", "method", "urls", "docsUrl", "guidance"]
@@ -162,14 +162,16 @@ def test_streamable_http_on_localhost(mcp_env, tmp_path):
     log = open(tmp_path / "http.log", "w")
     server = subprocess.Popen([str(CLI), "mcp", "--http", str(port)], env=mcp_env, cwd=REPO, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def listening() -> bool:
+            assert server.poll() is None, (tmp_path / "http.log").read_text()
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
             except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "http.log").read_text()
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(listening, lambda: f"the MCP server to listen on {port}: {(tmp_path / 'http.log').read_text()}", timeout=30)
 
         async def main():
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:

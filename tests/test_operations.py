@@ -20,7 +20,6 @@ import copy
 import os
 import re
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,6 +39,7 @@ from payrail_test_support.openai_fake import FAKE_MODEL
 from payrail_test_support.ranking import search_answer
 from payrail_test_support.registry_state import agent_answers, fingerprint, group_roles, rows
 from payrail_test_support.servers import Cluster
+from payrail_test_support.waiting import wait_until, waits_for_a_lock
 
 OPERATIONS = REPO / "docs" / "operations.md"
 GROUP_ROLES = ["payrail_agent", "payrail_operator", "payrail_embedder"]
@@ -318,12 +318,12 @@ def test_db_roles_on_a_new_server_makes_each_missing_role_once_while_another_ses
         with ThreadPoolExecutor(1) as pool:
             report = pool.submit(create_roles, server.url())
             # Once db roles waits for the other session's role, that one commits.
-            while not watcher.execute(
-                "select exists (select from pg_stat_activity"
-                " where application_name = 'payrail-embedder' and wait_event_type = 'Lock')"
-            ).fetchone()[0]:
+
+            def roles_waits() -> bool:
                 assert not report.done(), report.result()
-                time.sleep(0.01)
+                return waits_for_a_lock(watcher, "payrail-embedder")
+
+            wait_until(roles_waits, "db roles to wait for the other session's role", interval=0.01)
             other.commit()
             assert report.result(timeout=60) == {
                 "created": ["payrail_agent", "payrail_embedder"],

@@ -9,7 +9,6 @@ the embedded server runs as the system user `pgserver`, so both run as that user
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -24,6 +23,7 @@ from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL
 from payrail_test_support.registry_state import agent_answers
 from payrail_test_support.servers import Cluster, replace_database
+from payrail_test_support.waiting import wait_until
 
 
 def start_standby(primary, pgdata: Path) -> Cluster:
@@ -43,12 +43,13 @@ def wait_for_replay(primary_url: str, standby_url: str, timeout: float = 60) -> 
     """Until the standby has replayed everything the primary has written so far."""
     with psycopg.connect(primary_url, autocommit=True) as primary:
         target = primary.execute("select pg_current_wal_lsn()").fetchone()[0]
-    deadline = time.monotonic() + timeout
     with psycopg.connect(standby_url, autocommit=True) as standby:
         assert standby.execute("select pg_is_in_recovery()").fetchone()[0]
-        while not standby.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)).fetchone()[0]:
-            assert time.monotonic() < deadline, "the standby did not catch up"
-            time.sleep(0.05)
+        wait_until(
+            lambda: standby.execute("select pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)).fetchone()[0],
+            "the standby to catch up",
+            timeout=timeout,
+        )
 
 
 @pytest.fixture(params=["pg18", "pg16"])

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 
 import numpy as np
 import psycopg
@@ -26,6 +25,7 @@ from payrail_test_support.cli import cli_import, cli_json, run_cli
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, SwitchAt, fake_embedding
 from payrail_test_support.ranking import fake_semantic_path
 from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
+from payrail_test_support.waiting import wait_until, waits_for_a_lock
 
 NEW_MODEL = "fake-embedding-2"
 NEW_DIMENSIONS = 48
@@ -115,32 +115,25 @@ def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_an
         env=cli_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
         with psycopg.connect(database_url, autocommit=True) as watcher:
-            while True:
-                waiting = watcher.execute(
-                    """
-                    select count(*) from pg_stat_activity
-                    where application_name = 'payrail-embedder' and wait_event_type = 'Lock'
-                      and datname = current_database()
-                    """
-                ).fetchone()[0]
-                if waiting:
-                    break
+
+            def sync_waits() -> bool:
                 assert sync.poll() is None, sync.communicate()
-                assert time.monotonic() < deadline, "sync never reached the locked row"
-                time.sleep(0.05)
+                return waits_for_a_lock(watcher, "payrail-embedder")
+
+            wait_until(sync_waits, "sync to reach the locked row")
             os.kill(sync.pid, signal.SIGKILL)
             sync.wait(timeout=30)
             assert sync.returncode == -signal.SIGKILL
             blocker.rollback()
             # The server rolls the orphaned transaction back once its backend notices the dead client.
-            while watcher.execute(
-                "select count(*) from pg_stat_activity"
-                " where application_name = 'payrail-embedder' and datname = current_database()"
-            ).fetchone()[0]:
-                assert time.monotonic() < deadline, "the killed sync's backend never went away"
-                time.sleep(0.05)
+            wait_until(
+                lambda: not watcher.execute(
+                    "select exists (select from pg_stat_activity"
+                    " where application_name = 'payrail-embedder' and datname = current_database())"
+                ).fetchone()[0],
+                "the killed sync's backend to go away",
+            )
     finally:
         blocker.close()
         if sync.poll() is None:
@@ -389,12 +382,12 @@ def test_a_vector_writer_waits_for_a_switch_in_progress_then_is_refused(database
     writer.start()
     try:
         with connect(database_url, autocommit=True) as reader:
-            deadline = time.monotonic() + 30
-            while not reader.execute(
-                "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()"
-            ).fetchone()[0]:
-                assert time.monotonic() < deadline and writer.is_alive(), outcome
-                time.sleep(0.05)
+
+            def writer_waits() -> bool:
+                assert writer.is_alive(), outcome
+                return waits_for_a_lock(reader)
+
+            wait_until(writer_waits, "the late writer to wait for the switch's lock", timeout=30)
             answer = reader.execute(
                 "select provider from payrail.search_provider_methods('find a hotel', '[1,0,0]', 'old-model')"
             ).fetchall()

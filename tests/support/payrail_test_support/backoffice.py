@@ -12,7 +12,6 @@ import http.client
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from psycopg.rows import dict_row
 from payrail_embedder.database import connect, use_hba_rules
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
+from payrail_test_support.waiting import wait_until
 
 # Login roles, created once per server (roles belong to the cluster), each with PASSWORD, which
 # the server checks: the backoffice signs in no role whose password PostgreSQL did not check.
@@ -169,14 +169,17 @@ def _answers(url: str) -> bool:
 
 def _wait(process: subprocess.Popen, log: Path, what: str, ready):
     """ready()'s first true value, checked until the process ends or a minute has passed."""
-    deadline = time.monotonic() + 60
-    while not (result := ready()):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            raise AssertionError(f"the backoffice did not {what}:\n{log.read_text()}")
-        time.sleep(0.05)
-    return result
+
+    def ready_while_running():
+        assert process.poll() is None, f"the backoffice exited before it would {what}:\n{log.read_text()}"
+        return ready()
+
+    try:
+        return wait_until(ready_while_running, lambda: f"the backoffice to {what}:\n{log.read_text()}")
+    except AssertionError:
+        process.kill()
+        process.wait()
+        raise
 
 
 @dataclass
@@ -280,15 +283,17 @@ def connections_of(database_url: str, role: str = OPERATOR, *, settles_at: int |
     """How many connections role has to the database. settles_at: a count the caller expects once
     closed connections are gone (a backend leaves pg_stat_activity a moment after its client
     closes), waited for up to 30 seconds."""
-    deadline = time.monotonic() + 30
     with psycopg.connect(database_url, autocommit=True) as conn:
-        while True:
-            count = conn.execute(
+
+        def count() -> int:
+            return conn.execute(
                 "select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)
             ).fetchone()[0]
-            if settles_at in (None, count) or time.monotonic() > deadline:
-                return count
-            time.sleep(0.05)
+
+        if settles_at is None:
+            return count()
+        wait_until(lambda: count() == settles_at, lambda: f"{settles_at} connections of {role}, not {count()}", timeout=30)
+        return settles_at
 
 
 def record_form(record: dict, version: int, token: str, **changes) -> dict:
