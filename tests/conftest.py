@@ -31,6 +31,16 @@ def pytest_configure(config):
         config.option.basetemp = tempfile.mkdtemp(prefix="payrail-pytest-")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items):
+    """The slow tier (marker slow) also takes every test that drives chromium (it asks for the
+    browser fixture, as page does) or loads the real local model (marker local_model), wherever
+    it is written: a new browser or model test joins the tier without a marker of its own."""
+    for item in items:
+        if "browser" in item.fixturenames or item.get_closest_marker("local_model"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory):
     """Servers are started on first use and stopped at the end of the session."""

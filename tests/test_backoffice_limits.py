@@ -78,6 +78,7 @@ def fail(throttle: SignInThrottle, name: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_failing_under_ever_more_names_never_unlocks_a_locked_name_and_the_throttle_stays_bounded():
     clock = Clock()
     throttle = SignInThrottle(clock)

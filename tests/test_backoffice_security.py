@@ -318,6 +318,7 @@ def test_repeated_failed_sign_ins_for_one_name_are_slowed_down(browser, scram_ba
     page.context.close()
 
 
+@pytest.mark.slow
 def test_the_backoffice_never_lends_the_hosts_passwords_and_refuses_a_role_let_in_without_one(
     scram_server, openai_fake, tmp_path
 ):
@@ -351,6 +352,7 @@ def test_the_backoffice_never_lends_the_hosts_passwords_and_refuses_a_role_let_i
         running.stop()
 
 
+@pytest.mark.slow  # a server of its own
 def test_an_unknown_role_and_a_wrong_password_get_the_same_answer_and_the_same_throttle(scram_backoffice):
     client = HttpClient(scram_backoffice.url)
     cookies = {"payrail_sign_in": "the same form for both"}

@@ -160,6 +160,7 @@ def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(r
     assert imported.stderr.splitlines()[-1].startswith("progress task=import done=3 total=3 elapsed_s="), imported.stderr
 
 
+@pytest.mark.slow
 def test_the_embedded_default_keeps_standard_error_quiet_and_db_status_tells_where_it_runs(tmp_path):
     """No PAYRAIL_DATABASE_URL and no XDG_RUNTIME_DIR: what an MCP host starts. Nothing on stderr
     but the one line that says the server is being started (no warnings)."""

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from payrail_embedder.database import display_url, embedded_pgdata
 from payrail_embedder.deploy import apply_schema, db_digest
@@ -152,6 +153,7 @@ def embedded_registry(data_dir: Path):
         run_cli(env, "db", "stop")
 
 
+@pytest.mark.slow
 def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_path):
     with small_device(tmp_path / "disk", 96) as disk, embedded_registry(disk / "data") as env:
         pgdata = embedded_pgdata(disk / "data")
@@ -181,6 +183,7 @@ def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_pat
         assert run_cli(env, "db", "apply").returncode == 0, "with space again, it starts"
 
 
+@pytest.mark.slow
 def test_the_embedded_server_on_a_read_only_device_says_so(tmp_path):
     with small_device(tmp_path / "disk", 96) as disk, embedded_registry(disk / "data") as env:
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)

@@ -100,6 +100,7 @@ def searched_after(traffic: Traffic, count: int) -> None:
     wait_until(lambda: len(traffic.searches) >= count + 3, "the agents to search", timeout=30)
 
 
+@pytest.mark.slow
 def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
     function_release = registry.changed("function-release", FUNCTION_CHANGE)
     constraint_release = registry.changed("constraint-release", CONSTRAINT_CHANGE)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -77,6 +79,21 @@ def test_ci_runs_the_readme_commands_verbatim():
     assert main_command in ci
     assert test_command in ci
     assert "search" in main_command and "catalog/sample.jsonl" in main_command
+
+
+def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
+    marker_expression = re.search(r'`\./scripts/test (-m "[^"]+")`', README)[1]
+    # Slow by file, by test, and by what a test uses (chromium, the real local model).
+    files = ["test_upgrades.py", "test_soak.py", "test_backoffice.py", "test_local_model.py"]
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *shlex.split(marker_expression), *(f"tests/{f}" for f in files)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    tests = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert "tests/test_soak.py::test_the_checker_catches_wrong_answers[pg18]" in tests
+    slow = ["test_upgrades.py::", "test_soak.py::test_soak_for_30_seconds", "test_backoffice.py::test_a_new_draft_is_saved_then_enabled", "test_local_model.py::"]
+    assert not [test for test in tests if any(part in test for part in slow)], tests
 
 
 def test_every_benchmark_is_in_the_readme_and_the_runner_names_them_on_a_wrong_name():

@@ -129,6 +129,7 @@ def assert_search_unavailable(env: dict, query: str, detail: str) -> None:
 # --- PostgreSQL stops and restarts ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_restart_converges(
     own_server, registry_url, openai_fake, tmp_path
 ):
@@ -167,6 +168,7 @@ def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_resta
     assert all(assert_whole_or_nothing(r) for r in records(registry_url))
 
 
+@pytest.mark.slow
 def test_postgres_stopped_during_searches_is_search_unavailable_and_search_answers_again_after_restart(
     own_server, registry_url, openai_fake, tmp_path
 ):

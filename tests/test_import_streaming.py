@@ -9,6 +9,7 @@ HTTP server embeds.
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from payrail_embedder import catalog
 from payrail_embedder.database import connect
@@ -121,6 +122,7 @@ def test_a_save_stopped_midway_keeps_its_batches_says_so_and_a_rerun_finishes(da
     assert sum(len(request["input"]) for request in openai_fake.requests) == BATCH * 2
 
 
+@pytest.mark.slow
 def test_the_cli_imports_a_file_of_several_batches_and_says_where_a_stopped_one_stopped(cli_env, openai_fake, tmp_path):
     records = [record(n) for n in range(OPENAI_MAX_BATCH + 10)]
     path = write_jsonl(tmp_path / "catalog.jsonl", records)

@@ -102,6 +102,7 @@ def test_import_then_search_through_the_cli(cli_env, openai_fake, database_url, 
 # 2. Batching --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_import_batches_embedding_requests(cli_env, openai_fake, database_url, tmp_path):
     count = 5000
     records = [

@@ -84,6 +84,7 @@ def test_what_cannot_make_a_backoffice_login_is_refused_and_nothing_changes(data
         assert conn.execute("select count(*) from pg_roles where rolname = any(%s)", (["nobody_yet", "n" * 63],)).fetchone()[0] == 0
 
 
+@pytest.mark.slow
 def test_the_embedded_default_asks_every_login_but_postgres_for_its_password(tmp_path):
     """Its pg_hba.conf, as payrail-embedder writes it: postgres (the command line's) trusted on the
     socket, for pg_basebackup's replication connections too; every other login gives its password."""

@@ -107,6 +107,7 @@ def mcp_answers(env: dict[str, str], errlog) -> dict[str, dict]:
     return anyio.run(main)
 
 
+@pytest.mark.slow
 def test_every_interface_gives_the_same_answer(cli_env, database_url, openai_fake, tmp_path, monkeypatch):
     import_catalog(database_url, openai_fake, tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", cli_env["OPENAI_API_KEY"])

@@ -25,6 +25,8 @@ from payrail_embedder.records import ProviderMethod
 from payrail_embedder.write import Change, check_changes, save_changes
 from payrail_test_support.stored import content_hash
 
+pytestmark = pytest.mark.slow  # a 6,000-record registry loaded per server
+
 RECORDS = 6000
 DIMENSIONS = 8
 MODEL = "plans-test-model"

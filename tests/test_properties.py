@@ -27,6 +27,8 @@ from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import WHITE_SPACE, name_path, normalized
 
+pytestmark = pytest.mark.slow  # hundreds of examples per test, each a transaction
+
 SETTINGS = settings(
     max_examples=200,
     deadline=None,

@@ -25,6 +25,8 @@ from payrail_test_support.registry_state import agent_answers
 from payrail_test_support.servers import Cluster, replace_database
 from payrail_test_support.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # a base backup and a second server per PostgreSQL version
+
 
 def start_standby(primary, pgdata: Path) -> Cluster:
     """A hot standby of an embedded server (a TestServer): pg_basebackup -R over its unix socket

@@ -231,6 +231,7 @@ def import_beside(cli_env: dict, database_url: str, path: str, command: list[str
     return imported, other, out
 
 
+@pytest.mark.slow
 def test_import_sync_and_psql_edits_side_by_side_all_finish_and_leave_every_vector_current(cli_env, database_url, tmp_path):
     """All write the same records (sync their vectors, import new content and vectors, psql their
     URLs); neither command fails the other, and no line is refused for a transient reason."""
@@ -255,6 +256,7 @@ def test_import_sync_and_psql_edits_side_by_side_all_finish_and_leave_every_vect
         assert all(row["embedding"] is not None for row in stored)
 
 
+@pytest.mark.slow
 def test_a_model_switch_import_and_psql_edits_side_by_side_all_finish(cli_env, database_url, tmp_path):
     count = 200
     catalog = [record(n, enabled=n % 2 == 0) for n in range(count)]

@@ -110,6 +110,7 @@ def search_once(url: str, role: str | None, sql: str, params: tuple) -> tuple[li
     return rows, planned, half_table_scans(url) - scans_before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", [None, "payrail_agent"])
 @pytest.mark.parametrize("call_form", list(CALL_FORMS))
 def test_first_pass_runs_with_workers_for_every_caller(big_registry, role, call_form):
@@ -121,6 +122,7 @@ def test_first_pass_runs_with_workers_for_every_caller(big_registry, role, call_
     assert scans >= 2  # the leader and at least one worker
 
 
+@pytest.mark.slow
 def test_agent_still_reads_no_table_and_calls_no_helper(big_registry):
     url, vectors, _ = big_registry
     with psycopg.connect(url, autocommit=True) as conn:
@@ -135,6 +137,7 @@ def test_agent_still_reads_no_table_and_calls_no_helper(big_registry):
                 conn.execute(sql, params)
 
 
+@pytest.mark.slow
 def test_rescan_for_near_copies_still_runs_with_workers(big_registry):
     """At the near-copies more records than the bounded first pass keeps lie within the cutoff, so
     search runs the first pass a second time over every record that near, and still answers exactly."""
@@ -157,6 +160,7 @@ def test_rescan_for_near_copies_still_runs_with_workers(big_registry):
         assert scans >= 2 * passes
 
 
+@pytest.mark.slow
 def test_preview_counts_its_draft_with_workers(big_registry):
     url, _, _ = big_registry
     with psycopg.connect(url) as conn:

@@ -84,6 +84,7 @@ def assert_search_equals_plain_order(conn: psycopg.Connection, query_vectors: li
         assert got == expected, f"query {number}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dimensions", [384, 1536])
 def test_two_pass_search_equals_plain_exact_order(database_url, dimensions):
     rng = np.random.default_rng(dimensions)

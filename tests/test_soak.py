@@ -31,6 +31,7 @@ def soak_database(servers):
     server.drop_database(url)
 
 
+@pytest.mark.slow
 def test_soak_for_30_seconds_finds_no_violation(soak_database):
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "soak.py"), "--seconds", str(SOAK_SECONDS), "--json",

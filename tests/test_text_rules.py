@@ -35,6 +35,7 @@ def having(unicode_property: str) -> set[int]:
     return set(map(ord, regex.sub(rf"\P{{{unicode_property}}}", "", "".join(map(chr, range(0x110000))))))
 
 
+@pytest.mark.slow
 def test_invisible_characters_are_unicodes_default_ignorable_code_points(database_url):
     expected = having("Default_Ignorable_Code_Point")
     with connect(database_url) as conn:
@@ -43,6 +44,7 @@ def test_invisible_characters_are_unicodes_default_ignorable_code_points(databas
     assert set(map(ord, QUERY_INVISIBLE)) == expected
 
 
+@pytest.mark.slow
 def test_white_space_is_one_definition_in_sql_and_python_unicodes_white_space_but_nel(database_url):
     """payrail._white_space_characters, and search's copy for the query check made before any
     connection, are Unicode's White_Space but U+0085, plus the byte order mark, on every character.
@@ -89,6 +91,7 @@ def test_every_rule_counts_white_space_by_the_one_definition(database_url):
     }
 
 
+@pytest.mark.slow
 def test_the_empty_query_rule_and_its_python_mirror_agree_on_every_character(database_url):
     with connect(database_url) as conn:
         blank_in_sql = characters_where(conn, "payrail._is_blank(pg_catalog.chr(c))")
@@ -109,6 +112,7 @@ def test_the_empty_query_rule_and_its_python_mirror_agree_on_every_character(dat
         assert blank_in_python == (code in blank_in_sql), f"U+{code:04X}"
 
 
+@pytest.mark.slow
 def test_case_folding_is_unicodes_simple_folding_of_every_character(database_url):
     with connect(database_url) as conn:
         folded_in_sql = dict(

@@ -24,6 +24,8 @@ from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS
 from payrail_test_support.ports import unused_port
 
+pytestmark = pytest.mark.slow  # Node and the npm clients
+
 CLIENTS = REPO / "tests" / "typescript"
 README_BLOCKS = re.findall(r"```js\n(.+?)```", (REPO / "README.md").read_text().split("### From TypeScript", 1)[1].split("\n### ", 1)[0], re.S)
 
