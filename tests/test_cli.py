@@ -1,5 +1,6 @@
-"""The `payrail-embedder` command line, run as a real subprocess against real PostgreSQL,
-with the fake OpenAI server as the embedder.
+"""The `payrail-embedder` command line against real PostgreSQL, with the fake OpenAI server as the
+embedder; run in process with click's CliRunner (payrail_test_support.cli.run_cli says when it
+takes a real subprocess instead).
 
 Expected orders come from payrail_test_support.ranking, never written down by hand.
 """

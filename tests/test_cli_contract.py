@@ -1,6 +1,8 @@
 """What scripts and agents branch on at the command line's edges: --json always prints JSON with the
 documented code and exit status, records are named one way everywhere, the query can come from
-standard input, and the embedded default keeps standard error quiet. Real subprocesses.
+standard input, and the embedded default keeps standard error quiet. In process with click's
+CliRunner, and real subprocesses where the process is the point: bytes on standard input, the
+embedded default, the servers' signals, `python -m`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,95 @@
-"""payrail-embedder in a real subprocess, and the catalog files the tests hand it."""
+"""payrail-embedder for the tests: in this process with click's CliRunner (most calls), or in a
+real subprocess where the process is the point; and the catalog files the tests hand it.
+
+Both give what subprocess.run gives (returncode, stdout, stderr), with exactly env as the
+command's environment, so a test reads the same whichever ran it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import subprocess
 import sys
+import threading
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from payrail_test_support import CLI, REPO
 
+# The commands that serve until stopped: their own signal handlers and event loops belong in a process of their own.
+SERVING_COMMANDS = {"mcp", "backoffice"}
+
 
 def run_cli(env: dict[str, str], *args: str | Path, input: str | None = None, timeout: float = 120):
-    """payrail-embedder in a real subprocess; returns the CompletedProcess."""
+    """payrail-embedder ARGS with environment env and standard input `input`; returns a
+    CompletedProcess. In this process (click's CliRunner, a fraction of a second less per call),
+    except where a process of its own is what the command gets in use, run_cli_subprocess then:
+    the embedded default (no PAYRAIL_DATABASE_URL: its server outlives the command), the commands
+    that serve (mcp, backoffice), and calls from other threads (the environment and standard
+    streams are the process's, so concurrent calls need processes of their own). timeout applies
+    to a subprocess only."""
+    command = next((str(arg) for arg in args if not str(arg).startswith("-")), None)
+    if (
+        "PAYRAIL_DATABASE_URL" not in env
+        or command in SERVING_COMMANDS
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return run_cli_subprocess(env, *args, input=input, timeout=timeout)
+    return run_cli_in_process(env, *args, input=input)
+
+
+def run_cli_subprocess(env: dict[str, str], *args: str | Path, input: str | None = None, timeout: float = 120):
+    """payrail-embedder in a real subprocess: for what only a process shows (its start, signals,
+    standard streams of its own, the embedded server outliving it)."""
     return subprocess.run(
         [str(CLI), *args], env=env, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO
     )
+
+
+def run_cli_in_process(env: dict[str, str], *args: str | Path, input: str | None = None):
+    """payrail-embedder in this process with click's CliRunner, seen as a subprocess would show it:
+    os.environ exactly env for the call, the repository as working directory, warnings and log
+    records no handler takes on standard error (the pytest process's own logging handlers stand
+    aside meanwhile), and an uncaught exception's traceback on standard error with exit status 1."""
+    from payrail_embedder.cli import cli
+
+    unset = {name: None for name in os.environ if name not in env}
+    with contextlib.chdir(REPO), _as_a_new_process():
+        result = CliRunner().invoke(cli, [str(arg) for arg in args], input=input, env={**env, **unset}, prog_name=CLI.name)
+    stderr = result.stderr
+    if result.exc_info and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    return subprocess.CompletedProcess([CLI.name, *map(str, args)], result.exit_code, result.stdout, stderr)
+
+
+@contextlib.contextmanager
+def _as_a_new_process():
+    """Python's defaults of a new process for warnings (shown on sys.stderr, which CliRunner
+    captures) and logging (no root handlers: logging's last resort writes WARNING and above to
+    sys.stderr)."""
+    root = logging.getLogger()
+    handlers = root.handlers[:]
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", category)
+        warnings.showwarning = _show_warning
+        root.handlers.clear()
+        try:
+            yield
+        finally:
+            root.handlers[:] = handlers
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def cli_json(env: dict[str, str], *args: str | Path) -> tuple[int, dict, str]:
