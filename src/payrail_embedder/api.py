@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TypedDict
@@ -30,7 +31,7 @@ from typing import TypedDict
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import database, search
+from . import connection, database, logs, search
 from .embedders import Embedder, LocalEmbedder
 from .search import InvalidQuery, SearchUnavailable
 from .settings import Settings
@@ -119,6 +120,7 @@ class Registry:
         openai_base_url: str | None = None,
         embedding_timeout: float | None = None,
         embedding_retries: int | None = None,
+        prepared_statements: bool | None = None,
         pool_size: int = 4,
         connect_timeout: float = 5.0,
     ) -> None:
@@ -130,6 +132,7 @@ class Registry:
             openai_base_url=openai_base_url,
             embedding_timeout=embedding_timeout,
             embedding_retries=embedding_retries,
+            prepared_statements=prepared_statements,
         )
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
@@ -139,14 +142,25 @@ class Registry:
         self._opening: Future | None = None
         self._pool_lock = threading.Lock()
         self._embedder_lock = threading.Lock()
+        self._outage = _Outage()
 
     def search_provider_methods(self, query: str) -> SearchResult:
         """At most three provider methods for `query`, a need in plain words or an exact name.
 
         Raises InvalidQuery (empty, over 2,000 characters, not a string) or SearchUnavailable
         (the database or the embedding service failed); never an empty or partial answer instead.
+        Logs each search_unavailable with its cause, and the first answer after them (logs.py).
         """
         search.check_query(query)  # a bad query is invalid_query even while the database is down
+        try:
+            answer = self._answer(query)
+        except SearchUnavailable as error:
+            self._outage.failed(error)
+            raise
+        self._outage.answered()
+        return answer
+
+    def _answer(self, query: str) -> SearchResult:
         pool = self._open_pool()
         try:
             return self._search(pool, query, FIRST_WAIT_SECONDS)
@@ -223,12 +237,14 @@ class Registry:
         try:
             url = self._settings.resolved_database_url
         except Exception as error:  # the embedded server did not start: no answer either way
-            raise SearchUnavailable(f"cannot start the embedded database: {error}") from error
+            raise SearchUnavailable(f"cannot start the embedded database: {error}", "database_unreachable") from error
         # The pool would retry a refused connection until its timeout; one direct attempt fails at
         # once, and says why.
         self._probe(url)
         pool = ConnectionPool(
             url,
+            # Every statement on the registry's search path, with no session state (connection.py).
+            connection_class=connection.PinnedConnection,
             min_size=1,
             max_size=self._pool_size,
             kwargs={
@@ -237,10 +253,11 @@ class Registry:
                 "autocommit": True,
                 "application_name": APPLICATION_NAME,
                 "connect_timeout": self._libpq_connect_timeout,
+                **connection.psycopg_options(self._settings.prepared_statements),
             },
-            configure=database.prepare_session,
+            configure=connection.prepare,
             # A server restart leaves dead connections behind; replace them rather than fail a search.
-            check=ConnectionPool.check_connection,
+            check=connection.check,
             # While the server is down the pool retries with a doubling backoff (up to 5 minutes by
             # default), so after a restart searches kept failing for as long as the last delay
             # (15 s after a 40 s outage). Giving an attempt up this soon makes the next search
@@ -263,7 +280,7 @@ class Registry:
             self._probe(url)
         except SearchUnavailable as reason:
             return reason
-        return SearchUnavailable(f"no database connection within {self._connect_timeout:g} s: {timeout}")
+        return SearchUnavailable(f"no database connection within {self._connect_timeout:g} s: {timeout}", "database_unreachable")
 
     def _probe(self, url: str) -> None:
         """One direct connection attempt; SearchUnavailable with the server's reason when it fails
@@ -272,7 +289,7 @@ class Registry:
             psycopg.connect(url, connect_timeout=self._libpq_connect_timeout, application_name=APPLICATION_NAME).close()
         except psycopg.Error as error:
             reason = database.embedded_stopped(self._settings.database_url, self._settings.data_dir) or str(error).strip()
-            raise SearchUnavailable(f"cannot reach the database: {reason}") from error
+            raise SearchUnavailable(f"cannot reach the database: {reason}", "database_unreachable") from error
 
     def _get_embedder(self) -> Embedder:
         with self._embedder_lock:
@@ -282,6 +299,29 @@ class Registry:
         if self._embedder is None:
             self._embedder = self._settings.embedder()
         return self._embedder
+
+
+class _Outage:
+    """What operators read of an outage: every search_unavailable with its cause, then one line
+    when a search is answered again, saying how long and how many searches it lasted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._failed = 0
+
+    def failed(self, error: SearchUnavailable) -> None:
+        with self._lock:
+            self._since = self._since or time.monotonic()
+            self._failed += 1
+        logs.log("search_unavailable", logging.WARNING, cause=error.cause, detail=error.detail)
+
+    def answered(self) -> None:
+        with self._lock:
+            if self._since is None:
+                return
+            since, failed, self._since, self._failed = self._since, self._failed, None, 0
+        logs.log("search_recovered", failed_searches=failed, unavailable_seconds=round(time.monotonic() - since, 1))
 
 
 _default_registry: Registry | None = None
@@ -296,7 +336,7 @@ def default_registry() -> Registry:
             try:
                 _default_registry = Registry()
             except ValueError as error:  # a setting in the environment the CLI would refuse too
-                raise SearchUnavailable(f"configuration: {error}") from error
+                raise SearchUnavailable(f"configuration: {error}", "configuration") from error
         return _default_registry
 
 

@@ -7,14 +7,16 @@ with --json, JSON for scripts. Failures have a code scripts branch on (FAILURE_E
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import click
 import psycopg
 
-from . import catalog, database, deploy, errcodes, evaluation, logins, model_switch, stored
+from . import catalog, database, deploy, errcodes, evaluation, logins, logs, model_switch, stored
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
@@ -118,6 +120,20 @@ def cli(ctx, **settings):
     operators import, edit and sync the catalog.
     """
     ctx.obj = Settings(**settings)
+    logs.configure(ctx.obj.log_format, secrets=ctx.obj.secrets())
+
+
+def log_change(event: str, conn: psycopg.Connection, started: float, *, failed: bool = False, **fields) -> None:
+    """The summary line of a command that changed the registry: which database, as which role,
+    what it did and how long it took; a warning when part of it failed."""
+    logs.log(
+        event,
+        logging.WARNING if failed else logging.INFO,
+        database=database.connected_to(conn),
+        role=conn.info.user,
+        **fields,
+        duration_ms=round((time.monotonic() - started) * 1000),
+    )
 
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help='Print JSON; a failure prints {"error", "detail"}.')
@@ -261,11 +277,16 @@ def import_(settings: Settings, files, skip_invalid, as_json):
     fields, a transaction per 2,048 lines (a rerun finishes an import that stopped midway). One
     refused line saves nothing unless --skip-invalid; exits 2 when a line was refused.
     """
+    started = time.monotonic()
     # Read twice, a batch at a time (checked, then saved), never held whole.
     lines = lambda: (item for path in files for item in read_lines(path))  # noqa: E731
     with settings.connect() as conn:
         with progress("import", count_lines(files)) as advance:
             report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
+        log_change(
+            "import", conn, started, failed=bool(report.refused), created=report.created, updated=report.updated,
+            unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
+        )  # fmt: skip
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
@@ -353,6 +374,7 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
     the content it was made from, so an interrupted run keeps its work and a rerun finishes
     it. Exits 1 and lists the records left pending when the embedder fails.
     """
+    started = time.monotonic()
     with settings.connect() as conn:
         if dry_run:
             names = [sync_module.record_name(r) for r in sync_module.records_to_sync(conn)]
@@ -363,6 +385,10 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             return
         with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
+        log_change(
+            "sync", conn, started, failed=bool(report.pending), embedded=report.embedded,
+            changed_meanwhile=report.changed_meanwhile, pending=len(report.pending), error=report.error,
+        )  # fmt: skip
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
@@ -392,7 +418,7 @@ def connect_for_search(settings: Settings) -> psycopg.Connection:
     try:
         return settings.connect()
     except (psycopg.Error, database.DatabaseUnavailable) as error:
-        raise SearchUnavailable(f"cannot reach the database: {error}") from error
+        raise SearchUnavailable(f"cannot reach the database: {error}", "database_unreachable") from error
 
 
 @cli.command("search")
@@ -499,6 +525,7 @@ def edit(settings: Settings, name, new):
     """
     if new == bool(name):
         raise click.UsageError("name one record to edit (PROVIDER METHOD), or pass --new")
+    started = time.monotonic()
     with settings.connect() as conn:
         row = None if new else stored.find_by_name(conn, name)
         try:
@@ -508,6 +535,9 @@ def edit(settings: Settings, name, new):
         if saved is None:
             click.echo("nothing saved")
             return
+        log_change(
+            "save", conn, started, record=saved.record_id, version=saved.version, outcome=saved.outcome, embedded=saved.embedded
+        )
         echo_saved(stored.get(conn, saved.record_id), saved, as_json=False)
 
 
@@ -577,6 +607,7 @@ def restore(settings: Settings, history_id, as_draft, as_json):
     enabled record is embedded first, and the record stays enabled. A deleted record comes back
     as a new draft. The version it replaces is kept in the history, so a restore can be undone.
     """
+    started = time.monotonic()
     with settings.connect() as conn:
         entry, outcome = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
         if entry is None:
@@ -585,6 +616,10 @@ def restore(settings: Settings, history_id, as_draft, as_json):
             raise Failure("invalid_input", f"not restored: {outcome.reason}")
         if isinstance(outcome, Conflict):
             raise Failure("unavailable", f"not restored: {outcome.reason}; run it again")
+        log_change(
+            "restore", conn, started, record=outcome.record_id, history=history_id, version=outcome.version,
+            outcome=outcome.outcome, embedded=outcome.embedded,
+        )  # fmt: skip
         echo_saved(stored.get(conn, outcome.record_id), outcome, as_json)
 
 
@@ -624,10 +659,16 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     the current model; staged vectors are kept batch by batch, so an interrupted run resumes.
     Exits 1 and lists the records left pending when the embedder fails.
     """
+    started = time.monotonic()
     embedder = replace(settings, model=new_model).embedder()
     with settings.connect() as conn:
         with progress("model_switch", sum(1 for _ in model_switch.ids_to_stage(conn, new_model))) as advance:
             report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=advance)
+        log_change(
+            "model_switch", conn, started, failed=report.error is not None, model=report.model,
+            previous=report.previous.name if report.previous else None, switched=report.switched, staged=report.staged,
+            moved=report.moved, drafts_cleared=report.drafts_cleared, pending=len(report.pending), error=report.error,
+        )  # fmt: skip
     if as_json:
         click.echo(json_text(report.to_json()))
     elif report.switched:

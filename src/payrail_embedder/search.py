@@ -8,6 +8,7 @@ import numpy as np
 import psycopg
 
 from . import errcodes
+from .connection import SelfPinned
 from .embedders import Embedder, EmbeddingUnavailable
 from .registry_model import registry_model
 
@@ -26,9 +27,18 @@ class SearchError(Exception):
 
 
 class SearchUnavailable(SearchError):
-    """The embedding service or the database failed: no answer now, try again later."""
+    """The embedding service or the database failed: no answer now, try again later.
+
+    cause, for operators' logs: "database_unreachable", "database_error" (a statement failed),
+    "embedding_service" (it failed), "model_mismatch" (the client embeds with another model than
+    the registry's) or "configuration" (a setting in the environment is refused).
+    """
 
     code = "search_unavailable"
+
+    def __init__(self, detail: str, cause: str = "database_error") -> None:
+        super().__init__(detail)
+        self.cause = cause
 
 
 class InvalidQuery(SearchError):
@@ -49,10 +59,10 @@ class UnknownDraft(SearchError):
     code = "unknown_record"
 
 
-SEARCH_SQL = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
-PREVIEW_SQL = """
-select provider, method, urls, docs_url, guidance from payrail.preview_search(%s, %s, %s, %s, %s)
-"""
+# Each one call of a registry function that pins its own search path: they run as they are, on
+# any session's path, in no transaction of their own (connection.SelfPinned).
+SEARCH_SQL = SelfPinned("select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)")
+PREVIEW_SQL = SelfPinned("select provider, method, urls, docs_url, guidance from payrail.preview_search(%s, %s, %s, %s, %s)")
 
 # What a query's SQLSTATE means to a caller that branches on search's codes.
 ERROR_OF_SQLSTATE = {
@@ -152,12 +162,13 @@ def search_provider_methods(
         if model is not None and model.name != embedder.model_name:
             raise SearchUnavailable(
                 f"the registry's vectors come from model {model.name}, but this client embeds with "
-                f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model"
+                f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model",
+                "model_mismatch",
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
         return [_as_match(row) for row in run(vector, embedder.model_name)]
     except EmbeddingUnavailable as error:
-        raise SearchUnavailable(f"embedding service failed: {error}") from error
+        raise SearchUnavailable(f"embedding service failed: {error}", "embedding_service") from error
     except psycopg.Error as error:
         known = ERROR_OF_SQLSTATE.get(error.sqlstate)
         if known is not None:

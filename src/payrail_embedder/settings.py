@@ -7,6 +7,7 @@ named, parsed and defaulted in one place.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -14,8 +15,9 @@ from functools import cached_property
 from pathlib import Path
 
 import click
+import psycopg
 
-from . import database
+from . import database, logs
 from .embedders import BACKENDS, Embedder, make_embedder
 
 
@@ -94,6 +96,22 @@ SETTINGS = (
         None,
         "openai: ask for vectors of this many dimensions (text-embedding-3 models shorten theirs). A reply of other dimensions is refused; unset, OpenAI's own models must answer theirs (1,536 for text-embedding-3-small and ada-002, 3,072 for text-embedding-3-large).",
     ),
+    Setting(
+        "prepared_statements",
+        "--prepared-statements",
+        "PAYRAIL_PREPARED_STATEMENTS",
+        click.BOOL,
+        True,
+        "on: a statement sent 5 times on one connection is prepared on the server. Set off behind PgBouncer in transaction mode before 1.21 (or without max_prepared_statements): docs/operations.md.",
+    ),
+    Setting(
+        "log_format",
+        "--log-format",
+        "PAYRAIL_LOG_FORMAT",
+        click.Choice(logs.FORMATS),
+        "logfmt",
+        "How events are logged on standard error, one line each: logfmt (key=value) or json.",
+    ),
 )
 
 
@@ -107,6 +125,8 @@ class Settings:
     embedding_timeout: float = 10.0
     embedding_retries: int = 2
     embedding_dimensions: int | None = None
+    prepared_statements: bool = True
+    log_format: str = "logfmt"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides) -> Settings:
@@ -132,10 +152,33 @@ class Settings:
 
     @cached_property
     def resolved_database_url(self) -> str:
+        """The configured URL, or the embedded default's; says which of libpq's variables in the
+        environment (PGHOST, PGUSER, ...) apply to it and warns about those that do not."""
+        honoured, ignored = database.libpq_environment(self.database_url, os.environ)
+        if honoured:
+            logs.log("libpq_environment", honoured=",".join(honoured))
+        if ignored and self.database_url:
+            logs.log("libpq_environment", logging.WARNING, ignored=",".join(ignored), reason="PAYRAIL_DATABASE_URL names these parameters")
+        elif ignored:
+            logs.log(
+                "libpq_environment",
+                logging.WARNING,
+                ignored=",".join(ignored),
+                reason="PAYRAIL_DATABASE_URL is unset, so the embedded PostgreSQL is used; "
+                "set PAYRAIL_DATABASE_URL=postgresql:// to connect where these variables say",
+            )
         return database.resolve_database_url(self.database_url, self.data_dir)
 
     def connect(self, *, autocommit: bool = True):
-        return database.connect(self.resolved_database_url, autocommit=autocommit)
+        return database.connect(self.resolved_database_url, autocommit=autocommit, prepared_statements=self.prepared_statements)
+
+    def secrets(self) -> list[str]:
+        """What log lines must never show: the OpenAI API key and the database URL's passwords."""
+        try:
+            url = psycopg.conninfo.conninfo_to_dict(self.database_url) if self.database_url else {}
+        except psycopg.ProgrammingError:  # not a connection string: connecting says so
+            url = {}
+        return [os.environ.get("OPENAI_API_KEY", ""), *(str(url.get(key) or "") for key in database.SECRET_PARAMETERS)]
 
     def embedder(self) -> Embedder:
         return make_embedder(

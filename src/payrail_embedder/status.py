@@ -42,7 +42,7 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
         }
         if not running:
             return report
-        database_url = report["url"] = info.get_uri(database=database.EMBEDDED_DATABASE)
+        database_url = report["url"] = database.embedded_uri(info, database.EMBEDDED_DATABASE)
     try:
         with database.connect(database_url, autocommit=True) as conn:
             postgresql, pgvector = conn.execute(

@@ -5,12 +5,14 @@ embedder factory, run in a worker thread; they return what the page shows."""
 from __future__ import annotations
 
 import io
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
 
-from .. import catalog, history, stored
+from .. import catalog, history, logs, stored
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..records import FIELD_LABELS, ProviderMethod, parse_lines
 from ..registry_model import RegistryModelMismatch
@@ -49,11 +51,31 @@ def _not_saved(conn: psycopg.Connection, error: Exception, prefix: str = "Not sa
 WRITE_FAILURES = (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, psycopg.Error)
 
 
+def _log(event: str, conn: psycopg.Connection, *, failed: bool, **fields) -> None:
+    """An operator's change for the log, as the session's role; a warning when it was not made."""
+    logs.log(event, logging.WARNING if failed else logging.INFO, role=conn.info.user, **fields)
+
+
 def save_record(
     conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int
 ) -> SaveResult:
     """Saves the form's record through the write path; version is the one the form was read at
     (0 for a new record)."""
+    result = _save_record(conn, embedder_factory, record, record_id, version)
+    saved = result.saved
+    if saved is not None:
+        _log("save", conn, failed=False, outcome=saved.outcome, record=saved.record_id, version=saved.version, embedded=saved.embedded)
+    else:
+        _log(
+            "save", conn, failed=True, outcome="conflict" if result.conflict else "refused", record=record_id,
+            version=version, fields=",".join(result.field_errors) or None, reason=result.problem,
+        )  # fmt: skip
+    return result
+
+
+def _save_record(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int
+) -> SaveResult:
     try:
         outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
     except WRITE_FAILURES as error:
@@ -150,20 +172,31 @@ def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: 
 def restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str]:
     """Brings back the public fields a history entry kept, through the write path (history.restore).
     Returns (kind, message), kind "info" or "error"."""
+    kind, message, saved = _restore(conn, embedder_factory, record_id, history_id, version)
+    _log(
+        "restore", conn, failed=saved is None, outcome=saved.outcome if saved else "refused", record=record_id,
+        history=history_id, version=saved.version if saved else version, reason=None if saved else message,
+    )  # fmt: skip
+    return kind, message
+
+
+def _restore(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int
+) -> tuple[str, str, Saved | None]:
     try:
         entry, outcome = history.restore(conn, embedder_factory, history_id, record_id=record_id, expected_version=version)
     except WRITE_FAILURES as error:
-        return "error", _not_saved(conn, error, "Not restored")
+        return "error", _not_saved(conn, error, "Not restored"), None
     if entry is None:
-        return "error", f"Not restored: this record has no history entry {history_id}."
+        return "error", f"Not restored: this record has no history entry {history_id}.", None
     label = f"version {entry['version']}" if entry["version"] is not None else f"history entry {history_id}"
     if isinstance(outcome, Saved):
         if outcome.outcome == "unchanged":
-            return "info", f"Nothing to restore: {label} holds the same fields as the current version."
-        return "info", views.saved_message(outcome, stored.get(conn, record_id), verb=f"Restored {label} into")
+            return "info", f"Nothing to restore: {label} holds the same fields as the current version.", outcome
+        return "info", views.saved_message(outcome, stored.get(conn, record_id), verb=f"Restored {label} into"), outcome
     if isinstance(outcome, Conflict):
-        return "error", f"Not restored: {outcome.reason}. Look at the history again before restoring."
-    return "error", f"Not restored: {outcome.reason}"
+        return "error", f"Not restored: {outcome.reason}. Look at the history again before restoring.", None
+    return "error", f"Not restored: {outcome.reason}", None
 
 
 def delete(conn: psycopg.Connection, record_id: int, version: int) -> tuple[dict | None, Conflict | None]:
@@ -171,6 +204,10 @@ def delete(conn: psycopg.Connection, record_id: int, version: int) -> tuple[dict
     as it is now or None, the Conflict)."""
     row = stored.get(conn, record_id)
     conflict = delete_record(conn, record_id, version)
+    _log(
+        "delete", conn, failed=conflict is not None, outcome="conflict" if conflict else "deleted", record=record_id,
+        version=version, reason=conflict.reason if conflict else None,
+    )  # fmt: skip
     return (stored.get(conn, record_id) if conflict else row), conflict
 
 
@@ -178,11 +215,20 @@ def import_upload(
     conn: psycopg.Connection, embedder_factory: EmbedderFactory, data: bytes, source: str, skip_invalid: bool
 ) -> tuple[catalog.ImportReport | None, str | None]:
     """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem)."""
+    started = time.monotonic()
     items = list(parse_lines(io.BytesIO(data), source))
     try:
-        return catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid), None
+        report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)
     except WRITE_FAILURES as error:
-        return None, _not_saved(conn, error, "Nothing imported")
+        problem = _not_saved(conn, error, "Nothing imported")
+        _log("import", conn, failed=True, source=source, saved=False, reason=problem)
+        return None, problem
+    _log(
+        "import", conn, failed=bool(report.refused), source=source, created=report.created, updated=report.updated,
+        unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
+        duration_ms=round((time.monotonic() - started) * 1000),
+    )  # fmt: skip
+    return report, None
 
 
 def export(conn: psycopg.Connection) -> bytes:

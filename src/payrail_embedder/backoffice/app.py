@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import math
 import threading
 from urllib.parse import urlencode
@@ -22,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..database import embedded_stopped
+from .. import logs
 from ..edit import NEW_RECORD
 from ..records import FIELD_LABELS
 from ..settings import Settings
@@ -114,10 +116,12 @@ async def sign_in(request: Request) -> Response:
     if not same_token(form.get(CSRF_FIELD), request.cookies.get(SIGN_IN_COOKIE)):
         return _sign_in_form(request, 403, username, "The sign-in form had expired, or your browser did not send its cookie: sign in again.")
     if problem := typed_problem(username, password):
+        logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=problem)
         return _sign_in_form(request, 403, username, problem)
     throttle: SignInThrottle = request.app.state.throttle
     wait = throttle.begin(username)
     if wait:
+        logs.log("sign_in_throttled", logging.WARNING, role=username, wait_seconds=math.ceil(wait))
         return _sign_in_form(
             request, 429, username, f'Too many failed sign-ins for "{username}": wait {math.ceil(wait)} seconds, then try again.'
         )
@@ -129,9 +133,11 @@ async def sign_in(request: Request) -> Response:
         session, token = await run_in_threadpool(sessions.sign_in, username, password, earlier)
     except SignInRefused as refused:
         failed = refused.failed
+        logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=str(refused))
         return _sign_in_form(request, refused.status, username, str(refused))
     finally:
         throttle.end(username, failed=failed)
+    logs.log("sign_in", role=username, outcome="success")
     response = redirect("/records")
     set_cookie(request, response, SESSION_COOKIE, token)
     response.delete_cookie(SIGN_IN_COOKIE, path="/")
@@ -140,7 +146,7 @@ async def sign_in(request: Request) -> Response:
 
 @signed_in
 async def sign_out(request: Request, session: Session, form: FormData) -> Response:
-    await run_in_threadpool(request.app.state.sessions.end, session)
+    await run_in_threadpool(request.app.state.sessions.end, session, "signed_out")
     response = redirect("/sign-in?signed_out=1")
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
@@ -437,7 +443,10 @@ def create_app(
     app.state.embedded = settings.database_url is None
     app.state.embedder = shared_embedder(settings)
     app.state.sessions = Sessions(
-        functools.partial(open_connection, app.state.database_url, embedded=app.state.embedded), limits
+        functools.partial(
+            open_connection, app.state.database_url, embedded=app.state.embedded, prepared_statements=settings.prepared_statements
+        ),
+        limits,
     )
     app.state.throttle = SignInThrottle()
     app.state.secure_cookies = (public_url or "").startswith("https:")

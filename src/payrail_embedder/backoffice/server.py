@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import click
 import uvicorn
 
+from .. import database, logs
 from ..settings import Settings
 from .app import create_app
 from .guard import is_loopback, origin_of
@@ -54,6 +55,7 @@ def serve(
     bound_port = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     click.echo(f"Payrail backoffice: http://{shown_host}:{bound_port}/")
+    logs.log("backoffice_start", url=f"http://{shown_host}:{bound_port}/", database=database.display_url(settings.resolved_database_url))
     if public_url:
         click.echo(f"Browsers reach it at {public_url} (through your reverse proxy); forms from anywhere else are refused.")
     if settings.database_url is None:
@@ -70,6 +72,7 @@ def serve(
             err=True,
         )
     # X-Forwarded-Proto and -For are believed from 127.0.0.1 only (uvicorn's default; the
-    # FORWARDED_ALLOW_IPS environment variable names a proxy elsewhere).
-    config = uvicorn.Config(app, log_level="info", proxy_headers=True, limit_concurrency=MAX_CONNECTIONS)
+    # FORWARDED_ALLOW_IPS environment variable names a proxy elsewhere). uvicorn's lines go through
+    # the package's log handler (log_config=None), one line of stable keys each.
+    config = uvicorn.Config(app, log_level="info", proxy_headers=True, limit_concurrency=MAX_CONNECTIONS, log_config=None)
     uvicorn.Server(config).run(sockets=[sock])

@@ -30,7 +30,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from psycopg.conninfo import make_conninfo
 
-from .. import database
+from .. import database, logs
 from ..logins import MAX_ROLE_NAME_BYTES, OPERATOR_GRANTS
 
 # What a server may do to check a password (libpq 16's require_auth refuses anything else, e.g. a
@@ -105,13 +105,16 @@ def typed_problem(role: str, password: str) -> str | None:
     return None
 
 
-def open_connection(database_url: str, role: str, password: str, *, embedded: bool = False) -> psycopg.Connection:
+def open_connection(
+    database_url: str, role: str, password: str, *, embedded: bool = False, prepared_statements: bool = True
+) -> psycopg.Connection:
     """An autocommit connection as role, to the server and database of database_url, opened only
     when PostgreSQL asked for password and accepted it.
 
     Raises SignInRefused when PostgreSQL refuses the role or its password, or the role lacks one
     of OPERATOR_GRANTS (naming it); DatabaseUnreachable when the database cannot take it now.
     embedded: database_url is the embedded default's (its refusals name the command that starts it).
+    prepared_statements: off behind a pooler that cannot carry them (settings.py).
     """
     problem = typed_problem(role, password)
     if problem:
@@ -120,7 +123,7 @@ def open_connection(database_url: str, role: str, password: str, *, embedded: bo
     # file's, and passfile points at nothing.
     conninfo = make_conninfo(database_url, user=role, password=password, passfile=os.devnull, connect_timeout=10, **REQUIRE_PASSWORD)
     try:
-        conn = database.connect(conninfo, autocommit=True)
+        conn = database.connect(conninfo, autocommit=True, prepared_statements=prepared_statements)
     except psycopg.OperationalError as error:
         raise _refusal(str(error).strip(), embedded) from None
     try:
@@ -267,7 +270,7 @@ class Sessions:
                 f"browser, or wait until one has been idle for {_minutes(limits.idle_timeout)}."
             )
         if replacing is not None:
-            self.end(replacing)
+            self.end(replacing, "replaced")
         return session, token
 
     def get(self, token: str | None) -> Session | None:
@@ -278,11 +281,12 @@ class Sessions:
             if session is None:
                 return None
             now = self._clock()
-            if not self._expired(session, now):
+            expired = self._expired(session, now)
+            if expired is None:
                 session.last_seen = now
                 return session
             del self._sessions[session.id]
-        self._close(session)
+        self._close(session, expired)
         return None
 
     def connection(self, session: Session, token: str) -> psycopg.Connection:
@@ -310,39 +314,51 @@ class Sessions:
         except (SignInRefused, InvalidTag) as refused:
             with self._lock:
                 self._sessions.pop(session.id, None)
+            _log_end(session, "password_refused")
             raise SessionLost(str(refused)) from None
         session.conn, session.verified = conn, self._clock()
 
-    def end(self, session: Session) -> None:
+    def end(self, session: Session, reason: str) -> None:
+        """Ends session, saying why in the log: signed_out, replaced (signed in again) or connection_lost."""
         with self._lock:
             self._sessions.pop(session.id, None)
-        self._close(session)
+        self._close(session, reason)
 
     def end_expired(self) -> None:
         """Ends every session idle or open for too long, closing its connection; a session serving a
         request is left to end on its next one."""
         with self._lock:
             now = self._clock()
-            expired = [s for s in self._sessions.values() if self._expired(s, now) and not s.lock.locked()]
-            for session in expired:
+            expired = [(s, why) for s in self._sessions.values() if (why := self._expired(s, now)) and not s.lock.locked()]
+            for session, _ in expired:
                 del self._sessions[session.id]
-        for session in expired:
-            self._close(session)
+        for session, why in expired:
+            self._close(session, why)
 
     def end_all(self) -> None:
         with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
-            self._close(session)
+            self._close(session, "shutdown")
 
-    def _expired(self, session: Session, now: float) -> bool:
-        return now - session.last_seen > self.limits.idle_timeout or now - session.opened > self.limits.max_age
+    def _expired(self, session: Session, now: float) -> str | None:
+        """Why session is over by now ("idle", "lifetime"), or None."""
+        if now - session.last_seen > self.limits.idle_timeout:
+            return "idle"
+        if now - session.opened > self.limits.max_age:
+            return "lifetime"
+        return None
 
     @staticmethod
-    def _close(session: Session) -> None:
+    def _close(session: Session, reason: str) -> None:
         # Waits for a request still using the connection.
         with session.lock:
             session.conn.close()
+        _log_end(session, reason)
+
+
+def _log_end(session: Session, reason: str) -> None:
+    logs.log("session_end", role=session.role, reason=reason)
 
 
 def _minutes(seconds: float) -> str:

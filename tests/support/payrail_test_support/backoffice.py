@@ -208,12 +208,13 @@ class HttpClient:
         parts = urlsplit(base_url)
         self.host, self.port = parts.hostname, parts.port
 
-    def request(self, method: str, path: str, *, form: dict | None = None, headers: dict | None = None, cookies: dict | None = None) -> Reply:
+    def request(
+        self, method: str, path: str, *, form: dict | None = None, body: bytes | None = None, headers: dict | None = None, cookies: dict | None = None
+    ) -> Reply:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
         all_headers = dict(headers or {})
         if cookies:
             all_headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
-        body = None
         if form is not None:
             body = urlencode(form)
             all_headers["Content-Type"] = "application/x-www-form-urlencoded"
@@ -222,6 +223,18 @@ class HttpClient:
         reply = Reply(response.status, response.getheaders(), response.read().decode("utf-8", errors="replace"))
         conn.close()
         return reply
+
+    def post_file(self, path: str, fields: dict, file_field: str, filename: str, data: bytes, **kwargs) -> Reply:
+        """A multipart/form-data POST of fields and one file, as a browser's file upload sends it."""
+        boundary = "payrail-test-boundary-7d3c"
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()]
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\n'
+            f"Content-Type: application/x-ndjson\r\n\r\n".encode() + data + b"\r\n"
+        )
+        body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+        headers = {**kwargs.pop("headers", {}), "Content-Type": f"multipart/form-data; boundary={boundary}"}
+        return self.request("POST", path, body=body, headers=headers, **kwargs)
 
     def get(self, path: str, **kwargs) -> Reply:
         return self.request("GET", path, **kwargs)

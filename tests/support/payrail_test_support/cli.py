@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -126,3 +127,19 @@ def run_edit(env: dict[str, str], tmp_path: Path, steps: list[dict], *args: str)
     env = {**env, "EDITOR": f"{sys.executable} {REPO / 'tests' / 'fake_editor.py'}", "FAKE_EDITOR_DIR": str(directory)}
     result = run_cli(env, "edit", *args)
     return result, [p.read_text(encoding="utf-8") for p in sorted(directory.glob("shown-*.txt"))]
+
+
+def documented_commands(document: Path, section: str) -> str:
+    """The shell commands of section ("## SECTION") of a Markdown document: its ```sh blocks, joined."""
+    body = document.read_text(encoding="utf-8").split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.+?)\n```", body, flags=re.S)
+    assert blocks, f"no sh block in {document.name}, {section}"
+    return "\n".join(blocks)
+
+
+def run_shell(env: dict[str, str], script: str, cwd: Path) -> subprocess.CompletedProcess:
+    """script in bash -euo pipefail, payrail-embedder on its PATH: what a reader pasting it runs."""
+    path = f"{CLI.parent}:{env.get('PATH', '')}"
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], env={**env, "PATH": path}, cwd=cwd, capture_output=True, text=True, timeout=300
+    )

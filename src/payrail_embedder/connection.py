@@ -1,0 +1,162 @@
+"""Connections on which every statement runs with the registry's own search path, behind a
+transaction pooler too.
+
+The registry's functions pin their search path (`pg_catalog, payrail, <pgvector's schema>,
+pg_temp`: payrail._search_path()), but a statement the package sends is resolved on its
+session's path, where a role that may create objects in `public` could have planted an operator
+or an overload that would then run with the privileges of the package's login. A session-level
+SET does not hold behind a transaction pooler (PgBouncer's `pool_mode = transaction`): the next
+transaction may run on another server connection where it was never set, and the setting leaks
+to whichever client gets this one next. So nothing here depends on session state:
+
+- every transaction the package opens sets the path first, for that transaction only
+  (`set_config(..., true)`): PinnedConnection.transaction();
+- a statement sent outside a transaction runs in one of its own that does the same (PinnedCursor);
+- a statement that resolves nothing through the path (SelfPinned: every name schema-qualified, no
+  operator, calling only functions that pin their own path) is sent alone on an autocommit
+  connection. The agent path's statements are such, so a search costs no round trip more;
+- pgvector's types are found in the extension's schema, never by name on the session's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import sql
+from pgvector.psycopg.halfvec import register_halfvec_info
+from pgvector.psycopg.sparsevec import register_sparsevec_info
+from pgvector.psycopg.vector import register_vector_info
+from psycopg.pq import TransactionStatus
+from psycopg.types import TypeInfo
+
+# The path of a database that holds no registry (or of a login that may not read it): built-ins only.
+BUILT_INS_ONLY = "pg_catalog, pg_temp"
+# psycopg's default: a statement sent this many times on one connection is prepared on the server.
+PREPARE_THRESHOLD = 5
+
+
+class SelfPinned(str):
+    """A statement that resolves nothing through the search path, so it may run on any: every
+    relation, type and function schema-qualified, no operator, and only functions that pin their
+    own search path. Sent as it is, outside a transaction, on an autocommit connection."""
+
+
+PIN = SelfPinned("select pg_catalog.set_config('search_path', %s, true)")
+# Nothing at all: the pool's check that a connection still works.
+NOTHING = SelfPinned("")
+
+# Whether this login may read the registry's path, and pgvector's types, found by its schema.
+FACTS = SelfPinned(
+    """
+select pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('payrail._search_path()'), 'execute'),
+       n.nspname, t.typname, t.oid, t.typarray
+from (select) as one
+left join (pg_catalog.pg_extension as e
+           join pg_catalog.pg_namespace as n on n.oid operator(pg_catalog.=) e.extnamespace
+           join pg_catalog.pg_type as t on t.typnamespace operator(pg_catalog.=) e.extnamespace)
+  on e.extname operator(pg_catalog.=) 'vector'
+ and t.typname operator(pg_catalog.=) any ('{vector,halfvec,sparsevec}'::pg_catalog.name[])
+"""
+)
+REGISTRY_PATH = SelfPinned("select payrail._search_path()")
+REGISTER_TYPE = {"vector": register_vector_info, "halfvec": register_halfvec_info, "sparsevec": register_sparsevec_info}
+
+
+@contextmanager
+def pinned(conn: PinnedConnection, query: object) -> Iterator[None]:
+    """Runs the block in a transaction that set conn's search path first: the one already open,
+    a new one of its own for a statement on an autocommit connection, or (not autocommit) the
+    one the statement opens. A SelfPinned statement on an autocommit connection runs alone."""
+    if conn.info.transaction_status != TransactionStatus.IDLE or (conn.autocommit and isinstance(query, SelfPinned)):
+        yield
+    elif conn.autocommit:
+        with conn.transaction():
+            yield
+    else:
+        conn.pin()
+        yield
+
+
+class PinnedCursor(psycopg.Cursor):
+    """A cursor whose every statement runs pinned (see pinned)."""
+
+    def execute(self, query, params=None, **options):
+        with pinned(self.connection, query):
+            return super().execute(query, params, **options)
+
+    def executemany(self, query, params_seq, **options):
+        with pinned(self.connection, query):
+            return super().executemany(query, params_seq, **options)
+
+    def stream(self, query, params=None, **options):
+        with pinned(self.connection, query):
+            yield from super().stream(query, params, **options)
+
+    @contextmanager
+    def copy(self, statement, params=None, **options):
+        with pinned(self.connection, statement), super().copy(statement, params, **options) as copy:
+            yield copy
+
+
+class PinnedConnection(psycopg.Connection):
+    """A connection whose transactions and statements run on the registry's search path.
+
+    search_path is read once (prepare): it is the database's, the same on every server
+    connection a pooler may hand out.
+    """
+
+    search_path = BUILT_INS_ONLY
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.cursor_factory = PinnedCursor
+
+    @contextmanager
+    def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False):
+        outermost = self.info.transaction_status == TransactionStatus.IDLE
+        with super().transaction(savepoint_name, force_rollback) as transaction:
+            if outermost:
+                self.pin()
+            yield transaction
+
+    def pin(self) -> None:
+        """Sets the registry's search path for the current (or, not autocommit, a new) transaction."""
+        psycopg.Cursor(self).execute(PIN, (self.search_path,))
+
+
+def prepare(conn: PinnedConnection) -> None:
+    """Reads the registry's search path (when this login may) and registers pgvector's types by
+    their OIDs; leaves the connection idle. The pool's `configure`, and connect's."""
+    facts = psycopg.Cursor(conn).execute(FACTS).fetchall()
+    if facts[0][0]:
+        conn.search_path = psycopg.Cursor(conn).execute(REGISTRY_PATH).fetchone()[0]
+    for _, schema, name, oid, array_oid in facts:
+        if name is not None:
+            regtype = sql.Identifier(schema, name).as_string(conn)
+            REGISTER_TYPE[name](conn, TypeInfo(name, oid, array_oid, regtype=regtype))
+    if not conn.autocommit:
+        conn.commit()
+
+
+def check(conn: PinnedConnection) -> None:
+    """The pool's check that a connection still works: one empty statement."""
+    conn.execute(NOTHING)
+
+
+def psycopg_options(prepared_statements: bool) -> dict:
+    """psycopg's connection options for the prepared-statements setting: off for a pooler that
+    cannot carry them (PgBouncer before 1.21, or without max_prepared_statements, in
+    transaction mode), where a statement prepared on one server connection is missing on the next."""
+    return {"prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None}
+
+
+def connect(conninfo: str, *, autocommit: bool, prepared_statements: bool = True, **kwargs) -> PinnedConnection:
+    conn = PinnedConnection.connect(conninfo, autocommit=autocommit, **psycopg_options(prepared_statements), **kwargs)
+    try:
+        prepare(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

@@ -1,0 +1,253 @@
+"""Operators' logs: one line per event on standard error with stable keys, never a secret.
+
+A backoffice session over real HTTP behind a PgBouncer that checks passwords (failed sign-ins,
+throttling, saves, restore, delete, import, sign-out, an idle session); an MCP server whose
+embedding service fails and whose database stops mid-run; the summaries of the commands that
+change a registry; and libpq's variables in the environment, honoured and named or warned about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import anyio
+import psycopg
+import pytest
+
+from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
+from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, start_backoffice
+from payrail_test_support import REPO
+from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_shell, write_jsonl
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.interfaces import BackofficeOperator, draft_record, editing
+from payrail_test_support.logs import events, parse_line
+from payrail_test_support.own_server import own_server, registry_url  # noqa: F401 (fixtures)
+from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
+
+OPERATOR = "log_operator"
+API_KEY = "sk-test-logs-5f1c0a9e7b2d4c6a"
+WRONG_PASSWORDS = ["wrong-password-one-1a2b", "wrong-password-two-3c4d", "wrong-password-three-5e6f"]
+# An attacker's user name that would forge a second event if a line could hold a line break.
+FORGED = 'mallory\nts=2020-01-01T00:00:00.000Z level=info event=sign_in role=admin outcome=success "'
+
+
+def log_events(output: str, name: str | None = None) -> list[dict]:
+    """The log lines of a backoffice's output (which also holds its few lines for people on stdout)."""
+    return [e for e in (parse_line(line) for line in output.splitlines() if line.startswith("ts=")) if name is None or e["event"] == name]
+
+
+def failed_sign_in(client: HttpClient, role: str, password: str) -> int:
+    page = client.get("/sign-in")
+    reply = client.post(
+        "/sign-in",
+        {"csrf_token": csrf_token(page.body), "username": role, "password": password},
+        headers={"Origin": client.origin},
+        cookies={"payrail_sign_in": cookie_value(page.cookies()["payrail_sign_in"])},
+    )
+    return reply.status
+
+
+def test_a_backoffice_session_is_logged_event_by_event_without_a_secret(server, database_url, openai_fake, tmp_path):
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        if admin.execute("select from pg_catalog.pg_roles where rolname = %s", (OPERATOR,)).fetchone() is None:
+            admin.execute(f"create role {OPERATOR} login in role payrail_operator, payrail_embedder")
+    bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=2)
+    bouncer.allow(OPERATOR)
+    # The backoffice signs operators in to PgBouncer, which checks their passwords.
+    env = cli_environment(bouncer.through(database_url), openai_fake, tmp_path) | {
+        "PAYRAIL_PREPARED_STATEMENTS": "off",
+        "OPENAI_API_KEY": API_KEY,
+    }
+    backoffice = start_backoffice(env, tmp_path, "--session-idle-timeout", "3")
+    try:
+        client = HttpClient(backoffice.url)
+        statuses = [failed_sign_in(client, OPERATOR, password) for password in WRONG_PASSWORDS]
+        statuses.append(failed_sign_in(client, OPERATOR, WRONG_PASSWORDS[0]))  # locked out now
+        statuses.append(failed_sign_in(client, FORGED, WRONG_PASSWORDS[0]))
+        assert statuses == [403, 403, 403, 429, 403], statuses
+        time.sleep(2.2)  # the lock after three failures lasts 2 s
+        operator = BackofficeOperator(backoffice.url, OPERATOR, PASSWORD)
+        record = draft_record("logs")
+        record_id = operator.create(record)
+        operator.save(record_id, {**record, "guidance": record["guidance"] + " Saved again."})
+        operator.restore_oldest(record_id)
+        operator.delete(record_id)
+        operator.import_lines([draft_record("logs import")], "drafts.jsonl")
+        operator.sign_out()
+        idle = http_sign_in(client, OPERATOR, PASSWORD)
+        time.sleep(6)  # idle for longer than 3 s: the sweeper ends it
+    finally:
+        backoffice.stop()
+        bouncer.stop()
+
+    logged = log_events(backoffice.output)
+    assert logged, backoffice.output
+    for event in logged:
+        assert set(event) >= {"ts", "level", "event"} and event["level"] in ("info", "warning"), event
+    failures = log_events(backoffice.output, "sign_in")
+    assert [(e["role"], e["outcome"], e["level"]) for e in failures] == (
+        [(OPERATOR, "failure", "warning")] * 3 + [(FORGED, "failure", "warning"), (OPERATOR, "success", "info"), (OPERATOR, "success", "info")]
+    )
+    assert "authentication failed" in failures[0]["reason"]
+    (throttled,) = log_events(backoffice.output, "sign_in_throttled")
+    assert throttled["role"] == OPERATOR and int(throttled["wait_seconds"]) > 0
+    saves = [(e["outcome"], e["record"], e["version"], e["role"]) for e in log_events(backoffice.output, "save")]
+    assert saves == [("created", str(record_id), "1", OPERATOR), ("updated", str(record_id), "2", OPERATOR)]
+    (restored,) = log_events(backoffice.output, "restore")
+    assert (restored["outcome"], restored["record"], restored["version"], restored["role"]) == ("updated", str(record_id), "3", OPERATOR)
+    assert int(restored["history"]) > 0
+    (deleted,) = log_events(backoffice.output, "delete")
+    assert (deleted["outcome"], deleted["record"], deleted["version"], deleted["role"]) == ("deleted", str(record_id), "3", OPERATOR)
+    (imported,) = log_events(backoffice.output, "import")
+    assert (imported["created"], imported["refused"], imported["saved"], imported["role"], imported["source"]) == ("1", "0", "true", OPERATOR, "drafts.jsonl")
+    ends = [(e["role"], e["reason"]) for e in log_events(backoffice.output, "session_end")]
+    assert ends == [(OPERATOR, "signed_out"), (OPERATOR, "idle")], ends
+    assert log_events(backoffice.output, "http_request"), "uvicorn's access lines go through the same handler"
+
+    secrets = [PASSWORD, API_KEY, *WRONG_PASSWORDS, operator.session.cookie, operator.session.token, idle.cookie, idle.token]
+    for secret in secrets:
+        assert secret not in backoffice.output, secret
+
+
+def test_an_mcp_outage_is_logged_with_its_cause_and_its_recovery(own_server, registry_url, openai_fake, tmp_path):  # noqa: F811
+    import_catalog(registry_url, openai_fake, tmp_path)
+    # A password in the URL (the server trusts its socket and ignores it): it must not be logged.
+    secret_password = "db-password-never-logged-81c2"
+    url = registry_url.replace("postgres:@", f"postgres:{secret_password}@")
+    env = cli_environment(url, openai_fake, tmp_path) | {"OPENAI_API_KEY": API_KEY}
+    mismatched = env | {"PAYRAIL_EMBEDDING_MODEL": "another-model"}
+    errlog_path = tmp_path / "mcp-stderr.log"
+
+    async def main():
+        with open(errlog_path, "w") as errlog:
+            async with mcp_client(env, errlog) as client:
+                ask = client.call_tool
+                results = [await ask("search_provider_methods", {"query": SEMANTIC_QUERY})]
+                openai_fake.behaviour = "500"
+                results.append(await ask("search_provider_methods", {"query": SEMANTIC_QUERY}))
+                openai_fake.behaviour = "ok"
+                results.append(await ask("search_provider_methods", {"query": SEMANTIC_QUERY}))
+                own_server.stop()
+                try:
+                    results.append(await ask("search_provider_methods", {"query": "Stripe"}))
+                    results.append(await ask("search_provider_methods", {"query": "Stripe"}))
+                finally:
+                    own_server.start()
+                results.append(await ask("search_provider_methods", {"query": "Stripe"}))
+            async with mcp_client(mismatched, errlog) as client:
+                results.append(await client.call_tool("search_provider_methods", {"query": SEMANTIC_QUERY}))
+        return results
+
+    results = anyio.run(main)
+    assert [r.is_error for r in results] == [False, True, False, True, True, False, True]
+    stderr = errlog_path.read_text()
+    unavailable = events(stderr, "search_unavailable")
+    causes = [e["cause"] for e in unavailable]
+    assert causes[0] == "embedding_service" and "500" in unavailable[0]["detail"]
+    assert causes[1] in ("database_unreachable", "database_error") and causes[2] == "database_unreachable", causes
+    assert causes[3:] == ["model_mismatch"], causes
+    assert all(e["level"] == "warning" for e in unavailable)
+    recovered = events(stderr, "search_recovered")
+    assert [e["failed_searches"] for e in recovered] == ["1", "2"], recovered
+    for secret in (secret_password, API_KEY):
+        assert secret not in stderr
+
+
+def test_commands_that_change_the_registry_log_a_summary_naming_the_database(cli_env, database_url, tmp_path):
+    path = write_jsonl(tmp_path / "drafts.jsonl", [draft_record("summary")])
+    code, report, stderr = cli_json(cli_env, "import", "--json", path)
+    assert code == 0 and report["created"] == 1
+    (summary,) = events(stderr)
+    name = psycopg.conninfo.conninfo_to_dict(database_url)
+    assert summary["event"] == "import" and (summary["created"], summary["refused"], summary["saved"]) == ("1", "0", "true")
+    assert summary["database"] == psycopg.conninfo.make_conninfo(host=name["host"], port=5432, dbname=name["dbname"], user="postgres")
+    assert summary["role"] == "postgres" and int(summary["duration_ms"]) >= 0
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("update payrail.provider_methods set guidance = guidance || ' Stale.' where method = 'Draft summary'")
+    result = run_cli(cli_env, "--log-format", "json", "sync")
+    (summary,) = events(result.stderr)
+    assert (summary["event"], summary["embedded"], summary["pending"], summary["database"]) == ("sync", 1, 0, summary["database"])
+    assert json.loads(result.stderr)["level"] == "info"
+
+    edited = run_cli(editing(cli_env, tmp_path / "editor", "never enabled.", "never enabled. Edited."), "edit", "Pool Operator / Draft summary")
+    (summary,) = events(edited.stderr)
+    assert (summary["event"], summary["outcome"], summary["version"]) == ("save", "updated", "3"), edited.stderr
+
+    code, report, stderr = cli_json(cli_env, "model", "switch", "fake-embedding-2", "--json")
+    (summary,) = events(stderr)
+    assert code == 0 and (summary["event"], summary["switched"], summary["model"], summary["previous"]) == (
+        "model_switch", "true", "fake-embedding-2", "fake-embedding-1"
+    )  # fmt: skip
+
+    refused = write_jsonl(tmp_path / "refused.jsonl", [{**draft_record("refused"), "urls": ["http://plain.example/"]}])
+    code, report, stderr = cli_json(cli_env, "import", "--json", refused)
+    (summary,) = events(stderr)
+    assert code == 2 and (summary["level"], summary["refused"], summary["saved"]) == ("warning", "1", "false")
+
+
+def test_the_operations_guide_finds_a_sync_in_its_json_log(cli_env, tmp_path):
+    result = run_shell(cli_env, documented_commands(REPO / "docs" / "operations.md", "Logs"), tmp_path)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    report, line = result.stdout.splitlines()  # sync's own line, then grep's
+    assert report == "0 embedded, 0 changed meanwhile, 0 pending"
+    assert json.loads(line)["event"] == "sync" and "database" in json.loads(line)
+
+
+def without_libpq_variables(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not k.startswith("PG")}
+
+
+def test_libpq_variables_are_honoured_and_named_or_warned_about(cli_env, database_url, tmp_path):
+    parts = psycopg.conninfo.conninfo_to_dict(database_url)
+    env = without_libpq_variables(cli_env)
+    # PAYRAIL_DATABASE_URL=postgresql:// leaves everything to libpq's variables: honoured, and named.
+    from_libpq = env | {"PAYRAIL_DATABASE_URL": "postgresql://", "PGHOST": parts["host"], "PGDATABASE": parts["dbname"], "PGUSER": "postgres"}
+    code, report, stderr = cli_json(from_libpq, "import", "--json", write_jsonl(tmp_path / "one.jsonl", [draft_record("libpq")]))
+    assert code == 0 and report["created"] == 1, (report, stderr)
+    honoured, summary = events(stderr)
+    assert (honoured["event"], honoured["level"], honoured["honoured"]) == ("libpq_environment", "info", "PGUSER,PGDATABASE,PGHOST")
+    assert parts["dbname"] in summary["database"]
+
+    # A variable the URL overrides is named as ignored.
+    overridden = env | {"PGDATABASE": "some_other_database"}
+    code, answer, stderr = cli_json(overridden, "search", "--json", "Nothing here")
+    (warning,) = events(stderr)
+    assert code == 0 and (warning["level"], warning["ignored"]) == ("warning", "PGDATABASE")
+    assert "PAYRAIL_DATABASE_URL names" in warning["reason"]
+
+
+def test_without_a_url_the_embedded_default_is_used_and_libpq_variables_are_warned_about(tmp_path):
+    env = without_libpq_variables({k: v for k, v in os.environ.items() if not k.startswith("PAYRAIL_")})
+    env |= {"PAYRAIL_DATA_DIR": str(tmp_path / "data"), "PGHOST": "db.example.invalid", "PGPORT": "1", "PGUSER": "someone"}
+    try:
+        result = run_cli(env, "db", "url")
+        # The embedded server is reached on its own socket and port, whatever PGHOST and PGPORT say.
+        assert result.returncode == 0 and "port=" in result.stdout, result.stderr
+        (warning,) = events(result.stderr)
+        assert (warning["level"], warning["ignored"]) == ("warning", "PGUSER,PGHOST,PGPORT")
+        assert "PAYRAIL_DATABASE_URL=postgresql://" in warning["reason"]
+        for args in (("db", "apply"), ("search", "--json", "Nothing here")):
+            result = run_cli(env, *args)
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+    finally:
+        run_cli(env, "db", "stop")
+
+
+@pytest.mark.parametrize("log_format", ["logfmt", "json"])
+def test_a_line_break_or_a_quote_in_a_value_never_splits_or_forges_a_line(log_format):
+    import logging
+
+    from payrail_embedder.logs import LineFormatter
+
+    record = logging.LogRecord("payrail_embedder", logging.WARNING, __file__, 1, "sign_in", None, None)
+    record.event, record.fields = "sign_in", {"role": FORGED, "outcome": "failure", "secret": API_KEY}
+    line = LineFormatter(log_format, secrets=[API_KEY]).format(record)
+    assert "\n" not in line and API_KEY not in line
+    assert parse_line(line)["role"] == FORGED and parse_line(line)["secret"] == "[hidden]"
+    # A name of a megabyte makes a line of a kilobyte.
+    record.fields["role"] = "m" * 1_000_000
+    logged = parse_line(LineFormatter(log_format).format(record))["role"]
+    assert logged == "m" * 1000 + "... (999000 more characters)"

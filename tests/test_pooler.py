@@ -1,0 +1,277 @@
+"""Every interface behind a real PgBouncer (Debian's package, started by the tests) in front of the
+test server: in transaction mode with a pool smaller than its clients, and in session mode.
+
+Agents (psycopg's SQL, the Python API from threads, MCP over stdio and HTTP, the CLI) and operators
+(the backoffice, import, sync, edit) at once, through the pooler: no errors, and every answer the
+same as over a direct connection. The package keeps no state in the pool's server connections, and
+prepared statements, which PgBouncer 1.18 cannot carry in transaction mode, can be turned off.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from payrail_embedder import SearchUnavailable, database
+from payrail_embedder.api import Registry
+from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
+from payrail_test_support.backoffice import start_backoffice
+from payrail_test_support import REPO
+from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_shell, write_jsonl
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.interfaces import (
+    McpHttpServer,
+    api_registry,
+    backoffice_round,
+    cli_answer,
+    draft_record,
+    editing,
+    mcp_stdio_answers,
+)
+from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
+from payrail_test_support.pgbouncer import PASSWORD, PgBouncer, start_pgbouncer
+
+AGENT, OPERATOR = "pool_agent", "pool_operator"
+QUERIES = NAME_QUERIES + SEMANTIC_QUERIES
+
+
+def create_logins(admin_url: str) -> None:
+    """An agent login and an operator login, once per server (roles belong to the cluster)."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for login, groups in ((AGENT, ["payrail_agent"]), (OPERATOR, ["payrail_operator", "payrail_embedder"])):
+            if conn.execute("select from pg_catalog.pg_roles where rolname = %s", (login,)).fetchone() is None:
+                conn.execute(sql.SQL("create role {} login").format(sql.Identifier(login)))
+            conn.execute(sql.SQL("grant {} to {}").format(sql.SQL(", ").join(map(sql.Identifier, groups)), sql.Identifier(login)))
+
+
+@pytest.fixture
+def catalog_url(server, database_url, openai_fake, tmp_path) -> str:
+    """The test database holding agent_helpers.CATALOG, with the pooler tests' logins."""
+    create_logins(server.admin_url)
+    import_catalog(database_url, openai_fake, tmp_path)
+    return database_url
+
+
+def pooled_environment(bouncer: PgBouncer, database_url: str, login: str, openai_fake, tmp_path: Path) -> dict[str, str]:
+    bouncer.allow(login)
+    return cli_environment(bouncer.through(database_url, login), openai_fake, tmp_path) | {"PAYRAIL_PREPARED_STATEMENTS": "off"}
+
+
+def answer_json(registry: Registry, query: str) -> dict:
+    return {"matches": [match.to_json() for match in registry.search_provider_methods(query)["matches"]]}
+
+
+def fake_registry(url: str, openai_fake, **options) -> Registry:
+    return Registry(url, embedder=OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url), **options)
+
+
+def test_prepared_statements_off_is_what_a_transaction_pool_needs(server, catalog_url, openai_fake):
+    # One server connection for every client: what one client prepared there, the next meets.
+    bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=1)
+    try:
+        url = bouncer.through(catalog_url)
+        failures = []
+        with fake_registry(url, openai_fake) as first, fake_registry(url, openai_fake) as second:
+            for _ in range(8):
+                for registry in (first, second):
+                    try:
+                        registry.search_provider_methods("Stripe")
+                    except SearchUnavailable as error:
+                        failures.append(error.detail)
+        assert failures and all("prepared statement" in failure for failure in failures), failures
+
+        with fake_registry(catalog_url, openai_fake) as direct:
+            expected = {query: answer_json(direct, query) for query in QUERIES}
+        with fake_registry(url, openai_fake, prepared_statements=False) as first, fake_registry(url, openai_fake, prepared_statements=False) as second:
+            for _ in range(8):
+                for registry, query in itertools.product((first, second), QUERIES):
+                    assert answer_json(registry, query) == expected[query]
+    finally:
+        bouncer.stop()
+
+
+SESSION_STATE = "select pg_catalog.current_setting('search_path'), (select count(*) from pg_catalog.pg_prepared_statements)"
+
+
+def test_the_package_leaves_no_session_state_on_the_pools_server_connections(server, catalog_url, openai_fake, tmp_path):
+    bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=1)
+    try:
+        with psycopg.connect(bouncer.through(catalog_url), autocommit=True) as client:
+            before = client.execute(SESSION_STATE).fetchone()
+        env = pooled_environment(bouncer, catalog_url, "postgres", openai_fake, tmp_path)
+        for args in (("db", "apply"), ("import", str(write_jsonl(tmp_path / "one.jsonl", [draft_record("state")]))), ("sync",)):
+            result = run_cli(env, *args)
+            assert result.returncode == 0, (args, result.stderr)
+        assert cli_answer(env, SEMANTIC_QUERY)["matches"]
+        with api_registry(env) as registry:
+            assert answer_json(registry, SEMANTIC_QUERY)["matches"]
+        # Another client of the same pool (the one server connection) finds it as it was.
+        with psycopg.connect(bouncer.through(catalog_url), autocommit=True) as client:
+            assert client.execute(SESSION_STATE).fetchone() == before == ('"$user", public', 0)
+    finally:
+        bouncer.stop()
+
+
+def test_the_operations_guide_runs_behind_pgbouncer_in_transaction_mode(server, catalog_url, openai_fake, tmp_path):
+    bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=2)
+    try:
+        env = cli_environment(bouncer.through(catalog_url), openai_fake, tmp_path)  # prepared statements: the guide turns them off
+        result = run_shell(env, documented_commands(REPO / "docs" / "operations.md", "Running behind a pooler"), tmp_path)
+        assert result.returncode == 0, (result.stdout, result.stderr)
+        assert '"matches": [{' in result.stdout and "0 pending" in result.stdout, result.stdout
+    finally:
+        bouncer.stop()
+
+
+# --- everything at once --------------------------------------------------------------------------
+
+
+class Run:
+    """Threads that each repeat one interface's work, recording every error; agents keep asking
+    until the operators are done."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.operators_done = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.counts: dict[str, int] = {}
+
+    def agent(self, name: str, ask_all) -> None:
+        """ask_all() asks every query once and returns the answers' mismatches."""
+
+        def loop():
+            while True:
+                self.errors += [f"{name}: {m}" for m in ask_all()]
+                self.counts[name] = self.counts.get(name, 0) + 1
+                if self.operators_done.is_set():
+                    return
+
+        self._start(name, loop)
+
+    def operator(self, name: str, rounds: int, work) -> None:
+        def loop():
+            for round_number in range(rounds):
+                work(round_number)
+                self.counts[name] = round_number + 1
+
+        self._start(name, loop)
+
+    def _start(self, name: str, body) -> None:
+        def guarded():
+            try:
+                body()
+            except BaseException:  # noqa: BLE001 (reported by the test)
+                self.errors.append(f"{name}: {traceback.format_exc()}")
+
+        thread = threading.Thread(target=guarded, name=name)
+        self.threads.append(thread)
+        thread.start()
+
+    def finish(self, operators: int, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self.threads[-operators:]:
+            thread.join(max(0, deadline - time.monotonic()))
+        self.operators_done.set()
+        for thread in self.threads:
+            thread.join(max(0, deadline - time.monotonic()))
+        assert not any(thread.is_alive() for thread in self.threads), "a thread did not finish"
+
+
+def mismatches(expected: dict[str, dict], answers: dict[str, dict]) -> list[str]:
+    return [f"{query!r}: {answers[query]} != {expected[query]}" for query in expected if answers[query] != expected[query]]
+
+
+def sql_answers(url: str) -> dict[str, dict]:
+    """What a plain psycopg client gets from the search function, its query embedded by itself."""
+    keys = ("provider", "method", "urls", "docsUrl", "guidance")
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        answers = {}
+        for query in QUERIES:
+            vector = None if query in NAME_QUERIES else str(fake_embedding(query).tolist())
+            rows = conn.execute(
+                "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s::vector, %s)",
+                (query, vector, None if vector is None else FAKE_MODEL),
+            ).fetchall()
+            answers[query] = {"matches": [dict(zip(keys, row)) for row in rows]}
+        return answers
+
+
+ROUNDS = 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pool_mode", ["transaction", "session"])
+def test_every_interface_at_once_through_pgbouncer(pool_mode, server, catalog_url, openai_fake, tmp_path):
+    with fake_registry(catalog_url, openai_fake) as direct:
+        expected = {query: answer_json(direct, query) for query in QUERIES}
+    # Transaction pooling: fewer server connections than clients. Session pooling holds one per client.
+    bouncer = start_pgbouncer(server.admin_url, pool_mode=pool_mode, pool_size=2 if pool_mode == "transaction" else 25)
+    agents = pooled_environment(bouncer, catalog_url, AGENT, openai_fake, tmp_path)
+    operators = pooled_environment(bouncer, catalog_url, OPERATOR, openai_fake, tmp_path)
+    backoffice = start_backoffice(operators, tmp_path)
+    mcp_http = McpHttpServer(agents, tmp_path / "mcp-http.log")
+    run = Run()
+    try:
+        # Agents: their answers never change, since operators only touch drafts.
+        run.agent("sql", lambda: mismatches(expected, sql_answers(bouncer.through(catalog_url, AGENT))))
+        registry = api_registry(agents)
+        for number in range(4):
+            run.agent(f"api-{number}", lambda: mismatches(expected, {q: answer_json(registry, q) for q in QUERIES}))
+        run.agent("mcp-stdio", lambda: mismatches(expected, dict(zip(QUERIES, mcp_stdio_answers(agents, QUERIES, tmp_path / "mcp.log")))))
+        run.agent("mcp-http", lambda: mismatches(expected, dict(zip(QUERIES, mcp_http.answers(QUERIES)))))
+        cli_queries = {query: expected[query] for query in (NAME_QUERIES[0], SEMANTIC_QUERY)}
+        run.agent("cli", lambda: mismatches(cli_queries, {query: cli_answer(agents, query) for query in cli_queries}))
+
+        # Operators, each on drafts of its own.
+        def cli_import(round_number):
+            path = write_jsonl(tmp_path / f"import-{round_number}.jsonl", [draft_record(f"import {round_number}")])
+            code, report, stderr = cli_json(operators, "import", "--json", path)
+            assert (code, report["created"]) == (0, 1), (report, stderr)
+
+        def stale_then_sync(round_number):
+            with psycopg.connect(bouncer.through(catalog_url, OPERATOR), autocommit=True, prepare_threshold=None) as conn:
+                conn.execute(
+                    "update payrail.provider_methods set guidance = guidance || ' Stale.' where provider = 'Pool Operator' and method = 'Draft sync'"
+                )
+            code, report, stderr = cli_json(operators, "sync", "--json")
+            assert code == 0 and not report["pending"], (report, stderr)
+
+        def cli_edit(round_number):
+            env = editing(operators, tmp_path / f"editor-{round_number}", "never enabled.", "never enabled. Edited.")
+            result = run_cli(env, "edit", "Pool Operator / Draft edit")
+            assert result.returncode == 0, (result.stdout, result.stderr)
+
+        for label in ("sync", "edit"):
+            code, report, stderr = cli_json(operators, "import", "--json", write_jsonl(tmp_path / f"{label}.jsonl", [draft_record(label)]))
+            assert code == 0, (report, stderr)
+        run.operator("backoffice", ROUNDS, lambda n: backoffice_round(backoffice.url, OPERATOR, PASSWORD, f"{pool_mode} {n}"))
+        run.operator("import", ROUNDS, cli_import)
+        run.operator("sync", ROUNDS, stale_then_sync)
+        run.operator("edit", ROUNDS, cli_edit)
+        run.finish(operators=4)
+        registry.close()
+    finally:
+        run.operators_done.set()
+        mcp_http.stop()
+        backoffice.stop()
+        bouncer.stop()
+
+    assert run.errors == [], "\n".join(run.errors)
+    assert all(run.counts.get(name, 0) >= 1 for name in ("sql", "api-0", "mcp-stdio", "mcp-http", "cli")), run.counts
+    assert "Traceback" not in backoffice.output, backoffice.output
+    # What the operators did is all there.
+    with database.connect(catalog_url, autocommit=True) as conn:
+        drafts = dict(conn.execute("select method, guidance from payrail.provider_methods where provider = 'Pool Operator'").fetchall())
+        assert conn.execute("select count(*) from payrail.provider_methods where embedding is null").fetchone() == (0,)
+    assert {f"Draft import {n}" for n in range(ROUNDS)} | {f"Draft backoffice import {pool_mode} {n}" for n in range(ROUNDS)} <= set(drafts)
+    assert not any(method.startswith(f"Draft backoffice {pool_mode}") for method in drafts), "deleted in each round"
+    assert drafts["Draft edit"].count("Edited.") == ROUNDS
+    assert drafts["Draft sync"].count("Stale.") == ROUNDS
