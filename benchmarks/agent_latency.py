@@ -19,7 +19,14 @@ What it does:
   `payrail-embedder mcp` subprocess over stdio, driven by the MCP SDK's client), and the query
   embedding alone ("model / embed only") and the SQL function alone with a precomputed query
   embedding ("sql only") for comparison; and, once per size, the MCP tool's first semantic call
-  right after a new server's handshake ("first call").
+  right after a new server's handshake ("first call");
+- what the package's session-state design costs (docs/operations.md, "Running behind a pooler"):
+  "sql, own tx" is the same statement sent as any other statement of the package is, in a
+  transaction of its own that first pins the registry's search path (BEGIN, set_config, the
+  search, COMMIT), which the agent path's self-pinned statements are spared; "python api, no
+  prepare" is the API with prepared statements off (PAYRAIL_PREPARED_STATEMENTS=off, for
+  PgBouncer in transaction mode); "connect" is what every CLI command pays to open its
+  connection (database.connect: the registry's path and pgvector's types, looked up once).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from pgvector.psycopg import register_vector
 
 from payrail_embedder import catalog, database, deploy
 from payrail_embedder.api import Registry
+from payrail_embedder.search import SEARCH_SQL
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
 from payrail_embedder.records import read_lines
 
@@ -145,17 +153,25 @@ def embedding_samples(embedder: LocalEmbedder, calls: int) -> dict[str, list[flo
     return {"embed only": measure(lambda query: embedder.embed([query]), SEMANTIC_QUERIES, calls)}
 
 
-def sql_samples(url: str, embedder: LocalEmbedder, calls: int) -> dict[str, list[float]]:
-    """The search function alone, given the query's embedding: the database's share of a semantic call."""
+def sql_samples(url: str, embedder: LocalEmbedder, calls: int, *, own_transaction: bool = False) -> dict[str, list[float]]:
+    """The search function alone, given the query's embedding: the database's share of a call.
+
+    own_transaction: sent as a statement that is not self-pinned (connection.SelfPinned), in a
+    transaction of its own that sets the search path first."""
     embeddings = dict(zip(SEMANTIC_QUERIES, embedder.embed(SEMANTIC_QUERIES)))
-    with psycopg.connect(url, autocommit=True) as conn:
-        register_vector(conn)
+    with database.connect(url, autocommit=True) as conn:
+        statement = str(SEARCH_SQL) if own_transaction else SEARCH_SQL
 
         def call(query):
-            sql = "select * from payrail.search_provider_methods(%s, %s, %s)"
-            assert conn.execute(sql, (query, embeddings[query], LOCAL_DEFAULT_MODEL)).fetchall()
+            vector = embeddings.get(query)
+            assert conn.execute(statement, (query, vector, LOCAL_DEFAULT_MODEL if vector is not None else None)).fetchall()
 
-        return {"semantic": measure(call, SEMANTIC_QUERIES, calls)}
+        return {"name": measure(call, [NAME_QUERY], calls), "semantic": measure(call, SEMANTIC_QUERIES, calls)}
+
+
+def connect_samples(url: str, calls: int) -> dict[str, list[float]]:
+    """Opening (and closing) the connection of a CLI command: libpq's connection and the package's set-up."""
+    return {"name": measure(lambda query: database.connect(url, autocommit=True).close(), [NAME_QUERY], calls)}
 
 
 def api_samples(registry: Registry, calls: int) -> dict[str, list[float]]:
@@ -235,7 +251,7 @@ def main() -> None:
             report = catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))
         print(f"sample catalog: {report.created} records imported with {LOCAL_DEFAULT_MODEL}", file=sys.stderr)
         rng, np_rng = random.Random(42), np.random.default_rng(42)
-        with Registry(url, embedder=embedder) as registry:
+        with Registry(url, embedder=embedder) as registry, Registry(url, embedder=embedder, prepared_statements=False) as unprepared:
             for size in sizes:
                 started = time.monotonic()
                 fill_to(url, size, rng, np_rng)
@@ -243,8 +259,11 @@ def main() -> None:
                 for interface, samples in (
                     ("model", embedding_samples(embedder, args.calls)),
                     ("sql only", sql_samples(url, embedder, args.calls)),
+                    ("sql, own tx", sql_samples(url, embedder, args.calls, own_transaction=True)),
                     ("python api", api_samples(registry, args.calls)),
+                    ("python api, no prepare", api_samples(unprepared, args.calls)),
                     ("mcp tool", mcp_samples(url, args.calls, root / "mcp-stderr.log")),
+                    ("connect", connect_samples(url, args.calls)),
                 ):
                     for path, timings in samples.items():
                         rows.append((interface, path, size, statistics.median(timings), percentile(timings, 0.95)))
@@ -257,15 +276,20 @@ def main() -> None:
         f"warm calls: {args.calls} per row; model {LOCAL_DEFAULT_MODEL} on {os.cpu_count()} CPUs "
         f"(load average {load}); embedded PostgreSQL 18; each registry vacuum analyzed after its load"
     )
-    print(f"{'interface':<12} {'path':<11} {'records':>8} {'p50 ms':>8} {'p95 ms':>8}")
+    print(f"{'interface':<23} {'path':<11} {'records':>8} {'p50 ms':>8} {'p95 ms':>8}")
     for interface, path, size, p50, p95 in rows:
-        print(f"{interface:<12} {path:<11} {size:>8,} {p50:>8.1f} {p95:>8.1f}")
+        print(f"{interface:<23} {path:<11} {size:>8,} {p50:>8.2f} {p95:>8.2f}")
     semantic_p50 = {(interface, size): p50 for interface, path, size, p50, _ in rows if path == "semantic"}
     print("\nsemantic p50 over the SQL function's alone (target: at most +10 ms):")
     for size in sizes:
         sql = semantic_p50[("sql only", size)]
         over = ", ".join(f"{i} +{semantic_p50[(i, size)] - sql:.1f} ms" for i in ("python api", "mcp tool"))
         print(f"{size:>8,} records: sql only {sql:.1f} ms; {over}")
+    p50 = {(interface, path, size): value for interface, path, size, value, _ in rows}
+    print("\nper search, a transaction of its own that pins the search path first would add (p50):")
+    for size in sizes:
+        added = ", ".join(f"{path} +{p50[('sql, own tx', path, size)] - p50[('sql only', path, size)]:.2f} ms" for path in ("name", "semantic"))
+        print(f"{size:>8,} records: {added}")
 
 
 if __name__ == "__main__":

@@ -21,13 +21,13 @@ to whichever client gets this one next. So nothing here depends on session state
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import psycopg
-from psycopg import sql
 from pgvector.psycopg.halfvec import register_halfvec_info
 from pgvector.psycopg.sparsevec import register_sparsevec_info
 from pgvector.psycopg.vector import register_vector_info
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.types import TypeInfo
 
@@ -64,14 +64,19 @@ REGISTRY_PATH = SelfPinned("select payrail._search_path()")
 REGISTER_TYPE = {"vector": register_vector_info, "halfvec": register_halfvec_info, "sparsevec": register_sparsevec_info}
 
 
+def needs_pin(conn: PinnedConnection, query: object) -> bool:
+    """Whether query must run in a transaction that sets the search path first: unless one is open
+    already (and pinned when it began), or it is SelfPinned and may run alone (autocommit)."""
+    if conn.autocommit and isinstance(query, SelfPinned):
+        return False
+    return conn.info.transaction_status == TransactionStatus.IDLE
+
+
 @contextmanager
-def pinned(conn: PinnedConnection, query: object) -> Iterator[None]:
-    """Runs the block in a transaction that set conn's search path first: the one already open,
-    a new one of its own for a statement on an autocommit connection, or (not autocommit) the
-    one the statement opens. A SelfPinned statement on an autocommit connection runs alone."""
-    if conn.info.transaction_status != TransactionStatus.IDLE or (conn.autocommit and isinstance(query, SelfPinned)):
-        yield
-    elif conn.autocommit:
+def pinned(conn: PinnedConnection) -> Iterator[None]:
+    """A transaction that set conn's search path first: one of its own on an autocommit
+    connection, otherwise the one the statement opens."""
+    if conn.autocommit:
         with conn.transaction():
             yield
     else:
@@ -79,24 +84,28 @@ def pinned(conn: PinnedConnection, query: object) -> Iterator[None]:
         yield
 
 
+def pinned_if_needed(conn: PinnedConnection, query: object):
+    return pinned(conn) if needs_pin(conn, query) else nullcontext()
+
+
 class PinnedCursor(psycopg.Cursor):
-    """A cursor whose every statement runs pinned (see pinned)."""
+    """A cursor whose every statement runs on the registry's search path (needs_pin)."""
 
     def execute(self, query, params=None, **options):
-        with pinned(self.connection, query):
+        with pinned_if_needed(self.connection, query):
             return super().execute(query, params, **options)
 
     def executemany(self, query, params_seq, **options):
-        with pinned(self.connection, query):
+        with pinned_if_needed(self.connection, query):
             return super().executemany(query, params_seq, **options)
 
     def stream(self, query, params=None, **options):
-        with pinned(self.connection, query):
+        with pinned_if_needed(self.connection, query):
             yield from super().stream(query, params, **options)
 
     @contextmanager
     def copy(self, statement, params=None, **options):
-        with pinned(self.connection, statement), super().copy(statement, params, **options) as copy:
+        with pinned_if_needed(self.connection, statement), super().copy(statement, params, **options) as copy:
             yield copy
 
 
@@ -131,7 +140,7 @@ def prepare(conn: PinnedConnection) -> None:
     their OIDs; leaves the connection idle. The pool's `configure`, and connect's."""
     facts = psycopg.Cursor(conn).execute(FACTS).fetchall()
     if facts[0][0]:
-        conn.search_path = psycopg.Cursor(conn).execute(REGISTRY_PATH).fetchone()[0]
+        conn.search_path = psycopg.Cursor(conn).execute(REGISTRY_PATH).fetchone()[0] or BUILT_INS_ONLY
     for _, schema, name, oid, array_oid in facts:
         if name is not None:
             regtype = sql.Identifier(schema, name).as_string(conn)
