@@ -24,10 +24,10 @@ from psycopg import sql
 
 from payrail_embedder.deploy import apply_schema
 from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches
+from payrail_test_support.backoffice import start_backoffice
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import McpHttpServer, api_registry, backoffice_round, mcp_stdio_answers, run_cli_commands
-from payrail_test_support.backoffice import start_backoffice
 from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
 from payrail_test_support.servers import replace_database
 

@@ -16,9 +16,9 @@ import anyio
 import psycopg
 import pytest
 
+from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
 from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, start_backoffice
-from payrail_test_support import REPO
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_shell, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import BackofficeOperator, draft_record, editing

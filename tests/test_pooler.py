@@ -22,9 +22,9 @@ from psycopg import sql
 from payrail_embedder import SearchUnavailable, database
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
 from payrail_test_support.backoffice import start_backoffice
-from payrail_test_support import REPO
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_shell, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import (

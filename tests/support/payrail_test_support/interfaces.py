@@ -22,7 +22,7 @@ from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_embedder.settings import Settings
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, mcp_client
-from payrail_test_support.backoffice import HttpClient, csrf_token, http_sign_in, record_form, start_backoffice
+from payrail_test_support.backoffice import HttpClient, http_sign_in, record_form
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.ports import unused_port
 
