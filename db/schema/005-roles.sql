@@ -1,7 +1,8 @@
 -- The registry's group roles, without login; a deployment grants them to its login roles.
 -- Roles belong to the server, not to a database, so a dump holds none: `payrail-embedder db roles`
 -- runs this file alone on a new server before a restore (docs/operations.md), where no schema or
--- extension exists yet. So it names everything it uses by its schema and sets no search path.
+-- extension exists yet. So it names everything it uses by its schema, operators included (a
+-- deployer's search path may put a schema others write before pg_catalog), and sets no search path.
 -- Idempotent without privileges: it creates or comments a role only when that changes something.
 -- It says what it did with each role in a notice, `created role X` or `role X exists`: the
 -- report of `db roles`.
@@ -17,7 +18,7 @@ begin
       ('payrail_operator', 'Payrail operators: edit the public fields and enabled of provider methods.'),
       ('payrail_embedder', 'Payrail embedder: reads record content and writes embeddings.')) as r
   loop
-    if exists (select from pg_catalog.pg_roles where rolname = v_role) then
+    if exists (select from pg_catalog.pg_roles where rolname operator(pg_catalog.=) v_role) then
       raise notice 'role % exists', v_role;
     else
       begin
@@ -36,7 +37,8 @@ begin
             hint = 'Run `payrail-embedder db roles` (or db apply) as a role with CREATEROLE, or as a superuser.';
       end;
     end if;
-    if pg_catalog.shobj_description(pg_catalog.to_regrole(v_role), 'pg_authid') is distinct from v_comment then
+    -- "is distinct from" would look its operator up on the path: a missing comment (null) differs too.
+    if (pg_catalog.shobj_description(pg_catalog.to_regrole(v_role), 'pg_authid') operator(pg_catalog.=) v_comment) is not true then
       execute pg_catalog.format('comment on role %I is %L', v_role, v_comment);
     end if;
   end loop;
