@@ -16,10 +16,9 @@ import anyio
 import psycopg
 import pytest
 
-from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
 from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, start_backoffice
-from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_shell, write_jsonl
+from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import BackofficeOperator, draft_record, editing
 from payrail_test_support.logs import events, parse_line
@@ -189,8 +188,7 @@ def test_commands_that_change_the_registry_log_a_summary_naming_the_database(cli
 
 
 def test_the_operations_guide_finds_a_sync_in_its_json_log(cli_env, tmp_path):
-    result = run_shell(cli_env, documented_commands(REPO / "docs" / "operations.md", "Logs"), tmp_path)
-    assert result.returncode == 0, (result.stdout, result.stderr)
+    result = run_commands("\n".join(documented_commands("Logs")), cli_env, tmp_path)
     report, line = result.stdout.splitlines()  # sync's own line, then grep's
     assert report == "0 embedded, 0 changed meanwhile, 0 pending"
     assert json.loads(line)["event"] == "sync" and "database" in json.loads(line)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
-import re
-import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -31,9 +30,9 @@ from psycopg import sql
 from payrail_embedder.database import create_roles
 from payrail_embedder.deploy import apply_schema
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_test_support import CLI, REPO
+from payrail_test_support import CLI
 from payrail_test_support.agent_helpers import CATALOG, MATCH_KEYS, NAME_QUERIES, SEMANTIC_QUERIES, import_catalog
-from payrail_test_support.cli import cli_json
+from payrail_test_support.cli import cli_json, documented_commands, run_commands
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL
 from payrail_test_support.ranking import search_answer
@@ -41,28 +40,10 @@ from payrail_test_support.registry_state import agent_answers, fingerprint, grou
 from payrail_test_support.servers import Cluster
 from payrail_test_support.waiting import wait_until, waits_for_a_lock
 
-OPERATIONS = REPO / "docs" / "operations.md"
 GROUP_ROLES = ["payrail_agent", "payrail_operator", "payrail_embedder"]
 # Names, pairs and plain words, and the names of the records the edits below touch: a draft's
 # name must get the answer a name nobody has gets.
 QUERIES = [*NAME_QUERIES, *SEMANTIC_QUERIES, "Amadeus", "Acme Maps / Geocode an address", "OpenWeather", "Duffel"]
-
-
-def documented_commands(section: str) -> list[str]:
-    """The sh blocks of one `## section` of docs/operations.md, in order."""
-    text = OPERATIONS.read_text(encoding="utf-8")
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)\n```", body, flags=re.S)
-
-
-def run_commands(commands: str, env: dict[str, str], cwd: Path, user: str | None = None) -> subprocess.CompletedProcess:
-    """Shell commands as an operator runs them: stop at the first that fails."""
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", commands],
-        env=env, cwd=cwd, user=user, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, f"{commands}\n{result.stdout}\n{result.stderr}"
-    return result
 
 
 @pytest.fixture

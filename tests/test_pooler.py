@@ -22,10 +22,9 @@ from psycopg import sql
 from payrail_embedder import SearchUnavailable, database
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
 from payrail_test_support.backoffice import start_backoffice
-from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_shell, write_jsonl
+from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import (
     McpHttpServer,
@@ -124,8 +123,7 @@ def test_the_operations_guide_runs_behind_pgbouncer_in_transaction_mode(server, 
     bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=2)
     try:
         env = cli_environment(bouncer.through(catalog_url), openai_fake, tmp_path)  # prepared statements: the guide turns them off
-        result = run_shell(env, documented_commands(REPO / "docs" / "operations.md", "Running behind a pooler"), tmp_path)
-        assert result.returncode == 0, (result.stdout, result.stderr)
+        result = run_commands("\n".join(documented_commands("Running behind a pooler")), env, tmp_path)
         assert '"matches": [{' in result.stdout and "0 pending" in result.stdout, result.stdout
     finally:
         bouncer.stop()

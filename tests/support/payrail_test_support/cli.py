@@ -129,17 +129,21 @@ def run_edit(env: dict[str, str], tmp_path: Path, steps: list[dict], *args: str)
     return result, [p.read_text(encoding="utf-8") for p in sorted(directory.glob("shown-*.txt"))]
 
 
-def documented_commands(document: Path, section: str) -> str:
-    """The shell commands of section ("## SECTION") of a Markdown document: its ```sh blocks, joined."""
-    body = document.read_text(encoding="utf-8").split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.+?)\n```", body, flags=re.S)
-    assert blocks, f"no sh block in {document.name}, {section}"
-    return "\n".join(blocks)
+OPERATIONS = REPO / "docs" / "operations.md"
 
 
-def run_shell(env: dict[str, str], script: str, cwd: Path) -> subprocess.CompletedProcess:
-    """script in bash -euo pipefail, payrail-embedder on its PATH: what a reader pasting it runs."""
-    path = f"{CLI.parent}:{env.get('PATH', '')}"
-    return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script], env={**env, "PATH": path}, cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+def documented_commands(section: str, document: Path = OPERATIONS) -> list[str]:
+    """The sh blocks of one `## section` of a Markdown page (docs/operations.md), in order."""
+    text = document.read_text(encoding="utf-8")
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)\n```", body, flags=re.S)
+
+
+def run_commands(commands: str, env: dict[str, str], cwd: Path, user: str | None = None) -> subprocess.CompletedProcess:
+    """Shell commands as an operator runs them, payrail-embedder on the PATH: stop at the first that fails."""
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", commands],
+        env={**env, "PATH": f"{CLI.parent}:{env.get('PATH', '')}"}, cwd=cwd, user=user, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, f"{commands}\n{result.stdout}\n{result.stderr}"
+    return result
