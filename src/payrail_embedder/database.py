@@ -131,7 +131,7 @@ def use_hba_rules(superuser_url: str, rules: str) -> None:
     deadline = time.monotonic() + 30
     while True:
         with psycopg.connect(superuser_url, autocommit=True) as conn:
-            if conn.execute("select pg_catalog.pg_conf_load_time() > %s", (loaded,)).fetchone()[0]:
+            if conn.execute("select pg_catalog.pg_conf_load_time() operator(pg_catalog.>) %s", (loaded,)).fetchone()[0]:
                 return
         if time.monotonic() > deadline:
             raise DatabaseUnavailable(f"PostgreSQL did not reload {path} within 30 seconds")

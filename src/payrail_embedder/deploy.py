@@ -55,7 +55,7 @@ DERIVATION = """
 select pg_catalog.md5(pg_catalog.concat_ws(',',
   pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail.tg_provider_methods__keep_half_vector()')),
   pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail._repair_half_vectors(bigint, bigint)')),
-  (select e.extversion from pg_catalog.pg_extension as e where e.extname = 'vector')))
+  (select e.extversion from pg_catalog.pg_extension as e where e.extname operator(pg_catalog.=) 'vector')))
 """
 
 T = TypeVar("T")
@@ -91,7 +91,7 @@ def schema_state(conn: psycopg.Connection, digest: str | None = None) -> dict:
         """select v.product_version, v.db_digest, v.applied_at, v.applied_by, v.applied_with, v.postgres_version,
                   v.pgvector_version, v.completed_at, v.definitions_changed, v.constraints_not_validated,
                   pg_catalog.current_setting('server_version'),
-                  (select e.extversion from pg_catalog.pg_extension as e where e.extname = 'vector')
+                  (select e.extversion from pg_catalog.pg_extension as e where e.extname operator(pg_catalog.=) 'vector')
            from payrail.get_schema_version() as v"""
     ).fetchone()
     if row is None:
@@ -160,15 +160,16 @@ class Wait:
         return f"{self.lock}, held by {held}"
 
 
+# Every name and operator qualified: the watcher's session keeps the login's own search path.
 WAITS = """
-select pg_catalog.format('%%s on %%s', l.mode, case when l.relation is not null then l.relation::pg_catalog.regclass::text
-                                                  else l.locktype end),
-       b.pid, b.usename::text, b.application_name, b.state,
-       extract(epoch from pg_catalog.now() - coalesce(b.state_change, b.backend_start))::float8
+select pg_catalog.format('%%s on %%s', l.mode, case when l.relation is not null
+                                                  then l.relation::pg_catalog.regclass::pg_catalog.text else l.locktype end),
+       b.pid, b.usename::pg_catalog.text, b.application_name, b.state,
+       extract(epoch from pg_catalog.now() operator(pg_catalog.-) coalesce(b.state_change, b.backend_start))::pg_catalog.float8
 from pg_catalog.pg_locks as l
 cross join lateral pg_catalog.unnest(pg_catalog.pg_blocking_pids(l.pid)) as blocking(pid)
-left join pg_catalog.pg_stat_activity as b on b.pid = blocking.pid
-where l.pid = %s and not l.granted
+left join pg_catalog.pg_stat_activity as b on b.pid operator(pg_catalog.=) blocking.pid
+where l.pid operator(pg_catalog.=) %s and not l.granted
 """
 
 
@@ -346,6 +347,10 @@ def _run_files(conn, files: list[Path], digest: str, force: bool, lock_timeout: 
                 result.deployment_id, upgrades = conn.execute(
                     "select id, upgrades from payrail.deployments order by id desc limit 1").fetchone()
                 result.upgrades = list(upgrades)
+                # The files pin the registry's search path for the session (so psql can run one
+                # alone); reset within this transaction, so the server connection a pooler hands
+                # to its next client keeps its own. The statements before and after qualify every name.
+                conn.execute("reset search_path")
             result.changed, result.locks = True, mode
             return True
         except psycopg.Error as error:
@@ -371,19 +376,21 @@ def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: fl
         return _with_attempts(watcher, attempts, say, "follow-up", work)[0]
 
     for table, constraint in conn.execute(
-        """select c.conrelid::pg_catalog.regclass::text, pg_catalog.quote_ident(c.conname) from pg_catalog.pg_constraint as c
-           where c.connamespace = 'payrail'::pg_catalog.regnamespace and not c.convalidated order by 1, 2"""
+        """select c.conrelid::pg_catalog.regclass::pg_catalog.text, pg_catalog.quote_ident(c.conname) from pg_catalog.pg_constraint as c
+           where c.connamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace and not c.convalidated order by 1, 2"""
     ).fetchall():
         in_transaction(f"alter table {table} validate constraint {constraint}")
         result.validated.append(f"{table}.{constraint}")
     if result.checked_derived_rows and _existing(conn, ("payrail.provider_method_half_vectors",)):
         low, high = conn.execute(
-            """select least((select min(id) from payrail.provider_methods),
-                            (select min(provider_method_id) from payrail.provider_method_half_vectors)),
-                      greatest((select max(id) from payrail.provider_methods),
-                               (select max(provider_method_id) from payrail.provider_method_half_vectors))"""
+            """select least((select pg_catalog.min(id) from payrail.provider_methods),
+                            (select pg_catalog.min(provider_method_id) from payrail.provider_method_half_vectors)),
+                      greatest((select pg_catalog.max(id) from payrail.provider_methods),
+                               (select pg_catalog.max(provider_method_id) from payrail.provider_method_half_vectors))"""
         ).fetchone()
         for first in range(low or 0, (high or -1) + 1, REPAIR_BATCH_IDS):
             rows = in_transaction("select payrail._repair_half_vectors(%s, %s)", (first, first + REPAIR_BATCH_IDS - 1))
             result.repaired_rows += rows[0][0]
-    in_transaction("update payrail.deployments set completed_at = pg_catalog.now() where id = %s", (result.deployment_id,))
+    in_transaction(
+        "update payrail.deployments set completed_at = pg_catalog.now() where id operator(pg_catalog.=) %s", (result.deployment_id,)
+    )
