@@ -24,11 +24,12 @@ from psycopg import sql
 
 from payrail_embedder.deploy import apply_schema
 from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches
-from payrail_test_support.backoffice import start_backoffice
+from payrail_test_support import backoffice, pgbouncer
+from payrail_test_support.backoffice import operator_logins, start_backoffice  # noqa: F401 (fixture)
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import McpHttpServer, api_registry, backoffice_round, mcp_stdio_answers, run_cli_commands
-from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
+from payrail_test_support.pgbouncer import start_pgbouncer
 from payrail_test_support.servers import replace_database
 
 NUMBERS = ["smallint", "integer", "bigint", "numeric", "real", "double precision"]
@@ -137,7 +138,9 @@ def test_db_apply_refuses_a_vector_schema_that_others_can_write_and_says_how_to_
 
 
 @pytest.mark.parametrize("access", ["direct", "pgbouncer"])
-def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(access, server, hostile_login, openai_fake, tmp_path):
+def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(
+    access, server, hostile_login, operator_logins, openai_fake, tmp_path  # noqa: F811
+):
     url = fresh_database(server, "plant")
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("create schema extensions")
@@ -172,12 +175,15 @@ def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(acce
             assert mcp_http.answers(queries) == expected
         finally:
             mcp_http.stop()
-        backoffice = start_backoffice(env, tmp_path)
+        # The backoffice signs in only with a password the server checks: an operator's, or the
+        # superuser's at PgBouncer.
+        sign_in = (backoffice.OPERATOR, backoffice.PASSWORD) if bouncer is None else ("postgres", pgbouncer.PASSWORD)
+        running = start_backoffice(env, tmp_path)
         try:
-            backoffice_round(backoffice.url, "postgres", PASSWORD, access)
+            backoffice_round(running.url, *sign_in, access)
         finally:
-            backoffice.stop()
-        assert "Traceback" not in backoffice.output, backoffice.output
+            running.stop()
+        assert "Traceback" not in running.output, running.output
         switched = run_cli(env, "model", "switch", "fake-embedding-2", "--json")
         assert switched.returncode == 0 and json.loads(switched.stdout)["switched"], (switched.stdout, switched.stderr)
         after = run_cli(env | {"PAYRAIL_EMBEDDING_MODEL": "fake-embedding-2"}, "search", "--json", SEMANTIC_QUERY)
