@@ -133,7 +133,7 @@ async def sign_in(request: Request) -> Response:
         session, token = await run_in_threadpool(sessions.sign_in, username, password, earlier)
     except SignInRefused as refused:
         failed = refused.failed
-        logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=str(refused))
+        logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=refused.reason)
         return _sign_in_form(request, refused.status, username, str(refused))
     finally:
         throttle.end(username, failed=failed)

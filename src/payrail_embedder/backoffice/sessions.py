@@ -58,13 +58,16 @@ MAX_MESSAGES = 10  # kept for the next page of a session; a client that never re
 
 class SignInRefused(Exception):
     """Why a sign-in was refused, in words the operator can act on. failed: a wrong username or
-    password as far as anyone outside can tell, which the throttle counts."""
+    password as far as anyone outside can tell, which the throttle counts. reason, for the log:
+    what libpq or the server said, which the page keeps to itself (it would tell whether a role
+    exists); libpq's words never hold the password."""
 
     status = 403
 
-    def __init__(self, message: str, *, failed: bool = False) -> None:
+    def __init__(self, message: str, *, failed: bool = False, reason: str | None = None) -> None:
         super().__init__(message)
         self.failed = failed
+        self.reason = reason or message
 
 
 class DatabaseUnreachable(SignInRefused):
@@ -128,7 +131,7 @@ def open_connection(
         raise _refusal(str(error).strip(), embedded) from None
     try:
         if not conn.pgconn.used_password:  # a libpq older than 16, which has no require_auth
-            raise SignInRefused(CREDENTIALS_REFUSED, failed=True)
+            raise SignInRefused(CREDENTIALS_REFUSED, failed=True, reason="the server did not ask for the password")
         _check_roles(conn, role)
     except BaseException:
         conn.close()
@@ -139,7 +142,7 @@ def open_connection(
 def _refusal(text: str, embedded: bool) -> SignInRefused:
     """What a failed connection attempt means for the operator; libpq's text never holds the password."""
     if CREDENTIAL_FAILURE.search(text):
-        return SignInRefused(CREDENTIALS_REFUSED, failed=True)
+        return SignInRefused(CREDENTIALS_REFUSED, failed=True, reason=" ".join(text.split()))
     fatal = re.search(r"FATAL:\s*(.+)", text, flags=re.S)
     if fatal is None:  # the server was not reached
         reason = text.splitlines()[0] if text else "no reason given"
@@ -319,7 +322,7 @@ class Sessions:
         session.conn, session.verified = conn, self._clock()
 
     def end(self, session: Session, reason: str) -> None:
-        """Ends session, saying why in the log: signed_out, replaced (signed in again) or connection_lost."""
+        """Ends session, saying why in the log: signed_out or replaced (signed in again)."""
         with self._lock:
             self._sessions.pop(session.id, None)
         self._close(session, reason)
