@@ -97,6 +97,35 @@ def test_prepared_statements_off_is_what_a_transaction_pool_needs(server, catalo
         bouncer.stop()
 
 
+def test_db_apply_through_a_transaction_pool_repeats_its_statements_unprepared(server, catalog_url, openai_fake, tmp_path):
+    # Ids spread over many more of --force's repair batches (a transaction each) than psycopg's
+    # prepare threshold, while other clients keep the pool's two server connections changing hands.
+    with psycopg.connect(catalog_url, autocommit=True) as admin:
+        admin.execute("select pg_catalog.setval(pg_catalog.pg_get_serial_sequence('payrail.provider_methods', 'id'), 1000000)")
+    bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=2)
+    done = threading.Event()
+
+    def other_client():
+        with psycopg.connect(bouncer.through(catalog_url), autocommit=True, prepare_threshold=None) as conn:
+            while not done.is_set():
+                conn.execute("select pg_catalog.pg_sleep(0.002)")
+
+    others = [threading.Thread(target=other_client) for _ in range(3)]
+    try:
+        env = pooled_environment(bouncer, catalog_url, "postgres", openai_fake, tmp_path)
+        code, report, stderr = cli_json(env, "import", "--json", write_jsonl(tmp_path / "far.jsonl", [draft_record("far id")]))
+        assert code == 0, (report, stderr)
+        for thread in others:
+            thread.start()
+        code, report, stderr = cli_json(env, "db", "apply", "--force", "--json")
+        assert code == 0 and report["derivedRowsChecked"] and report["repairedDerivedRows"] == 0, (report, stderr)
+    finally:
+        done.set()
+        for thread in others:
+            thread.join()
+        bouncer.stop()
+
+
 SESSION_STATE = "select pg_catalog.current_setting('search_path'), (select count(*) from pg_catalog.pg_prepared_statements)"
 
 

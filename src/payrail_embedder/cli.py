@@ -172,6 +172,7 @@ def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
         lock_timeout=lock_timeout,
         attempts=attempts,
         say=lambda message: click.echo(message, err=True),
+        prepared_statements=settings.prepared_statements,
     )
     click.echo(json_text(result.to_json()) if as_json else result.describe())
 

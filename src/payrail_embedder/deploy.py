@@ -29,7 +29,7 @@ from typing import TypeVar
 
 import psycopg
 
-from . import errcodes
+from . import connection, errcodes
 from .database import display_url, sql_dir, sql_files
 
 # The tables a change may lock, in the order a search takes them (payrail._search: the name path's
@@ -177,8 +177,8 @@ class LockWatcher:
     """Watches, from a connection of its own, what the apply's session waits for and who holds it,
     so a lock_timeout can be reported in words (PostgreSQL's error names neither)."""
 
-    def __init__(self, database_url: str, pid: int) -> None:
-        self._conn = psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder db apply watcher")
+    def __init__(self, database_url: str, pid: int, options: dict) -> None:
+        self._conn = psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder db apply watcher", **options)
         self._pid = pid
         self._latest: Wait | None = None
         self._stop = threading.Event()
@@ -295,18 +295,21 @@ def apply_schema(
     lock_timeout: float = LOCK_TIMEOUT_SECONDS,
     attempts: int = LOCK_ATTEMPTS,
     say: Callable[[str], None] = lambda message: None,
+    prepared_statements: bool = True,
 ) -> ApplyResult:
     """Applies db/ to the database unless it is current (force: even then); see the module's doc.
-    say receives, as it happens, what the apply waits for."""
+    say receives, as it happens, what the apply waits for. prepared_statements: off behind a
+    pooler that cannot carry them (the repair's batches repeat a statement, so does the watcher)."""
     started = time.perf_counter()
     files = sql_files()
     digest = db_digest(files)
     result = ApplyResult(display_url(database_url), changed=False, files=len(files))
     # Autocommit: every transaction below is a `with conn.transaction()` of its own.
-    with psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder") as conn:
+    options = connection.psycopg_options(prepared_statements)
+    with psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder", **options) as conn:
         if force or schema_state(conn, digest)["applyDue"]:
             derivation = conn.execute(DERIVATION).fetchone()[0]
-            with LockWatcher(database_url, conn.info.backend_pid) as watcher:
+            with LockWatcher(database_url, conn.info.backend_pid, options) as watcher:
                 applied, result.attempts = _with_attempts(
                     watcher, attempts, say, "applying db/",
                     lambda: _run_files(conn, files, digest, force, lock_timeout, result, say))
