@@ -15,7 +15,9 @@ import time
 import anyio
 import psycopg
 import pytest
+from psycopg import sql
 
+from payrail_embedder import database
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
 from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, start_backoffice
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
@@ -185,6 +187,25 @@ def test_commands_that_change_the_registry_log_a_summary_naming_the_database(cli
     code, report, stderr = cli_json(cli_env, "import", "--json", refused)
     (summary,) = events(stderr)
     assert code == 2 and (summary["level"], summary["refused"], summary["saved"]) == ("warning", "1", "false")
+
+
+def test_operator_add_and_db_roles_name_the_server_they_changed_never_the_password(cli_env, database_url):
+    login = f"logs_{psycopg.conninfo.conninfo_to_dict(database_url)['dbname']}"[:63]
+    password = "operator-password-never-logged-4d1e"
+    try:
+        added = run_cli(cli_env, "operator", "add", login, "--password-stdin", input=password + "\n")
+        assert added.returncode == 0, added.stderr
+        (summary,) = events(added.stderr)
+        assert (summary["event"], summary["login"], summary["outcome"], summary["role"]) == ("operator_add", login, "created", "postgres")
+        assert psycopg.conninfo.conninfo_to_dict(summary["database"])["dbname"] == psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+        assert password not in added.stdout + added.stderr
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login)))
+    roles = run_cli(cli_env, "db", "roles")
+    (summary,) = events(roles.stderr)
+    assert (summary["event"], summary["existing"]) == ("db_roles", "payrail_agent,payrail_operator,payrail_embedder"), roles.stderr
+    assert summary["database"] == database.display_url(database_url)
 
 
 def test_the_operations_guide_finds_a_sync_in_its_json_log(cli_env, tmp_path):

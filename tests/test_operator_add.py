@@ -61,7 +61,7 @@ def test_a_new_login_is_created_with_both_grants_and_said_so_as_json(database_ur
     try:
         result = add(database_url, name, "--password-stdin", "--json", input="a passphrase\n")
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output) == {"login": name, "created": True, "grants": ["payrail_operator", "payrail_embedder"]}
+        assert json.loads(result.stdout) == {"login": name, "created": True, "grants": ["payrail_operator", "payrail_embedder"]}
         assert grants_of(database_url, name) == {"payrail_operator", "payrail_embedder"}
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:

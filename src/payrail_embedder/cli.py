@@ -188,6 +188,10 @@ def db_roles(settings: Settings, as_json):
     CREATEROLE. `db apply` creates them too.
     """
     report = database.create_roles(settings.resolved_database_url)
+    logs.log(
+        "db_roles", database=database.display_url(settings.resolved_database_url),
+        created=",".join(report["created"]) or None, existing=",".join(report["existing"]) or None,
+    )  # fmt: skip
     if as_json:
         click.echo(json_text(report))
         return
@@ -736,8 +740,10 @@ def operator_add(settings: Settings, name, password_stdin, as_json):
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     logins.check_login(name, password)  # before the embedded server is started
+    started = time.monotonic()
     with settings.connect() as conn:
         created = logins.add_operator(conn, name, password)
+        log_change("operator_add", conn, started, login=name, outcome="created" if created else "updated")
     if as_json:
         click.echo(json_text({"login": name, "created": created, "grants": list(logins.OPERATOR_GRANTS)}))
     else:
