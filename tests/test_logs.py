@@ -259,6 +259,10 @@ def test_without_a_url_the_embedded_default_is_used_and_libpq_variables_are_warn
         run_cli(env, "db", "stop")
 
 
+# Every character Python's str.splitlines breaks a line at (log shippers differ on which they do).
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
 @pytest.mark.parametrize("log_format", ["logfmt", "json"])
 def test_a_line_break_or_a_quote_in_a_value_never_splits_or_forges_a_line(log_format):
     import logging
@@ -266,10 +270,12 @@ def test_a_line_break_or_a_quote_in_a_value_never_splits_or_forges_a_line(log_fo
     from payrail_embedder.logs import LineFormatter
 
     record = logging.LogRecord("payrail_embedder", logging.WARNING, __file__, 1, "sign_in", None, None)
-    record.event, record.fields = "sign_in", {"role": FORGED, "outcome": "failure", "secret": API_KEY}
-    line = LineFormatter(log_format, secrets=[API_KEY]).format(record)
-    assert "\n" not in line and API_KEY not in line
-    assert parse_line(line)["role"] == FORGED and parse_line(line)["secret"] == "[hidden]"
+    for line_break in LINE_BREAKS:
+        forged = FORGED.replace("\n", line_break)
+        record.event, record.fields = "sign_in", {"role": forged, "outcome": "failure", "secret": API_KEY}
+        line = LineFormatter(log_format, secrets=[API_KEY]).format(record)
+        assert line.splitlines() == [line] and API_KEY not in line, repr(line)
+        assert parse_line(line)["role"] == forged and parse_line(line)["secret"] == "[hidden]"
     # A name of a megabyte makes a line of a kilobyte.
     record.fields["role"] = "m" * 1_000_000
     logged = parse_line(LineFormatter(log_format).format(record))["role"]

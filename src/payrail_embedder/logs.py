@@ -30,6 +30,10 @@ MIN_SECRET_LENGTH = 8
 # An event's text fields are cut to this many characters: a user name typed at sign-in is the
 # client's to choose, and a log line stays a line.
 MAX_FIELD_CHARACTERS = 1000
+# The line breaks JSON leaves as they are (json.dumps escapes the ASCII ones), which readers that
+# split on Unicode's line breaks (Python's splitlines, some log shippers) would split a line at.
+# They only ever occur inside a quoted value, where the escape reads back as the same character.
+UNESCAPED_LINE_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
 
 
 def log(event: str, level: int = logging.INFO, **fields: object) -> None:
@@ -87,7 +91,7 @@ class LineFormatter(logging.Formatter):
             line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in keys.items())
         for secret in self.secrets:
             line = line.replace(secret, HIDDEN)
-        return line
+        return line.translate(UNESCAPED_LINE_BREAKS)
 
 
 class StandardError(logging.StreamHandler):
