@@ -23,7 +23,7 @@ from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import BackofficeOperator, draft_record, editing
-from payrail_test_support.logs import events, parse_line
+from payrail_test_support.logs import events, events_among, parse_line
 from payrail_test_support.own_server import own_server, registry_url  # noqa: F401 (fixtures)
 from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
 
@@ -32,11 +32,6 @@ API_KEY = "sk-test-logs-5f1c0a9e7b2d4c6a"
 WRONG_PASSWORDS = ["wrong-password-one-1a2b", "wrong-password-two-3c4d", "wrong-password-three-5e6f"]
 # An attacker's user name that would forge a second event if a line could hold a line break.
 FORGED = 'mallory\nts=2020-01-01T00:00:00.000Z level=info event=sign_in role=admin outcome=success "'
-
-
-def log_events(output: str, name: str | None = None) -> list[dict]:
-    """The log lines of a backoffice's output (which also holds its few lines for people on stdout)."""
-    return [e for e in (parse_line(line) for line in output.splitlines() if line.startswith("ts=")) if name is None or e["event"] == name]
 
 
 def failed_sign_in(client: HttpClient, role: str, password: str, secrets: list[str]) -> int:
@@ -87,29 +82,29 @@ def test_a_backoffice_session_is_logged_event_by_event_without_a_secret(server, 
         backoffice.stop()
         bouncer.stop()
 
-    logged = log_events(backoffice.output)
+    logged = events_among(backoffice.output)
     assert logged, backoffice.output
     for event in logged:
         assert set(event) >= {"ts", "level", "event"} and event["level"] in ("info", "warning"), event
-    failures = log_events(backoffice.output, "sign_in")
+    failures = events_among(backoffice.output, "sign_in")
     assert [(e["role"], e["outcome"], e["level"]) for e in failures] == (
         [(OPERATOR, "failure", "warning")] * 3 + [(FORGED, "failure", "warning"), (OPERATOR, "success", "info"), (OPERATOR, "success", "info")]
     )
     assert "authentication failed" in failures[0]["reason"]
-    (throttled,) = log_events(backoffice.output, "sign_in_throttled")
+    (throttled,) = events_among(backoffice.output, "sign_in_throttled")
     assert throttled["role"] == OPERATOR and int(throttled["wait_seconds"]) > 0
-    saves = [(e["outcome"], e["record"], e["version"], e["role"]) for e in log_events(backoffice.output, "save")]
+    saves = [(e["outcome"], e["record"], e["version"], e["role"]) for e in events_among(backoffice.output, "save")]
     assert saves == [("created", str(record_id), "1", OPERATOR), ("updated", str(record_id), "2", OPERATOR)]
-    (restored,) = log_events(backoffice.output, "restore")
+    (restored,) = events_among(backoffice.output, "restore")
     assert (restored["outcome"], restored["record"], restored["version"], restored["role"]) == ("updated", str(record_id), "3", OPERATOR)
     assert int(restored["history"]) > 0
-    (deleted,) = log_events(backoffice.output, "delete")
+    (deleted,) = events_among(backoffice.output, "delete")
     assert (deleted["outcome"], deleted["record"], deleted["version"], deleted["role"]) == ("deleted", str(record_id), "3", OPERATOR)
-    (imported,) = log_events(backoffice.output, "import")
+    (imported,) = events_among(backoffice.output, "import")
     assert (imported["created"], imported["refused"], imported["saved"], imported["role"], imported["source"]) == ("1", "0", "true", OPERATOR, "drafts.jsonl")
-    ends = [(e["role"], e["reason"]) for e in log_events(backoffice.output, "session_end")]
+    ends = [(e["role"], e["reason"]) for e in events_among(backoffice.output, "session_end")]
     assert ends == [(OPERATOR, "signed_out"), (OPERATOR, "idle")], ends
-    assert log_events(backoffice.output, "http_request"), "uvicorn's access lines go through the same handler"
+    assert events_among(backoffice.output, "http_request"), "uvicorn's access lines go through the same handler"
 
     secrets += [operator.session.cookie, operator.session.token, idle.cookie, idle.token]
     for secret in secrets:

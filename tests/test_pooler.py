@@ -23,7 +23,7 @@ from payrail_embedder import SearchUnavailable, database
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
-from payrail_test_support.backoffice import start_backoffice
+from payrail_test_support.backoffice import HttpClient, post_sign_in, start_backoffice
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import (
@@ -35,6 +35,7 @@ from payrail_test_support.interfaces import (
     editing,
     mcp_stdio_answers,
 )
+from payrail_test_support.logs import events_among
 from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
 from payrail_test_support.pgbouncer import PASSWORD, PgBouncer, start_pgbouncer
 
@@ -124,6 +125,21 @@ def test_db_apply_through_a_transaction_pool_repeats_its_statements_unprepared(s
         for thread in others:
             thread.join()
         bouncer.stop()
+
+
+def test_the_backoffice_signs_no_one_in_through_a_pgbouncer_that_checks_no_password(server, catalog_url, openai_fake, tmp_path):
+    bouncer = start_pgbouncer(server.admin_url, auth_type="trust")
+    backoffice = start_backoffice(pooled_environment(bouncer, catalog_url, OPERATOR, openai_fake, tmp_path), tmp_path)
+    try:
+        client = HttpClient(backoffice.url)
+        for password in (PASSWORD, "any password at all"):
+            reply = post_sign_in(client, OPERATOR, password)
+            assert reply.status == 403 and "without checking a password" in reply.body, (reply.status, reply.body[:2000])
+    finally:
+        backoffice.stop()
+        bouncer.stop()
+    reasons = [event["reason"] for event in events_among(backoffice.output, "sign_in")]
+    assert len(reasons) == 2 and all("did not" in reason and "authentication" in reason for reason in reasons), reasons
 
 
 SESSION_STATE = "select pg_catalog.current_setting('search_path'), (select count(*) from pg_catalog.pg_prepared_statements)"

@@ -21,3 +21,8 @@ def events(stderr: str, name: str | None = None) -> list[dict]:
     """Every line of stderr as an event (each must be one), or only those of event name."""
     parsed = [parse_line(line) for line in stderr.splitlines() if line]
     return [event for event in parsed if name is None or event["event"] == name]
+
+
+def events_among(output: str, name: str | None = None) -> list[dict]:
+    """The log lines among a process's other output (the backoffice's lines for people), as events."""
+    return events("\n".join(line for line in output.splitlines() if line.startswith("ts=")), name)

@@ -78,10 +78,11 @@ def _write_auth_file(directory: Path, users: set[str]) -> None:
     path.chmod(0o644)
 
 
-def start_pgbouncer(server_admin_url: str, *, pool_mode: str = "transaction", pool_size: int = 2) -> PgBouncer:
+def start_pgbouncer(server_admin_url: str, *, pool_mode: str = "transaction", pool_size: int = 2, auth_type: str = "scram-sha-256") -> PgBouncer:
     """PgBouncer in pool_mode with pool_size server connections per database and user, in front of
-    the server of server_admin_url (an embedded test server: unix socket). Its files live in a
-    directory of its own that the user it runs as can reach; stop() removes it."""
+    the server of server_admin_url (an embedded test server: unix socket), checking clients'
+    passwords by auth_type ("trust": none). Its files live in a directory of its own that the user
+    it runs as can reach; stop() removes it."""
     server = conninfo_to_dict(server_admin_url)
     directory = Path(tempfile.mkdtemp(prefix="payrail-pgbouncer-"))
     directory.chmod(0o755)
@@ -101,7 +102,7 @@ def start_pgbouncer(server_admin_url: str, *, pool_mode: str = "transaction", po
 listen_addr = 127.0.0.1
 listen_port = {port}
 unix_socket_dir =
-auth_type = scram-sha-256
+auth_type = {auth_type}
 auth_file = {directory / "userlist.txt"}
 pool_mode = {pool_mode}
 default_pool_size = {pool_size}
