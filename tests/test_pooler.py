@@ -142,7 +142,13 @@ def test_the_backoffice_signs_no_one_in_through_a_pgbouncer_that_checks_no_passw
     assert len(reasons) == 2 and all("did not" in reason and "authentication" in reason for reason in reasons), reasons
 
 
-SESSION_STATE = "select pg_catalog.current_setting('search_path'), (select count(*) from pg_catalog.pg_prepared_statements)"
+# What a client may leave on a server connection: settings (the search path, and the notes db/'s
+# files set for the deploy's session; reset, a note reads as empty) and prepared statements.
+SESSION_STATE = """
+select pg_catalog.current_setting('search_path'), coalesce(pg_catalog.current_setting('payrail.new_registry', true), ''),
+       coalesce(pg_catalog.current_setting('payrail.text_rules_before', true), ''),
+       (select count(*) from pg_catalog.pg_prepared_statements)
+"""
 
 
 def test_the_package_leaves_no_session_state_on_the_pools_server_connections(server, catalog_url, openai_fake, tmp_path):
@@ -151,7 +157,7 @@ def test_the_package_leaves_no_session_state_on_the_pools_server_connections(ser
         with psycopg.connect(bouncer.through(catalog_url), autocommit=True) as client:
             before = client.execute(SESSION_STATE).fetchone()
         env = pooled_environment(bouncer, catalog_url, "postgres", openai_fake, tmp_path)
-        for args in (("db", "apply"), ("import", str(write_jsonl(tmp_path / "one.jsonl", [draft_record("state")]))), ("sync",)):
+        for args in (("db", "apply", "--force"), ("import", str(write_jsonl(tmp_path / "one.jsonl", [draft_record("state")]))), ("sync",)):
             result = run_cli(env, *args)
             assert result.returncode == 0, (args, result.stderr)
         assert cli_answer(env, SEMANTIC_QUERY)["matches"]
@@ -159,7 +165,7 @@ def test_the_package_leaves_no_session_state_on_the_pools_server_connections(ser
             assert answer_json(registry, SEMANTIC_QUERY)["matches"]
         # Another client of the same pool (the one server connection) finds it as it was.
         with psycopg.connect(bouncer.through(catalog_url), autocommit=True) as client:
-            assert client.execute(SESSION_STATE).fetchone() == before == ('"$user", public', 0)
+            assert client.execute(SESSION_STATE).fetchone() == before == ('"$user", public', "", "", 0)
     finally:
         bouncer.stop()
 

@@ -350,10 +350,11 @@ def _run_files(conn, files: list[Path], digest: str, force: bool, lock_timeout: 
                 result.deployment_id, upgrades = conn.execute(
                     "select id, upgrades from payrail.deployments order by id desc limit 1").fetchone()
                 result.upgrades = list(upgrades)
-                # The files pin the registry's search path for the session (so psql can run one
-                # alone); reset within this transaction, so the server connection a pooler hands
-                # to its next client keeps its own. The statements before and after qualify every name.
-                conn.execute("reset search_path")
+                # The files set the registry's search path (so psql can run one alone) and their
+                # own notes (payrail.new_registry, ...) for the session; reset within this
+                # transaction, so the server connection a pooler hands to its next client is as it
+                # was. The statements before and after qualify every name.
+                conn.execute("reset all")
             result.changed, result.locks = True, mode
             return True
         except psycopg.Error as error:
@@ -378,11 +379,13 @@ def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: fl
 
         return _with_attempts(watcher, attempts, say, "follow-up", work)[0]
 
+    # The session's path holds no registry schema now: the statement names the table's, the report does not.
     for table, constraint in conn.execute(
-        """select c.conrelid::pg_catalog.regclass::pg_catalog.text, pg_catalog.quote_ident(c.conname) from pg_catalog.pg_constraint as c
+        """select pg_catalog.quote_ident(t.relname), pg_catalog.quote_ident(c.conname)
+           from pg_catalog.pg_constraint as c join pg_catalog.pg_class as t on t.oid operator(pg_catalog.=) c.conrelid
            where c.connamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace and not c.convalidated order by 1, 2"""
     ).fetchall():
-        in_transaction(f"alter table {table} validate constraint {constraint}")
+        in_transaction(f"alter table payrail.{table} validate constraint {constraint}")
         result.validated.append(f"{table}.{constraint}")
     if result.checked_derived_rows and _existing(conn, ("payrail.provider_method_half_vectors",)):
         low, high = conn.execute(
