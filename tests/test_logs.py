@@ -244,7 +244,7 @@ def test_without_a_url_the_embedded_default_is_used_and_libpq_variables_are_warn
         result = run_cli(env, "db", "url")
         # The embedded server is reached on its own socket and port, whatever PGHOST and PGPORT say.
         assert result.returncode == 0 and "port=" in result.stdout, result.stderr
-        (warning,) = events(result.stderr)
+        (warning,) = events_among(result.stderr)  # after the line that says the server starts
         assert (warning["level"], warning["ignored"]) == ("warning", "PGUSER,PGHOST,PGPORT")
         assert "PAYRAIL_DATABASE_URL=postgresql://" in warning["reason"]
         for args in (("db", "apply"), ("search", "--json", "Nothing here")):
