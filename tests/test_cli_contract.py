@@ -154,15 +154,18 @@ def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(r
     env = {**registry, "PAYRAIL_PROGRESS_INTERVAL": "0"}
     result = run_cli(env, "sync", "--batch-size", "1")
     assert result.returncode == 0, result.stderr
-    lines = [dict(pair.split("=", 1) for pair in line.split()[1:]) for line in result.stderr.splitlines()]
+    # Progress lines, then the run's summary in the operators' log.
+    *progress_lines, summary = result.stderr.splitlines()
+    lines = [dict(pair.split("=", 1) for pair in line.split()[1:]) for line in progress_lines]
     assert [line["done"] for line in lines] == [str(n) for n in range(1, records + 1)], result.stderr
     assert all(line["task"] == "sync" and line["total"] == str(records) and line["elapsed_s"].isdigit() for line in lines)
-    assert all(line.startswith("progress task=sync ") for line in result.stderr.splitlines())
+    assert all(line.startswith("progress task=sync ") for line in progress_lines)
+    assert events(summary)[0]["event"] == "sync"
 
     lines_file = write_jsonl(tmp_path / "more.jsonl", [{**CATALOG[0], "method": f"Extra {n}"} for n in range(3)])
     imported = run_cli(env, "import", lines_file)
     assert imported.returncode == 0, imported.stderr
-    assert imported.stderr.splitlines()[-1].startswith("progress task=import done=3 total=3 elapsed_s="), imported.stderr
+    assert imported.stderr.splitlines()[-2].startswith("progress task=import done=3 total=3 elapsed_s="), imported.stderr
 
 
 @pytest.mark.slow

@@ -144,7 +144,7 @@ def run_cli_commands(env: dict[str, str], tmp_path: Path) -> None:
 def editing(env: dict[str, str], directory: Path, old: str, new: str) -> dict[str, str]:
     """env with $EDITOR the fake editor (tests/fake_editor.py), which replaces old by new and saves."""
     directory.mkdir()
-    (directory / "steps.json").write_text(json.dumps([{"replace": [json.dumps(old)[1:-1], json.dumps(new)[1:-1]]}]))
+    (directory / "steps.json").write_text(json.dumps([{"replace": [old, new]}]))
     return {**env, "EDITOR": f"{sys.executable} {FAKE_EDITOR}", "FAKE_EDITOR_DIR": str(directory)}
 
 
