@@ -87,6 +87,9 @@ def test_upgrading_a_registry_of_the_last_release_before_this_bookkeeping(server
         for result in (before, apply, after, version, upgrades):
             assert result.returncode == 0, result.stdout + result.stderr
         assert "db apply: due (the registry predates schema versions)" in before.stdout, before.stdout
+        # What an older registry holds is said before the apply too, as far as its tables tell.
+        assert re.search(r"\d+ records: \d+ enabled, \d+ drafts, which of them lack a current vector is known after `db apply`",
+                         before.stdout), before.stdout
         assert re.search(r"applied db/ to .*: changed \(.*upgrade steps 001-provider_methods_version, ", apply.stdout), apply.stdout
         assert "db apply: not due, the registry is current" in after.stdout, after.stdout
         assert "payrail-embedder" in version.stdout and "(1 row)" in version.stdout, version.stdout

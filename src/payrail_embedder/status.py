@@ -100,8 +100,11 @@ def describe(report: dict) -> list[str]:
     elif registry is not None:
         model = registry["model"]
         lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
-        lines.append(
-            f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, "
-            f"{registry['draftsNeedingEmbedding']} of them without a current vector"
+        needing = registry["draftsNeedingEmbedding"]
+        without_vector = (
+            f"{needing} of them without a current vector"
+            if needing is not None
+            else "which of them lack a current vector is known after `db apply`"
         )
+        lines.append(f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, {without_vector}")
     return lines

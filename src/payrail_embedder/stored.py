@@ -145,16 +145,22 @@ def counts(conn: psycopg.Connection) -> dict:
 
     {"schemaApplied": false} where db/ was never applied.
     """
-    if conn.execute("select pg_catalog.to_regclass('payrail.provider_methods') is null").fetchone()[0]:
+    table, states = conn.execute(
+        "select pg_catalog.to_regclass('payrail.provider_methods'), pg_catalog.to_regclass(%s)", (RECORDS,)
+    ).fetchone()
+    if table is None:
         return {"schemaApplied": False}
+    # A registry from before the states view (its `db apply` is due) still says what it holds;
+    # which drafts lack a current vector is the view's rule, so that count waits for the apply.
+    needing = "count(*) filter (where not pm.enabled and not pm.has_current_vector)" if states else "null"
     row = (
         conn.cursor(row_factory=dict_row)
         .execute(
             f"""
             select count(*) as records, count(*) filter (where pm.enabled) as enabled,
                    count(*) filter (where not pm.enabled) as drafts,
-                   count(*) filter (where not pm.enabled and not pm.has_current_vector) as drafts_needing_embedding
-            from {RECORDS} as pm
+                   {needing} as drafts_needing_embedding
+            from {states or table} as pm
             """
         )
         .fetchone()
