@@ -37,7 +37,7 @@ GUIDANCE = (
     "day to look up. Optional parameters: page (NUMBER): page number; limit (NUMBER): page size.\n"
     "Notes: Category: Data. Tool: Benchmark Provider {number}."
 )
-# What a production server is given (README "Production server"); shared_buffers as the README
+# What a production server is given (docs/operations.md, "Production server"); shared_buffers as that page
 # recommends for a registry that fits it. --set adds or overrides.
 SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB", "checkpoint_timeout": "30min", "autovacuum": "off"}
 

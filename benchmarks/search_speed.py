@@ -54,7 +54,7 @@ from throwaway_postgres import throwaway_postgres
 MODEL = FAKE_MODEL
 SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)"
 NAME_SEARCH = "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s)"
-# What a production server needs for search (README "Production server"): workers for all cores but
+# What a production server needs for search (docs/operations.md, "Production server"): workers for all cores but
 # the leader's; shared_buffers is sized in main(). --set adds or overrides.
 DEFAULT_SETTINGS = {
     "autovacuum": "off",
@@ -75,7 +75,7 @@ def derived_table_bytes(records: int, dimensions: int) -> int:
 
 
 def shared_buffers_for(records: int, dimensions: int) -> str:
-    """Enough to keep the derived table and the rows search re-ranks cached (README "Production server")."""
+    """Enough to keep the derived table and the rows search re-ranks cached (docs/operations.md, "Production server")."""
     megabytes = -(-derived_table_bytes(records, dimensions) * 5 // 4 // 2**20)
     return f"{max(MINIMUM_SHARED_BUFFERS_MB, megabytes)}MB"
 

@@ -1,4 +1,4 @@
-"""The per-login limits the README tells a DBA to set for agent logins, shown to bite: a
+"""The per-login limits docs/security.md tells a DBA to set for agent logins, shown to bite: a
 statement_timeout that ends a search left waiting, and a connection limit. Set on the group role
 payrail_agent instead, neither reaches its members: PostgreSQL applies a role's settings only to
 sessions that log in as that role.
@@ -20,7 +20,7 @@ def as_login(url: str, login: str) -> str:
 
 @pytest.fixture
 def agent_login(database_url):
-    """A login granted payrail_agent, with the limits the README recommends (small, for the test)."""
+    """A login granted payrail_agent, with the limits docs/security.md recommends (small, for the test)."""
     login = f"agent_login_{urlsplit(database_url).path.lstrip('/')}"
     with psycopg.connect(database_url, autocommit=True) as admin:
         admin.execute(sql.SQL("create role {} login connection limit 2 in role payrail_agent").format(sql.Identifier(login)))

@@ -525,7 +525,7 @@ def test_a_stale_delete_deletes_nothing(browser, backoffice, page, database_url)
 
 
 def test_a_new_operator_fixes_a_word_and_agents_answers_change(browser, cli_env, operator_logins, tmp_path):
-    """The issue's proof, on the sample catalog; also takes the README's screenshots."""
+    """The issue's proof, on the sample catalog; also takes the screenshots of docs/operators.md and the README."""
     result = run_cli(cli_env, "import", str(REPO / "catalog" / "sample.jsonl"))
     assert result.returncode == 0, result.stderr
     query = "find live hotel availability through a paid API"

@@ -1,4 +1,5 @@
-"""The README documents what exists, CI runs what the README says, and the sample catalog is sound."""
+"""The docs document what exists and lead where they say, CI runs what the README says, and the
+sample catalog is sound."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -16,26 +18,39 @@ from click.testing import CliRunner
 from payrail_embedder import errcodes
 from payrail_embedder.cli import FAILURE_EXIT_STATUS, cli
 from payrail_embedder.records import parse_record
+from payrail_test_support import REPO
+from payrail_test_support.docs import DOCS, README, headings, pages, prose_lines, read
 from payrail_test_support.servers import server_names
 
-REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+CLI_REFERENCE = DOCS / "cli.md"
+# cog's generated part of docs/cli.md: the --help of every command, between its markers.
+GENERATED = re.compile(r"^<!-- \[\[\[cog$.*?^<!-- \[\[\[end\]\]\] -->$", flags=re.S | re.M)
 
 
-def command_paths(group: click.Group, prefix: str = "payrail-embedder") -> list[str]:
+def command_paths(group: click.Group, prefix: str = "payrail-embedder", *, groups: bool = False) -> list[str]:
+    """Every command's path ("payrail-embedder db apply"), and with groups=True every group's too."""
     paths = []
     for name, command in group.commands.items():
         path = f"{prefix} {name}"
         if isinstance(command, click.Group):
-            paths += command_paths(command, path)
+            paths += [path] * groups + command_paths(command, path, groups=groups)
         else:
             paths.append(path)
     return paths
 
 
-def test_every_command_is_in_the_readme():
-    missing = [path for path in command_paths(cli) if f"`{path}" not in README]
-    assert not missing, f"commands missing from README.md: {missing}"
+def test_every_command_is_explained_in_the_docs():
+    """Written about by a person, not only in the generated reference."""
+    written = "".join(GENERATED.sub("", read(page)) for page in pages())
+    missing = [path for path in command_paths(cli) if f"`{path}" not in written]
+    assert not missing, f"commands missing from README.md and docs/: {missing}"
+
+
+def test_the_cli_reference_is_the_help_of_every_command_as_it_is_now():
+    result = subprocess.run([sys.executable, "-m", "cogapp", "--check", CLI_REFERENCE], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"docs/cli.md is stale: run `.venv/bin/cog -r docs/cli.md`\n{result.stdout}{result.stderr}"
+    reference = GENERATED.search(read(CLI_REFERENCE))[0]
+    assert {title for level, title in headings(reference) if level == 3} == {"payrail-embedder", *command_paths(cli, groups=True)}
 
 
 def test_every_command_explains_itself_in_its_help():
@@ -64,13 +79,13 @@ def test_errcodes_mirrors_the_sqlstates_of_db_errcodes_md():
     assert registry_codes <= mirrored, f"in ERRCODES.md, not in errcodes.py: {registry_codes - mirrored}"
 
 
-def test_readme_lists_every_failure_code_with_its_exit_status():
-    table = markdown_table(README, "## Errors and exit status")
+def test_the_cli_reference_lists_every_failure_code_with_its_exit_status():
+    table = markdown_table(read(CLI_REFERENCE), "## Errors and exit status")
     assert {row[0]: int(row[1]) for row in table} == FAILURE_EXIT_STATUS
 
 
 def readme_commands() -> list[str]:
-    return re.findall(r"```sh\n(.+?)\n```", README.split("## The two commands", 1)[1], flags=re.S)[:2]
+    return re.findall(r"```sh\n(.+?)\n```", read(README).split("## The two commands", 1)[1], flags=re.S)[:2]
 
 
 def test_ci_runs_the_readme_commands_verbatim():
@@ -82,7 +97,7 @@ def test_ci_runs_the_readme_commands_verbatim():
 
 
 def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
-    marker_expression = re.search(r'`\./scripts/test (-m "[^"]+")`', README)[1]
+    marker_expression = re.search(r'`\./scripts/test (-m "[^"]+")`', read(README))[1]
     # Slow by file, by test, and by what a test uses (chromium, the real local model).
     files = ["test_upgrades.py", "test_soak.py", "test_backoffice.py", "test_local_model.py"]
     collected = subprocess.run(
@@ -96,10 +111,10 @@ def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
     assert not [test for test in tests if any(part in test for part in slow)], tests
 
 
-def test_every_benchmark_is_in_the_readme_and_the_runner_names_them_on_a_wrong_name():
+def test_every_benchmark_is_in_the_benchmarks_page_and_the_runner_names_them_on_a_wrong_name():
     benchmarks = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "throwaway_postgres")
-    missing = [name for name in benchmarks if f"./scripts/benchmark {name}" not in README]
-    assert not missing, f"benchmarks missing from README.md: {missing}"
+    missing = [name for name in benchmarks if f"./scripts/benchmark {name}" not in read(DOCS / "benchmarks.md")]
+    assert not missing, f"benchmarks missing from docs/benchmarks.md: {missing}"
     # A wrong name fails before anything is installed, and says which names there are.
     result = subprocess.run([REPO / "scripts" / "benchmark", "search-speed"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
@@ -120,11 +135,11 @@ def test_sample_catalog():
     assert len(hotel) >= 3
 
 
-def test_the_supported_versions_in_the_readme_are_the_servers_every_test_runs_on(servers):
-    """Supported means tested: the README's PostgreSQL and pgvector versions are exactly those of
-    the embedded servers the suite runs (Docker and PAYRAIL_TEST_DATABASE_URL come and go)."""
-    claim = re.search(r"\*\*Supported versions: PostgreSQL ([^*]+?), with pgvector ([\d.]+)\*\*", README)
-    assert claim, "README.md states no supported versions"
+def test_the_supported_versions_in_the_docs_are_the_servers_every_test_runs_on(servers):
+    """Supported means tested: docs/operations.md's PostgreSQL and pgvector versions are exactly
+    those of the embedded servers the suite runs (Docker and PAYRAIL_TEST_DATABASE_URL come and go)."""
+    claim = re.search(r"\*\*Supported versions: PostgreSQL ([^*]+?), with pgvector ([\d.]+)\*\*", read(DOCS / "operations.md"))
+    assert claim, "docs/operations.md states no supported versions"
     embedded = [name for name in server_names() if re.fullmatch(r"pg\d+", name)]
     assert sorted(f"pg{version}" for version in re.findall(r"\d+", claim[1])) == sorted(embedded)
     for name in embedded:
@@ -132,3 +147,43 @@ def test_the_supported_versions_in_the_readme_are_the_servers_every_test_runs_on
             assert conn.info.server_version // 10000 == int(name.removeprefix("pg"))
             offered = conn.execute("select default_version from pg_available_extensions where name = 'vector'").fetchone()
         assert offered == (claim[2],), name
+
+
+def anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower().replace("`", "")).replace(" ", "-")
+
+
+def anchors(page: Path) -> Iterator[str]:
+    """Every heading's anchor; a repeated one also as anchor-1, anchor-2, ... as GitHub numbers them."""
+    seen: dict[str, int] = {}
+    for _, title in headings(read(page)):
+        slug = anchor(title)
+        seen[slug] = seen.get(slug, -1) + 1
+        yield f"{slug}-{seen[slug]}" if seen[slug] else slug
+
+
+def relative_links(page: Path) -> list[str]:
+    """The targets of page's links and images that point into the repository (code spans left out)."""
+    prose = re.sub(r"`[^`]*`", "", "\n".join(prose_lines(GENERATED.sub("", read(page)))))
+    return [target for target in re.findall(r"\]\(([^)\s]+)\)", prose) if not re.match(r"[a-z]+:", target)]
+
+
+def test_every_relative_link_leads_to_a_file_and_a_heading_that_exist():
+    documents = [*pages(), *sorted((REPO / "db").glob("*.md"))]
+    broken = []
+    for page in documents:
+        for target in relative_links(page):
+            path, _, fragment = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists() or (fragment and fragment not in set(anchors(linked))):
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert not broken, "links that lead nowhere:\n" + "\n".join(broken)
+    assert sum(len(relative_links(page)) for page in documents) > 50  # the parser finds the links
+
+
+def test_the_link_checker_knows_broken_links_and_github_anchors(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A `db apply`, again?\n\n## Notes\n\n## Notes\n\n```sh\n# not a heading\n```\n[x](#notes-1) `[y](#z)`\n", encoding="utf-8")
+    assert list(anchors(page)) == ["a-db-apply-again", "notes", "notes-1"]
+    assert relative_links(page) == ["#notes-1"]

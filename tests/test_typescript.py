@@ -1,4 +1,4 @@
-"""TypeScript clients, as agents written in it call the registry: the README's examples run as
+"""TypeScript clients, as agents written in it call the registry: docs/agents.md's examples run as
 written with Node.js (the official MCP TypeScript SDK, node-postgres with pgvector), and the MCP
 server answers the mistakes a TypeScript agent can make with the documented JSON text.
 
@@ -21,13 +21,14 @@ import pytest
 
 from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
+from payrail_test_support.docs import DOCS, code_blocks, read, section
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS
 from payrail_test_support.ports import unused_port
 
 pytestmark = pytest.mark.slow  # Node and the npm clients
 
 CLIENTS = REPO / "tests" / "typescript"
-README_BLOCKS = re.findall(r"```js\n(.+?)```", (REPO / "README.md").read_text().split("### From TypeScript", 1)[1].split("\n### ", 1)[0], re.S)
+DOC_BLOCKS = code_blocks(section(read(DOCS / "agents.md"), "## From TypeScript"), "js")
 
 
 @pytest.fixture
@@ -47,20 +48,20 @@ def node(env: dict[str, str], script: Path) -> list[str]:
 STDIO, HTTP, NODE_POSTGRES = range(3)
 
 
-def test_the_readme_has_the_three_typescript_examples():
-    assert len(README_BLOCKS) == 3
-    assert "const { matches } = await search_provider_methods({ query });" in README_BLOCKS[STDIO]
-    assert "new StreamableHTTPClientTransport(url)" in README_BLOCKS[HTTP]
-    assert "pgvector.toSql(embedding)" in README_BLOCKS[NODE_POSTGRES]
+def test_the_docs_have_the_three_typescript_examples():
+    assert len(DOC_BLOCKS) == 3
+    assert "const { matches } = await search_provider_methods({ query });" in DOC_BLOCKS[STDIO]
+    assert "new StreamableHTTPClientTransport(url)" in DOC_BLOCKS[HTTP]
+    assert "pgvector.toSql(embedding)" in DOC_BLOCKS[NODE_POSTGRES]
 
 
 def run_block(env: dict[str, str], index: int, query: str | None = None) -> subprocess.CompletedProcess:
-    """README block `index` run with node beside tests/typescript's node_modules (where its imports
+    """The docs' block `index` run with node beside tests/typescript's node_modules (where its imports
     resolve), its query (`const query = "..."` or `query: "..."`) replaced by `query` if given."""
-    block = README_BLOCKS[index]
+    block = DOC_BLOCKS[index]
     if query is not None:
         block = re.sub(r'(const query = |query: )".*?"', lambda m: m.group(1) + json.dumps(query), block)
-    script = CLIENTS / f".readme-{index}.mjs"
+    script = CLIENTS / f".docs-{index}.mjs"
     script.write_text(block, encoding="utf-8")
     try:
         return subprocess.run(["node", str(script)], env=env, cwd=CLIENTS, capture_output=True, text=True, timeout=120)
@@ -68,15 +69,15 @@ def run_block(env: dict[str, str], index: int, query: str | None = None) -> subp
         script.unlink()
 
 
-def test_the_readme_mcp_example_runs_as_written(node_env):
+def test_the_mcp_example_runs_as_written(node_env):
     result = run_block(node_env, STDIO)
     assert result.returncode == 0, result.stderr
-    assert f'const query = "{SEMANTIC_QUERY}";' in README_BLOCKS[STDIO]
+    assert f'const query = "{SEMANTIC_QUERY}";' in DOC_BLOCKS[STDIO]
     expected = [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(SEMANTIC_QUERY)]
     assert result.stdout.splitlines() == expected
 
 
-def test_the_readme_mcp_over_http_example_runs_as_written(node_env, tmp_path):
+def test_the_mcp_over_http_example_runs_as_written(node_env, tmp_path):
     port = unused_port()
     log = tmp_path / "mcp-http.log"
     with log.open("w") as output:
@@ -94,7 +95,7 @@ def test_the_readme_mcp_over_http_example_runs_as_written(node_env, tmp_path):
         server.terminate()
         server.wait(timeout=20)
     assert result.returncode == 0, result.stderr
-    query = re.search(r'query: "(.+?)"', README_BLOCKS[HTTP]).group(1)
+    query = re.search(r'query: "(.+?)"', DOC_BLOCKS[HTTP]).group(1)
     assert result.stdout.splitlines() == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(query)]
     assert failed.returncode != 0 and failed.stdout == "", failed.stdout
     assert "invalid_query" in failed.stderr and "query is empty" in failed.stderr, failed.stderr
@@ -104,10 +105,10 @@ def test_the_readme_mcp_over_http_example_runs_as_written(node_env, tmp_path):
     assert refused.returncode != 0 and "fetch failed" in refused.stderr, refused.stderr
 
 
-def test_the_readme_node_postgres_example_runs_as_written(node_env):
+def test_the_node_postgres_example_runs_as_written(node_env):
     result = run_block(node_env, NODE_POSTGRES)
     assert result.returncode == 0, result.stderr
-    query = re.search(r'const query = "(.+?)";', README_BLOCKS[NODE_POSTGRES]).group(1)
+    query = re.search(r'const query = "(.+?)";', DOC_BLOCKS[NODE_POSTGRES]).group(1)
     assert result.stdout.splitlines() == [f"{m['provider']} / {m['method']}: {m['docsUrl']}" for m in expected_semantic_matches(query)]
 
 

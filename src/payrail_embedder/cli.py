@@ -702,7 +702,7 @@ def mcp(settings: Settings, http_port: int | None):
     """Serve the search as an MCP server (one tool: search_provider_methods).
 
     Speaks stdio by default, for an agent host that starts this command; takes the same
-    database and embedder settings as every other command. See README, "Over MCP".
+    database and embedder settings as every other command. See docs/agents.md, "Over MCP".
     """
     from .api import Registry
     from .mcp_server import PortInUse, serve  # the MCP SDK loads only for this command

@@ -68,7 +68,7 @@ def serve(
     if not loopback and public_url is None:
         click.echo(
             f"Warning: serving on {host} over plain HTTP. Passwords and sessions cross the network in clear: "
-            "put a reverse proxy with TLS in front (README, Backoffice).",
+            "put a reverse proxy with TLS in front (docs/operators.md, \"The backoffice in production\").",
             err=True,
         )
     # X-Forwarded-Proto and -For are believed from 127.0.0.1 only (uvicorn's default; the

@@ -377,7 +377,7 @@ def page(browser, backoffice):
 
 
 def take_screenshot(page, tmp_path: Path, name: str, **options) -> None:
-    """A screenshot for the README, into PAYRAIL_SCREENSHOT_DIR when set (e.g. docs/), else tmp_path.
+    """A screenshot for the docs, into PAYRAIL_SCREENSHOT_DIR when set (e.g. docs/), else tmp_path.
 
     Headless chromium now and then answers "Unable to capture screenshot" (seen once in a CI run);
     the picture is documentation, not behaviour under test, so it gets a second try."""

@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from payrail_test_support import CLI, REPO
+from payrail_test_support.docs import DOCS, code_blocks, read, section
 
 # The commands that serve until stopped: their own signal handlers and event loops belong in a process of their own.
 SERVING_COMMANDS = {"mcp", "backoffice"}
@@ -129,14 +129,12 @@ def run_edit(env: dict[str, str], tmp_path: Path, steps: list[dict], *args: str)
     return result, [p.read_text(encoding="utf-8") for p in sorted(directory.glob("shown-*.txt"))]
 
 
-OPERATIONS = REPO / "docs" / "operations.md"
+OPERATIONS = DOCS / "operations.md"
 
 
-def documented_commands(section: str, document: Path = OPERATIONS) -> list[str]:
-    """The sh blocks of one `## section` of a Markdown page (docs/operations.md), in order."""
-    text = document.read_text(encoding="utf-8")
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)\n```", body, flags=re.S)
+def documented_commands(title: str, document: Path = OPERATIONS) -> list[str]:
+    """The sh blocks of one `## title` section of a Markdown page (docs/operations.md), in order."""
+    return [block.removesuffix("\n") for block in code_blocks(section(read(document), f"## {title}"), "sh")]
 
 
 def run_commands(commands: str, env: dict[str, str], cwd: Path, user: str | None = None) -> subprocess.CompletedProcess:

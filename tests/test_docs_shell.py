@@ -1,13 +1,15 @@
-"""Every shell command of the README works as printed in a fresh shell after the setup command:
-bash without profile or rc files, an environment of nothing but HOME (a new, empty one), a plain
-PATH and the locale, in the clone, with the README's one activation step (`. .venv/bin/activate`)
-first. The registry is the embedded default of that new HOME, as a new user's is.
+"""Every shell command of the docs (the README and docs/) works as printed in a fresh shell after
+the setup command: bash without profile or rc files, an environment of nothing but HOME (a new,
+empty one), a plain PATH and the locale, in the clone, with the README's one activation step
+(`. .venv/bin/activate`) first. The registry is the embedded default of that new HOME, as a new
+user's is.
 
-Every command line of the README's sh blocks is in COMMANDS, which says how it is run: as printed,
-in the README's order (the walkthrough a new operator follows, psql and its SQL blocks included);
-with --help, where it needs what no test has (a production server, an API key); or not at all,
-where it is the test suite or a benchmark's synopsis, which tests/test_docs.py checks. A command
-added to the README without a line here fails the test.
+Every command line of the docs' sh blocks is in COMMANDS, which says how it is run: as printed,
+in the order a new operator follows them (psql and its SQL blocks included); with --help, where it
+needs what no test has (a production server, an API key); or not at all, where it is the test
+suite or a benchmark's synopsis, which tests/test_docs.py checks. A command added to the docs
+without a line here fails the test. The sections of docs/operations.md in RUN_ELSEWHERE are left
+to the tests that run them as written on servers of their own.
 
 ./scripts/setup itself is not run here: it reinstalls the .venv this very test runs in. CI runs
 the README's first command verbatim, setup included, on a clean clone (.ci/run).
@@ -24,15 +26,23 @@ import platformdirs
 import pytest
 
 from payrail_test_support import REPO
+from payrail_test_support.docs import DOCS, code_blocks, headings, pages, read, section
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+OPERATIONS = DOCS / "operations.md"
+# docs/operations.md's sections whose commands other tests run as written: test_operations.py the
+# first two, test_operations_deploying.py the next two, test_pooler.py and test_logs.py the last two.
+RUN_ELSEWHERE = {"Backup and restore", "Upgrading PostgreSQL", "Deploying", "Upgrading the product", "Running behind a pooler", "Logs"}
+DOCS_TEXT = "\n".join(
+    [read(page) for page in pages() if page != OPERATIONS]
+    + [section(read(OPERATIONS), f"## {title}") for level, title in headings(read(OPERATIONS)) if level == 2 and title not in RUN_ELSEWHERE]
+)
 ACTIVATE = ". .venv/bin/activate"
 SETUP = "./scripts/setup && "
 
 pytestmark = pytest.mark.slow  # a new embedded server, the sample catalog embedded, a dozen processes
 
 RUN, HELP, SERVE, NOT_RUN = "run", "help", "serve", "not run"
-# Every command line of the README's sh blocks (comments dropped), and how it is run.
+# Every command line of the docs' sh blocks (comments dropped), and how it is run.
 COMMANDS = {
     SETUP + ACTIVATE + ' && payrail-embedder db apply && payrail-embedder import catalog/sample.jsonl && payrail-embedder search "find live hotel availability through a paid API"': RUN,
     "./scripts/test": NOT_RUN,
@@ -58,17 +68,17 @@ COMMANDS = {
     "export PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
     'PAYRAIL_DATABASE_URL=postgresql://agent_login@replica.internal/registry payrail-embedder search "send an SMS" --json': HELP,
     "payrail-embedder eval labelled.jsonl [--json]": HELP,
-} | {line: NOT_RUN for line in re.findall(r"^\./scripts/benchmark .+?$", README, flags=re.M)}
+} | {line: NOT_RUN for line in re.findall(r"^\./scripts/benchmark .+?$", DOCS_TEXT, flags=re.M)}
 
 
-def readme_commands() -> list[str]:
-    lines = [line for block in re.findall(r"```sh\n(.+?)\n```", README, flags=re.S) for line in block.splitlines()]
+def documented_commands() -> list[str]:
+    lines = [line for block in code_blocks(DOCS_TEXT, "sh") for line in block.splitlines()]
     return [re.sub(r"\s+#.*$", "", line).strip() for line in lines if line.strip()]
 
 
 def sql_block(first_line: str) -> str:
-    """The README's SQL block that begins with first_line, as a reader pastes it into psql."""
-    return next(block for block in re.findall(r"```sql\n(.+?)```", README, flags=re.S) if block.startswith(first_line))
+    """The docs' SQL block that begins with first_line, as a reader pastes it into psql."""
+    return next(block for block in code_blocks(DOCS_TEXT, "sql") if block.startswith(first_line))
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +118,9 @@ def ok(env: dict[str, str], command: str, stdin: str | None = None) -> str:
     return result.stdout
 
 
-def test_every_readme_command_is_classified():
-    assert sorted(set(readme_commands())) == sorted(COMMANDS)
+def test_every_documented_command_is_classified():
+    assert sorted(set(documented_commands())) == sorted(COMMANDS)
+    assert set(RUN_ELSEWHERE) <= {title for level, title in headings(read(OPERATIONS)) if level == 2}
 
 
 def test_without_the_activation_step_the_command_is_not_found(fresh_env):
@@ -118,7 +129,7 @@ def test_without_the_activation_step_the_command_is_not_found(fresh_env):
     assert result.returncode == 127 and "command not found" in result.stderr
 
 
-def test_the_readme_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
+def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     env = fresh_env
     first = next(command for command in COMMANDS if command.startswith(SETUP))
     # The first command as printed, but for setup (above); it activates .venv itself.
@@ -131,8 +142,11 @@ def test_the_readme_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     piped = ok(env, 'echo "send an SMS to a customer" | payrail-embedder search - --json')
     assert json.loads(piped)["matches"][0]["provider"], piped
 
-    # Operators in psql: the draft the README adds, sync, then enabling it; the rules in words.
+    # The front page's SQL: an exact name needs no embedding.
     psql = 'psql "$(payrail-embedder db url)"'
+    assert "https://docs.stripe.com" in ok(env, psql, sql_block("select * from payrail.search_provider_methods('Stripe');"))
+
+    # Operators in psql: the draft docs/operators.md adds, sync, then enabling it; the rules in words.
     ok(env, psql, sql_block("-- Add a draft"))
     assert "1 embedded" in ok(env, "payrail-embedder sync")
     ok(env, psql, sql_block("update payrail.provider_methods set enabled = true"))
