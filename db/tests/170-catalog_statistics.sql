@@ -1,7 +1,7 @@
--- What the catalog's statistics tell an agent about drafts (README, "Security model"). Column
+-- What the catalog's statistics tell an agent about drafts (docs/security.md). Column
 -- statistics hold values (most common names, histograms of text) and stay hidden from a role that
 -- cannot read the columns. Table-level figures every role may read (the row estimate, live and
--- dead tuples, sizes) count drafts with the enabled records: the residual exposure the README
+-- dead tuples, sizes) count drafts with the enabled records: the residual exposure docs/security.md
 -- states, pinned here so that a change of it is a decision.
 begin;
 select plan(7);
@@ -33,10 +33,10 @@ select throws_ok(
 -- The residual exposure: the table's row estimate counts the drafts.
 select is(
   (select reltuples::int from pg_catalog.pg_class where oid = 'payrail.provider_methods'::regclass), 3,
-  'agent: the table''s row estimate (pg_class.reltuples) counts drafts, as the README states');
+  'agent: the table''s row estimate (pg_class.reltuples) counts drafts, as docs/security.md states');
 select ok(
   pg_catalog.pg_total_relation_size('payrail.provider_methods') > 0,
-  'agent: the table''s size is readable too, as the README states');
+  'agent: the table''s size is readable too, as docs/security.md states');
 reset role;
 
 select * from finish();
