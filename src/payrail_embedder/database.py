@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 import psycopg
@@ -168,7 +169,10 @@ def embedded_uri(postmaster, database: str) -> str:
     """The embedded server's connection string (postmaster: its PostmasterInfo), every parameter
     that picks the server, database and login named, so libpq's variables (PGHOST, PGHOSTADDR,
     PGPORT, PGDATABASE, PGUSER) meant for another server cannot redirect it."""
-    return psycopg.conninfo.make_conninfo(postmaster.get_uri(database=database), port=str(postmaster.port), hostaddr="")
+    # A URL still (people paste it into PAYRAIL_DATABASE_URL and psql), its query naming the rest.
+    url = urlsplit(postmaster.get_uri(database=database))
+    query = {**dict(parse_qsl(url.query)), "port": str(postmaster.port), "hostaddr": ""}
+    return urlunsplit(url._replace(query=urlencode(query, safe="/")))
 
 
 def embedded_database_url(data_dir: Path) -> str:
