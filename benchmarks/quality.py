@@ -1,6 +1,6 @@
 """Retrieval quality of the product on the benchmark's dev split, next to a BM25 baseline.
 
-    ./scripts/benchmark quality [--variants] [--runtime onnx|torch] [--eval-dir ../shared/eval]
+    ./scripts/benchmark quality [--variants] [--runtime onnx|torch] [--eval-dir benchmarks/data]
 
 Starts a throwaway embedded PostgreSQL 18, applies db/, imports records.jsonl through the
 product's import path with the local model (timed: the write path's throughput), enables every
@@ -34,7 +34,8 @@ from payrail_embedder.search import embed_queries
 from throwaway_postgres import throwaway_postgres
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_EVAL_DIR = REPO.parent / "shared" / "eval"
+# The benchmark's records and dev queries, shipped in the repository (benchmarks/data/README.md).
+DEFAULT_EVAL_DIR = REPO / "benchmarks" / "data"
 METRICS = evaluation.METRICS
 
 

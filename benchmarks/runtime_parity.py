@@ -1,7 +1,7 @@
 """The local model on ONNX Runtime is the torch model: the same vectors, rankings and eval figures on
 the benchmark's records and dev queries, and which runtime embeds a batch faster. Prints tables.
 
-    ./scripts/benchmark runtime_parity [--eval-dir ../shared/eval]
+    ./scripts/benchmark runtime_parity [--eval-dir benchmarks/data]
 
 For each runtime of the bundled all-MiniLM-L6-v2 (torch: sentence-transformers; onnx:
 payrail_embedder.local_model), it imports records.jsonl (2,479 records) into its own registry on

@@ -187,3 +187,12 @@ def test_the_link_checker_knows_broken_links_and_github_anchors(tmp_path):
     page.write_text("# A `db apply`, again?\n\n## Notes\n\n## Notes\n\n```sh\n# not a heading\n```\n[x](#notes-1) `[y](#z)`\n", encoding="utf-8")
     assert list(anchors(page)) == ["a-db-apply-again", "notes", "notes-1"]
     assert relative_links(page) == ["#notes-1"]
+
+
+def test_no_test_takes_the_benchmark_queries_as_expected_answers():
+    """benchmarks/data measures the product (its README.md): a test that asserted answers to its dev
+    queries would tune the product to the measurement."""
+    dev_queries = "queries-" "dev"
+    readers = [path.name for path in (REPO / "tests").rglob("*.py") if dev_queries in path.read_text(encoding="utf-8")]
+    assert not readers, f"tests reading the benchmark's dev queries: {readers}"
+    assert (REPO / "benchmarks" / "data" / f"{dev_queries}.jsonl").is_file()
