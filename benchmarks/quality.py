@@ -89,17 +89,12 @@ def names_a_relevant_provider(labelled: evaluation.LabelledQuery) -> bool:
 
 
 def exact_cosine_top3(records: Sequence[dict], matrix: np.ndarray, query_vectors: np.ndarray, names) -> list[list]:
-    """The semantic path's order in NumPy: cosine distance, then normalized provider and method."""
-    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    """The semantic path's order in NumPy (evaluation.nearest_three), as (provider, method) pairs."""
     keys = [names.pair(r["provider"], r["method"]) for r in records]
-    rankings = []
-    for q in query_vectors:
-        distance = 1.0 - unit @ (q / np.linalg.norm(q))
-        # Everything within float noise of the 3rd distance is a candidate; the key order decides ties.
-        cut = np.partition(distance, 2)[2] + 1e-6
-        candidates = sorted(np.flatnonzero(distance <= cut), key=lambda i: (distance[i], keys[i]))
-        rankings.append([(records[i]["provider"], records[i]["method"]) for i in candidates[:3]])
-    return rankings
+    return [
+        [(records[i]["provider"], records[i]["method"]) for i in top]
+        for top in evaluation.nearest_three(matrix, keys, query_vectors)
+    ]
 
 
 # Variants of what is embedded ---------------------------------------------------------------------

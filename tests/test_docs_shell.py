@@ -30,8 +30,12 @@ from payrail_test_support.docs import DOCS, code_blocks, headings, pages, read, 
 
 OPERATIONS = DOCS / "operations.md"
 # docs/operations.md's sections whose commands other tests run as written: test_operations.py the
-# first two, test_operations_deploying.py the next two, test_pooler.py and test_logs.py the last two.
-RUN_ELSEWHERE = {"Backup and restore", "Upgrading PostgreSQL", "Deploying", "Upgrading the product", "Running behind a pooler", "Logs"}
+# first two, test_operations_deploying.py the next two, test_pooler.py and test_logs.py the next two,
+# test_tune.py the last.
+RUN_ELSEWHERE = {
+    "Backup and restore", "Upgrading PostgreSQL", "Deploying", "Upgrading the product", "Running behind a pooler", "Logs",
+    "Tuned models on several machines",
+}
 DOCS_TEXT = "\n".join(
     [read(page) for page in pages() if page != OPERATIONS]
     + [section(read(OPERATIONS), f"## {title}") for level, title in headings(read(OPERATIONS)) if level == 2 and title not in RUN_ELSEWHERE]
@@ -63,6 +67,11 @@ COMMANDS = {
     "payrail-embedder import catalog.jsonl": RUN,
     "payrail-embedder model show": RUN,
     "payrail-embedder --embedder openai model switch text-embedding-3-large": HELP,
+    # Tuning takes minutes and labelled queries of the registry's own: tests/test_tune.py runs it.
+    "payrail-embedder model tune golden.jsonl": HELP,
+    "payrail-embedder eval golden.jsonl --compare all-MiniLM-L6-v2-tuned-3f9c0e1a7b42": HELP,
+    "payrail-embedder model switch all-MiniLM-L6-v2-tuned-3f9c0e1a7b42": HELP,
+    "payrail-embedder model list": RUN,
     "export PAYRAIL_DATABASE_URL=postgresql://deployer@db.internal/registry": HELP,
     "payrail-embedder db apply": HELP,
     "export PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
@@ -174,6 +183,7 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     finally:
         (REPO / "catalog.jsonl").unlink(missing_ok=True)
     assert ok(env, "payrail-embedder model show").startswith("all-MiniLM-L6-v2 (384 dimensions)")
+    assert ok(env, "payrail-embedder model list") == f"no tuned models in {env['HOME']}/.local/share/payrail-agent-search/models\n"
 
 
 def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):

@@ -7,10 +7,13 @@ the metric definitions written out again below, never copied from a run.
 from __future__ import annotations
 
 import json
+import re
 
+import psycopg
 import pytest
 
-from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.cli import cli_import, cli_json, run_cli
+from payrail_test_support.openai_fake import FAKE_MODEL
 from payrail_test_support.ranking import normalized, search_answer
 
 CATALOG = [
@@ -125,3 +128,21 @@ def test_eval_fails_rather_than_scoring_without_the_embedder(cli_env, registry):
     failure = json.loads(result.stdout)
     assert failure["error"] == "search_unavailable" and "embedding the queries failed" in failure["detail"], failure
     assert "metrics" not in failure
+
+
+def test_compare_ranks_a_candidate_in_memory_exactly_as_the_registry_ranks(cli_env, openai_fake, registry):
+    """The registry's own model as the candidate: every figure, miss and answer the same as the search path's."""
+    code, report, stderr = cli_json(cli_env, "eval", "--json", registry, "--compare", FAKE_MODEL)
+
+    assert code == 0, (report, stderr)
+    assert report["compare"] == {"model": FAKE_MODEL, "metrics": report["metrics"], "misses": report["misses"]}
+    # LABELLED holds queries of both paths (an exact provider name among them), hits and misses.
+    assert report["misses"] and report["metrics"] == pytest.approx(expected_report()[0], abs=1e-9)
+    with psycopg.connect(cli_env["PAYRAIL_DATABASE_URL"]) as conn:
+        assert conn.execute("select count(*) from payrail.embedding_staging").fetchone() == (0,)  # nothing staged or switched
+        assert conn.execute("select name from payrail.embedding_model").fetchone() == (FAKE_MODEL,)
+
+    text = run_cli(cli_env, "eval", registry, "--compare", FAKE_MODEL)
+    assert text.returncode == 0, text.stderr
+    assert re.search(rf"^hit@3 +{report['metrics']['hit@3']:.3f} +{report['metrics']['hit@3']:.3f} +\+0\.000$", text.stdout, flags=re.M)
+    assert text.stdout.count(f"{len(report['misses'])} missed by {FAKE_MODEL}") == 2

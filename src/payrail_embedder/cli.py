@@ -7,6 +7,7 @@ with --json, JSON for scripts. Failures have a code scripts branch on (FAILURE_E
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, errcodes, evaluation, logins, logs, model_switch, stored
+from . import catalog, database, deploy, errcodes, evaluation, logins, logs, model_switch, stored, tuned_models, tuning
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
@@ -24,7 +25,7 @@ from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
 from .progress import progress
 from .records import json_text, read_lines
-from .registry_model import RegistryModelMismatch
+from .registry_model import RegistryModelMismatch, registry_model
 from .search import SearchError, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
 from .write import Conflict, Refused, Saved, TransientFailure, error_reason
@@ -68,8 +69,10 @@ def as_failure(error: BaseException, command: str | None) -> Failure | None:
         return Failure(error.code, error.detail)
     if isinstance(error, logins.LoginRefused):
         return Failure("invalid_input", str(error))
-    if isinstance(error, (stored.UnknownRecord, evaluation.EvaluationError)):
+    if isinstance(error, (stored.UnknownRecord, evaluation.EvaluationError, tuned_models.TunedModelError)):
         return Failure("unknown_record" if isinstance(error, stored.UnknownRecord) else "invalid_input", str(error))
+    if isinstance(error, tuning.CannotTune):
+        return Failure(error.code, str(error))
     if isinstance(error, (EmbedderMisconfigured, RegistryModelMismatch)):
         return Failure("misconfigured", str(error))
     unavailable = (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable, catalog.ImportInterrupted, deploy.ApplyFailed)
@@ -107,6 +110,16 @@ class Commands(click.Group):
             else:
                 failure.show()
             sys.exit(failure.exit_code)
+
+
+def duration(seconds: float) -> str:
+    """5 s, 3 min 20 s, 1 h 05 min: a duration people read at a glance."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -459,9 +472,21 @@ def echo_matches(matches: list[dict], as_json: bool) -> None:
 
 @cli.command("eval")
 @click.argument("queries_file", metavar="QUERIES.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help='Print {"queries", "metrics", "misses", "labelWarnings"}.')
+@click.option(
+    "--compare",
+    "candidate_model",
+    metavar="MODEL",
+    help="Also score MODEL (on the --embedder backend; a tuned model's name, say) side by side, as if it were the "
+    "registry's: every enabled record embedded by it in memory; nothing is switched or written.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"queries", "metrics", "misses", "labelWarnings"}, and with --compare "compare": {"model", "metrics", "misses"}.',
+)
 @click.pass_obj
-def eval_(settings: Settings, queries_file, as_json):
+def eval_(settings: Settings, queries_file, candidate_model, as_json):
     """Measure retrieval quality: run labelled queries through search and score the answers.
 
     Each line of QUERIES.jsonl: {"query": "...", "relevant": [[provider, method], ...]}. Every
@@ -473,19 +498,46 @@ def eval_(settings: Settings, queries_file, as_json):
     queries = evaluation.read_labelled_queries(queries_file)
     with connect_for_search(settings) as conn:
         report = evaluation.evaluate(conn, settings.embedder, queries)
+        model = registry_model(conn)
+        compared = None
+        if candidate_model:
+            candidate = replace(settings, model=candidate_model).embedder()
+            compared = evaluation.evaluate_candidate(conn, candidate, queries)
     if as_json:
-        click.echo(json_text(report.to_json()))
+        answer = report.to_json()
+        if compared is not None:
+            answer["compare"] = {"model": candidate_model, "metrics": compared.metrics, "misses": compared.misses}
+        click.echo(json_text(answer))
         return
     for warning in report.label_warnings:
         click.echo(f"warning: line {warning['line']}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True)
     click.echo(f"{report.queries} queries")
-    for name, value in report.metrics.items():
-        click.echo(f"{name:<16} {value:.3f}")
-    click.echo(f"{len(report.misses)} missed (no relevant method in the top 3):")
-    for miss in report.misses:
+    if compared is None:
+        for name, value in report.metrics.items():
+            click.echo(f"{name:<16} {value:.3f}")
+        echo_misses(report.misses, "")
+        return
+    name = model.name if model else "no model"
+    echo_side_by_side([f"{name} (registry)", candidate_model], [report.metrics, compared.metrics])
+    echo_misses(report.misses, f" by {name}")
+    echo_misses(compared.misses, f" by {candidate_model}")
+
+
+def echo_misses(misses: list[dict], by: str) -> None:
+    click.echo(f"{len(misses)} missed{by} (no relevant method in the top 3):")
+    for miss in misses:
         click.echo(f"line {miss['line']}: {miss['query']}")
         click.echo("   relevant: " + "; ".join(f"{p} / {m}" for p, m in miss["relevant"]))
         click.echo("   returned: " + ("; ".join(f"{p} / {m}" for p, m in miss["returned"]) or "-"))
+
+
+def echo_side_by_side(headers: list[str], metrics: list[dict[str, float]]) -> None:
+    """eval's metrics of two models in two columns, and the change."""
+    width = max(len(h) for h in headers)
+    click.echo(f"{'metric':<16} " + " ".join(h.rjust(width) for h in headers) + "  change")
+    for name in evaluation.METRICS:
+        values = [m[name] for m in metrics]
+        click.echo(f"{name:<16} " + " ".join(f"{v:{width}.3f}" for v in values) + f"  {values[-1] - values[0]:+.3f}")
 
 
 @cli.command("preview")
@@ -630,7 +682,7 @@ def restore(settings: Settings, history_id, as_draft, as_json):
 
 @cli.group()
 def model():
-    """Show or switch the registry's embedding model."""
+    """Show, switch or tune the registry's embedding model; install and list tuned models."""
 
 
 @model.command("show")
@@ -688,6 +740,136 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
         click.echo(f"not switched: the registry still uses {report.previous.name if report.previous else 'no model'}; rerun to resume")
     if report.error is not None:
         sys.exit(FAILURE_EXIT_STATUS["unavailable"])
+
+
+@model.command("tune")
+@click.argument("golden_file", metavar="GOLDEN.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--validation-fraction",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=tuning.TuneOptions.validation_fraction,
+    show_default=True,
+    help="Keep about this share of the queries aside for validation, split by provider: no training query names a validation query's providers.",
+)
+@click.option("--seed", type=int, default=tuning.TuneOptions.seed, show_default=True, help="Seeds the split and the training: the same inputs and seed give the same model.")
+@click.option("--epochs", type=click.IntRange(1, 100), default=tuning.TuneOptions.epochs, show_default=True, help="Passes over the training pairs.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(2, 1024),
+    default=tuning.TuneOptions.batch_size,
+    show_default=True,
+    help="Pairs per training step; each query's negatives are the other records of its step.",
+)
+@click.option("--learning-rate", type=click.FloatRange(0, 1, min_open=True), default=tuning.TuneOptions.learning_rate, show_default=True, help="Peak learning rate (AdamW, linear decay after a 10% warm-up).")
+@click.option("--threads", type=click.IntRange(1, 1024), help="CPU threads to train on (default: torch's, one per core). The same count gives the same model.")
+@click.option("--force", is_flag=True, help="Keep the model even when it does not beat the registry's model on validation.")
+@JSON_OPTION
+@click.pass_obj
+def model_tune(settings: Settings, golden_file, validation_fraction, seed, epochs, batch_size, learning_rate, threads, force, as_json):
+    """Fine-tune the registry's local model on labelled queries (eval's GOLDEN.jsonl format).
+
+    Each query is paired with the record text of each relevant record, as the registry embeds it,
+    and trained against the other records of its batch. Queries on a seeded share of the providers
+    are kept aside; eval's metrics on them are printed before and after. A model that raises MRR@3
+    there is kept as BASE-tuned-<content hash> in the models directory under the data directory;
+    otherwise nothing is kept and the command exits 2 (--force keeps it). The registry is not
+    changed: `model switch NAME` makes it the registry's model. Says how long it expects to take
+    before it starts, and shows progress on standard error. The local backend only: OpenAI's
+    models cannot be tuned.
+    """
+    options = tuning.TuneOptions(validation_fraction, seed, epochs, batch_size, learning_rate, threads, force)
+    with settings.connect() as conn, contextlib.ExitStack() as training:
+        advance, done = None, 0
+
+        def training_progress(step: int, steps: int) -> None:
+            nonlocal advance, done
+            if advance is None:  # training starts, and the progress lines' clock with it
+                advance = training.enter_context(progress("tune", steps))
+            if step > done:
+                advance(step - done)
+                done = step
+            if step >= steps:
+                training.close()
+
+        report = tuning.tune(
+            conn,
+            settings.embedder(),
+            settings.models_dir,
+            golden_file,
+            options,
+            announce=lambda plan: echo_tune_plan(plan, golden_file),
+            progress=training_progress,
+        )
+    if as_json:
+        click.echo(json_text(report.to_json()))
+    else:
+        click.echo(f"validation: {len(report.plan.split.validation)} queries on providers the training never saw")
+        echo_side_by_side([report.plan.tuned_from, "tuned"], [report.before.metrics, report.after.metrics])
+        change = f"MRR@3 {report.before.metrics[tuning.DECIDING_METRIC]:.3f} -> {report.after.metrics[tuning.DECIDING_METRIC]:.3f}"
+        if report.kept:
+            click.echo(f"kept {report.model} in {report.path} ({change}{'' if report.better else ', kept by --force'}), in {duration(report.seconds)}")
+            click.echo(f"see it side by side: payrail-embedder eval {golden_file} --compare {report.model}")
+            click.echo(f"make it the registry's model: payrail-embedder model switch {report.model}")
+        else:
+            click.echo(f"not kept: {change} does not beat the registry's model {report.plan.tuned_from}; --force keeps it anyway")
+    if not report.kept:
+        sys.exit(FAILURE_EXIT_STATUS["invalid_input"])
+
+
+def echo_tune_plan(plan: tuning.TunePlan, golden_file: Path) -> None:
+    """What tune is about to do and how long it expects it to take, on standard error."""
+    split = plan.split
+    lines = [
+        f"tuning {plan.tuned_from} on {golden_file}: {plan.usable_queries} of {plan.golden_queries} queries name enabled records",
+        f"split by provider: {len(split.validation)} validation queries over {len(split.validation_providers)} of {split.providers} providers; "
+        f"{len(split.training)} training queries ({plan.pairs} pairs); {len(split.left_out)} naming both sides left out",
+        f"expected: about {duration(plan.estimated_seconds)} ({plan.steps} training steps at {plan.seconds_per_step:.1f} s, timed on one batch "
+        f"on {plan.threads} thread{'s' if plan.threads > 1 else ''}; embedding {plan.records} records for validation, {duration(plan.embedding_seconds)}; "
+        f"the ONNX export, about {duration(tuning.EXPORT_SECONDS)})",
+    ]
+    for line in lines:
+        click.echo(line, err=True)
+
+
+@model.command("install")
+@click.argument("source", metavar="DIRECTORY", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@JSON_OPTION
+@click.pass_obj
+def model_install(settings: Settings, source, as_json):
+    """Install a tuned model copied from another machine (its directory, named as the model).
+
+    Checks that its files hash to its name, copies it into this installation's models directory
+    and exports its ONNX graph here; a model already installed stays as it is. Install it on
+    every machine that searches or saves (replicas, every backoffice host) before `model switch`.
+    """
+    path = tuned_models.install(source, settings.models_dir)
+    if as_json:
+        click.echo(json_text({"model": path.name, "path": str(path)}))
+    else:
+        click.echo(f"installed {path.name} in {path}")
+
+
+@model.command("list")
+@JSON_OPTION
+@click.pass_obj
+def model_list(settings: Settings, as_json):
+    """List the tuned models installed on this machine, with how each was tuned and what it measured."""
+    models = tuned_models.installed(settings.models_dir)
+    if as_json:
+        click.echo(json_text({"modelsDirectory": str(settings.models_dir), "models": models}))
+        return
+    if not models:
+        click.echo(f"no tuned models in {settings.models_dir}")
+    for item in models:
+        tuning_report = item["tuning"] or {}
+        measured = tuning_report.get("validation", {})
+        scores = (
+            f", validation MRR@3 {measured['before'][tuning.DECIDING_METRIC]:.3f} -> {measured['after'][tuning.DECIDING_METRIC]:.3f}"
+            if measured
+            else ""
+        )
+        origin = f" (tuned from {tuning_report['tunedFrom']} {tuning_report.get('created', '')}{scores})" if tuning_report else ""
+        click.echo(f"{item['name']}{origin}: {item['path']}")
 
 
 @cli.command("mcp")

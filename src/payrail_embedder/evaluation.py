@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import psycopg
 
-from .embedders import Embedder, EmbeddingUnavailable
+from .embedders import Embedder, EmbeddingUnavailable, record_text
+from .registry_model import embedder_for, registry_model
 from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
@@ -91,6 +93,8 @@ class EvaluationReport:
     misses: list[dict] = field(default_factory=list)
     # Labels that search can never return: {line, provider, method, problem}.
     label_warnings: list[dict] = field(default_factory=list)
+    # The metrics of each query, in the file's order (for paired comparisons; not in the JSON).
+    per_query: list[dict[str, float]] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict:
         return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses, "labelWarnings": self.label_warnings}
@@ -139,11 +143,12 @@ def evaluate(
 ) -> EvaluationReport:
     """Runs every query through search_provider_methods, as an agent's search would, and scores it.
 
-    The queries are embedded in one batch up front (a query the name path answers simply does
-    not use its vector). conn should be in autocommit mode, as the search command's is. Raises
-    the search's own error (InvalidQuery, SearchUnavailable), naming the line.
+    The queries are embedded in one batch up front, with the registry's model (embedder_for; a
+    query the name path answers simply does not use its vector). conn should be in autocommit
+    mode, as the search command's is. Raises the search's own error (InvalidQuery,
+    SearchUnavailable), naming the line.
     """
-    embedder = embedder_factory()
+    embedder = embedder_for(registry_model(conn), embedder_factory())
     try:
         vectors = embed_queries(embedder, [q.query for q in queries])
     except EmbeddingUnavailable as error:
@@ -155,12 +160,75 @@ def evaluate(
         except SearchError as error:
             raise type(error)(f"line {labelled.line}: {error.detail}") from error
         answers.append([(m["provider"], m["method"]) for m in matches])
+    return scored(conn, queries, answers)
 
+
+def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: Sequence[LabelledQuery]) -> EvaluationReport:
+    """What evaluate would report if candidate were the registry's model, without switching or
+    writing anything: every enabled record embedded by candidate in memory, the queries on the
+    semantic path ranked as the database ranks them (nearest_three), those on the name path
+    answered by the database, as search answers them whatever the model."""
+    cursor = conn.execute(
+        """
+        select provider, method, guidance, payrail._normalize_name(provider), payrail._normalize_name(method)
+        from payrail.provider_methods where enabled order by id
+        """
+    )
+    records = cursor.fetchall()
+    for labelled in queries:
+        try:
+            check_query(labelled.query)
+        except InvalidQuery as error:
+            raise InvalidQuery(f"line {labelled.line}: {error.detail}") from error
+    try:
+        vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, _, _ in records])
+        query_vectors = embed_queries(candidate, [q.query for q in queries])
+    except EmbeddingUnavailable as error:
+        raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}") from error
+    semantic = [
+        not conn.execute("select payrail.query_takes_name_path(%s)", (labelled.query,)).fetchone()[0] for labelled in queries
+    ]
+    nearest = iter(
+        nearest_three(
+            np.array(vectors) if vectors else np.empty((0, 0)),
+            [(p, m) for _, _, _, p, m in records],
+            np.array([v for v, on_semantic_path in zip(query_vectors, semantic) if on_semantic_path]),
+        )
+    )
+    answers = []
+    for labelled, on_semantic_path in zip(queries, semantic):
+        if on_semantic_path:
+            answers.append([records[i][:2] for i in next(nearest)])
+        else:
+            matches = search_provider_methods(conn, lambda: candidate, labelled.query)
+            answers.append([(m["provider"], m["method"]) for m in matches])
+    return scored(conn, queries, answers)
+
+
+def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.ndarray) -> list[list[int]]:
+    """The semantic path's order in NumPy, for each query the indexes of its 3 nearest records:
+    cosine distance, ties by keys (the normalized provider and method, as payrail._search breaks them)."""
+    if not len(record_vectors) or not len(query_vectors):
+        return [[] for _ in query_vectors]
+    units = record_vectors / np.linalg.norm(record_vectors, axis=1, keepdims=True)
+    rankings = []
+    for query in np.asarray(query_vectors, np.float64):
+        distance = 1.0 - units @ (query / np.linalg.norm(query))
+        # Everything within float noise of the 3rd distance is a candidate; the key order decides ties.
+        cut = np.partition(distance, min(2, len(distance) - 1))[min(2, len(distance) - 1)] + 1e-6
+        candidates = sorted(np.flatnonzero(distance <= cut), key=lambda i: (distance[i], keys[i]))
+        rankings.append([int(i) for i in candidates[:3]])
+    return rankings
+
+
+def scored(conn: psycopg.Connection, queries: Sequence[LabelledQuery], answers: Sequence[Sequence[Pair]]) -> EvaluationReport:
+    """The report of each query's answer, names compared as the registry compares them."""
     names = NormalizedNames(conn, sorted({name for pairs in [*(q.relevant for q in queries), *answers] for pair in pairs for name in pair}))
     totals = dict.fromkeys(METRICS, 0.0)
-    misses = []
+    misses, per_query = [], []
     for labelled, returned in zip(queries, answers):
         scores = query_metrics([names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned])
+        per_query.append(scores)
         for name in METRICS:
             totals[name] += scores[name]
         if not scores["hit@3"]:
@@ -173,4 +241,4 @@ def evaluate(
                 }
             )
     metrics = {name: totals[name] / len(queries) for name in METRICS}
-    return EvaluationReport(len(queries), metrics, misses, label_warnings(conn, queries, names))
+    return EvaluationReport(len(queries), metrics, misses, label_warnings(conn, queries, names), per_query)

@@ -6,7 +6,8 @@ The model's transformer is exported once, with torch, to an ONNX graph of its to
 (`./scripts/setup` does it; otherwise the first use), in the user's cache directory. Everything
 around the transformer is read from the model directory's sentence-transformers configuration,
 as sentence-transformers reads it: the modules (modules.json), the tokenizer (tokenizer.json), the
-maximum sequence length (sentence_bert_config.json), the pooling (1_Pooling/config.json) and
+maximum sequence length (sentence_bert_config.json, or tokenizer_config.json where
+sentence-transformers 6 saves it), the pooling (1_Pooling/config.json) and
 whether the embedding is normalized (a Normalize module). A setting this module does not
 implement is refused by name rather than approximated.
 
@@ -99,8 +100,13 @@ class ModelConfig:
         if settings.get("do_lower_case"):
             raise EmbeddingUnavailable(f"{model_dir / 'sentence_bert_config.json'}: do_lower_case is not supported by the ONNX runtime")
         self.max_seq_length = settings.get("max_seq_length")
+        if self.max_seq_length is None and (model_dir / "tokenizer_config.json").is_file():
+            # Where sentence-transformers 6 saves it (a model it saved: a tuned one).
+            self.max_seq_length = read_json(model_dir / "tokenizer_config.json").get("model_max_length")
         if not isinstance(self.max_seq_length, int) or self.max_seq_length < 1:
-            raise EmbeddingUnavailable(f"{model_dir / 'sentence_bert_config.json'} gives no max_seq_length")
+            raise EmbeddingUnavailable(
+                f"{model_dir / 'sentence_bert_config.json'} gives no max_seq_length (nor tokenizer_config.json a model_max_length)"
+            )
         self.pooling = pooling_mode(read_json(model_dir / modules[1][1] / "config.json"), model_dir / modules[1][1])
 
 
@@ -147,8 +153,7 @@ class OnnxSentenceEncoder:
             self._session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own exception types for a missing or damaged file
             raise EmbeddingUnavailable(
-                f"cannot load the ONNX graph {graph}: {error}. Delete {graph_dir}; the next search exports it again "
-                "(so does ./scripts/setup)"
+                f"cannot load the ONNX graph {graph}: {error}. Delete {graph_dir}; the next search exports it again"
             ) from error
         self._inputs = [item.name for item in self._session.get_inputs()]
 
@@ -192,7 +197,7 @@ def cosine_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 1.0 - (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def export(model_dir: Path, target: Path) -> None:
+def export(model_dir: Path, target: Path, *, unwritable_hint: str = "Set XDG_CACHE_HOME to a writable directory") -> None:
     """Exports model_dir's transformer with torch into the directory target (GRAPH_FILE, its weights
     beside it), once the export reproduces sentence-transformers on EXPORT_PROBES.
 
@@ -258,8 +263,7 @@ def export(model_dir: Path, target: Path) -> None:
         raise
     except OSError as error:
         raise EmbeddingUnavailable(
-            f"cannot write the local model's ONNX graph into {target.parent}: {error}. "
-            "Set XDG_CACHE_HOME to a writable directory"
+            f"cannot write the local model's ONNX graph into {target.parent}: {error}. {unwritable_hint}"
         ) from error
     except Exception as error:  # whatever torch's exporter raises: no graph, so no embeddings
         raise EmbeddingUnavailable(f"cannot export the local model {model_dir} to ONNX: {error}") from error

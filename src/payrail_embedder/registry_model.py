@@ -26,9 +26,20 @@ def registry_model(conn: psycopg.Connection) -> EmbeddingModel | None:
     return EmbeddingModel(*row) if row else None
 
 
-def require_embedder_model(conn: psycopg.Connection, embedder: Embedder) -> EmbeddingModel | None:
-    """Refuses before any embedding request when the embedder would make vectors of another model."""
-    return _refuse_another_model(registry_model(conn), embedder)
+def embedder_for(model: EmbeddingModel | None, embedder: Embedder) -> Embedder:
+    """The embedder that makes vectors of the registry's model: a local embedder configured with no
+    model follows the registry's tuned model (LocalEmbedder.for_registry_model); others are themselves."""
+    follow = getattr(embedder, "for_registry_model", None)
+    return follow(model.name) if follow is not None and model is not None else embedder
+
+
+def require_embedder_model(conn: psycopg.Connection, embedder: Embedder) -> Embedder:
+    """The embedder to make the registry's vectors with (embedder_for); refused before any embedding
+    request when it would make vectors of another model."""
+    model = registry_model(conn)
+    embedder = embedder_for(model, embedder)
+    _refuse_another_model(model, embedder)
+    return embedder
 
 
 def _refuse_another_model(model: EmbeddingModel | None, embedder: Embedder) -> EmbeddingModel | None:

@@ -10,7 +10,7 @@ import psycopg
 from . import errcodes
 from .connection import SelfPinned
 from .embedders import Embedder, EmbeddingUnavailable
-from .registry_model import registry_model
+from .registry_model import embedder_for, registry_model
 
 
 class SearchError(Exception):
@@ -158,7 +158,7 @@ def search_provider_methods(
             if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
                 raise
         model = registry_model(conn)
-        embedder = embedder_factory()
+        embedder = embedder_for(model, embedder_factory())
         if model is not None and model.name != embedder.model_name:
             raise SearchUnavailable(
                 f"the registry's vectors come from model {model.name}, but this client embeds with "

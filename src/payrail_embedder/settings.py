@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import database, logs
+from . import database, logs, tuned_models
 from .embedders import BACKENDS, Embedder, make_embedder
 
 
@@ -46,7 +46,7 @@ SETTINGS = (
         "PAYRAIL_DATA_DIR",
         click.Path(file_okay=False, path_type=Path),
         None,
-        "Where the embedded PostgreSQL keeps its data (default: the user's data directory).",
+        "Where the embedded PostgreSQL keeps its data, and tuned models their files (models/; default: the user's data directory).",
     ),
     Setting(
         "backend",
@@ -62,7 +62,7 @@ SETTINGS = (
         "PAYRAIL_EMBEDDING_MODEL",
         click.STRING,
         None,
-        "Embedding model (default: all-MiniLM-L6-v2 for local, text-embedding-3-small for openai).",
+        "Embedding model (default: text-embedding-3-small for openai; for local, all-MiniLM-L6-v2, or the registry's model when it is a tuned one).",
     ),
     Setting(
         "openai_base_url",
@@ -180,6 +180,11 @@ class Settings:
             url = {}
         return [os.environ.get("OPENAI_API_KEY", ""), *(str(url.get(key) or "") for key in database.SECRET_PARAMETERS)]
 
+    @property
+    def models_dir(self) -> Path:
+        """Where this installation keeps its tuned models (tuned_models): <data dir>/models."""
+        return tuned_models.models_dir(self.data_dir)
+
     def embedder(self) -> Embedder:
         return make_embedder(
             self.backend,
@@ -188,6 +193,7 @@ class Settings:
             timeout=self.embedding_timeout,
             max_retries=self.embedding_retries,
             dimensions=self.embedding_dimensions,
+            models_dir=self.models_dir,
         )
 
 

@@ -189,7 +189,7 @@ def sync(
     A vector is written only while the record still holds the content it was made from. When
     the embedder fails, sync stops and the report lists every record still pending, with the error.
     """
-    require_embedder_model(conn, embedder)
+    embedder = require_embedder_model(conn, embedder)
 
     def write_vectors(batch: Sequence[dict], vectors: Sequence) -> list[int]:
         adopt_embedder_model(conn, embedder, len(vectors[0]))

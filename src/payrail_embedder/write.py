@@ -314,8 +314,7 @@ def _embed(
     todo = [p for p in plans if p.needs_embedding and p.vector is None]
     if not todo:
         return
-    embedder = embedder_factory()
-    require_embedder_model(conn, embedder)
+    embedder = require_embedder_model(conn, embedder_factory())
     for batch in batched(todo, getattr(embedder, "batch_size", len(todo))):
         vectors = checked_vectors(embedder.embed([p.text for p in batch]), len(batch), embedder.model_name)
         for plan, vector in zip(batch, vectors):
