@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import connection, database, logs, search
 from .embedders import Embedder, LocalEmbedder
-from .search import InvalidQuery, SearchUnavailable
+from .search import InvalidQuery, Match, SearchUnavailable
 from .settings import Settings
 
 __all__ = ["InvalidQuery", "Match", "Registry", "SearchResult", "SearchUnavailable", "search_provider_methods"]
@@ -52,45 +52,6 @@ class _QuietReconnects(logging.Filter):
 
 
 logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
-
-
-class Match(dict):
-    """One provider method the registry suggests: an advisory guide, not an approval or a callable
-    capability. Read docsUrl before calling the provider; payment requirements go to Payrail Agent.
-
-    A read-only dict of the contract's JSON fields (provider, method, urls, docsUrl, guidance), so
-    json.dumps of an answer is the CLI's `--json`; the same fields read as attributes too
-    (match.provider, match.docsUrl). urls is a tuple.
-    """
-
-    __slots__ = ()
-
-    def __init__(self, provider: str, method: str, urls, docsUrl: str | None, guidance: str) -> None:  # noqa: N803
-        super().__init__(provider=provider, method=method, urls=tuple(urls), docsUrl=docsUrl, guidance=guidance)
-
-    @classmethod
-    def from_json(cls, match: dict) -> Match:
-        return cls(match["provider"], match["method"], match["urls"], match["docsUrl"], match["guidance"])
-
-    def to_json(self) -> dict:
-        return {**self, "urls": list(self["urls"])}
-
-    def __getattr__(self, name: str):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"a Match has no field {name!r}") from None
-
-    def __setattr__(self, name: str, value) -> None:
-        raise AttributeError("a Match is read-only: an answer cannot be edited by accident")
-
-    def _read_only(self, *args, **kwargs):
-        raise TypeError("a Match is read-only: an answer cannot be edited by accident")
-
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
-
-    def __reduce__(self):
-        return Match.from_json, (self.to_json(),)
 
 
 class SearchResult(TypedDict):
@@ -175,8 +136,7 @@ class Registry:
 
     def _search(self, pool: ConnectionPool, query: str, wait_seconds: float) -> SearchResult:
         with pool.connection(timeout=wait_seconds) as conn:
-            matches = search.search_provider_methods(conn, self._get_embedder, query)
-        return {"matches": [Match.from_json(match) for match in matches]}
+            return {"matches": search.search_provider_methods(conn, self._get_embedder, query)}
 
     def warm_up(self) -> None:
         """Opens the pool and, for the local backend, runs one semantic search (loading the model),

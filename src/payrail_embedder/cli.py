@@ -26,7 +26,7 @@ from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavail
 from .progress import progress
 from .records import json_text, read_lines
 from .registry_model import RegistryModelMismatch, registry_model
-from .search import SearchError, SearchUnavailable, check_query, search_provider_methods
+from .search import Match, SearchError, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
 from .write import Conflict, Refused, Saved, TransientFailure, error_reason
 
@@ -455,9 +455,9 @@ def search(settings: Settings, query, as_json):
     echo_matches(matches, as_json)
 
 
-def echo_matches(matches: list[dict], as_json: bool) -> None:
+def echo_matches(matches: list[Match], as_json: bool) -> None:
     if as_json:
-        click.echo(json_text({"matches": matches}))
+        click.echo(json_text({"matches": [match.to_json() for match in matches]}))
         return
     if not matches:
         click.echo("no enabled provider method matches")

@@ -21,7 +21,7 @@ from typing import Annotated
 from typing_extensions import TypedDict
 
 from .api import Registry
-from .search import QUERY_MAX_CHARACTERS, InvalidQuery, SearchError, check_query
+from .search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, SearchError, check_query
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
@@ -51,16 +51,6 @@ yourself, and take any payment requirement to Payrail Agent."""
 QUERY_DESCRIPTION = f"What you need, in plain words, or an exact provider or method name; 1 to {QUERY_MAX_CHARACTERS:,} characters."
 
 
-class Match(TypedDict):
-    """One provider method: an advisory guide, not an approval or a callable capability."""
-
-    provider: str
-    method: str
-    urls: list[str]
-    docsUrl: str | None  # noqa: N815 (the contract's JSON name)
-    guidance: str
-
-
 def failure_result(error: SearchError):
     """Every tool failure, whatever its cause: a tool error whose text is {"error", "detail"}."""
     from mcp_types import CallToolResult, TextContent
@@ -77,7 +67,7 @@ def build_server(registry: Registry):
     class Answer(TypedDict):
         """At most three matches, in the registry's order; no scores."""
 
-        matches: Annotated[list[Match], Field(max_length=3)]
+        matches: Annotated[list[MatchJSON], Field(max_length=3)]
 
     class RegistryServer(MCPServer):
         async def call_tool(self, name, arguments, context=None):

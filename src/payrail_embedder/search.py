@@ -7,6 +7,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import psycopg
 
+# pydantic (the MCP server's output schema) needs typing_extensions.TypedDict before Python 3.12.
+from typing_extensions import TypedDict
+
 from . import errcodes
 from .connection import SelfPinned
 from .embedders import Embedder, EmbeddingUnavailable
@@ -59,6 +62,52 @@ class UnknownDraft(SearchError):
     code = "unknown_record"
 
 
+# A match as the contract's JSON, declared once: Match.to_json returns it (the CLI's --json), and the
+# MCP tool's output schema is built from it, where clients read its name (Match) and description.
+MatchJSON = TypedDict("Match", {"provider": str, "method": str, "urls": list[str], "docsUrl": str | None, "guidance": str})
+MatchJSON.__doc__ = "One provider method: an advisory guide, not an approval or a callable capability."
+
+
+class Match(dict):
+    """One provider method the registry suggests: an advisory guide, not an approval or a callable
+    capability. Read docsUrl before calling the provider; payment requirements go to Payrail Agent.
+
+    A read-only dict of the contract's JSON fields (provider, method, urls, docsUrl, guidance), so
+    json.dumps of an answer is the CLI's `--json`; the same fields read as attributes too
+    (match.provider, match.docsUrl). urls is a tuple.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, provider: str, method: str, urls, docsUrl: str | None, guidance: str) -> None:  # noqa: N803
+        super().__init__(provider=provider, method=method, urls=tuple(urls), docsUrl=docsUrl, guidance=guidance)
+
+    @classmethod
+    def from_json(cls, match: MatchJSON) -> Match:
+        return cls(**match)
+
+    def to_json(self) -> MatchJSON:
+        """The match as the contract's JSON: what --json prints and the MCP tool returns."""
+        return {**self, "urls": list(self["urls"])}
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"a Match has no field {name!r}") from None
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError("a Match is read-only: an answer cannot be edited by accident")
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a Match is read-only: an answer cannot be edited by accident")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self):
+        return Match.from_json, (self.to_json(),)
+
+
 # Each one call of a registry function that pins its own search path: they run as they are, on
 # any session's path, in no transaction of their own (connection.SelfPinned).
 SEARCH_SQL = SelfPinned("select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s, %s)")
@@ -70,11 +119,6 @@ ERROR_OF_SQLSTATE = {
     errcodes.OBJECT_NOT_IN_PREREQUISITE_STATE: DraftNotEmbedded,
     errcodes.NO_DATA_FOUND: UnknownDraft,
 }
-
-
-def _as_match(row: tuple) -> dict:
-    provider, method, urls, docs_url, guidance = row
-    return {"provider": provider, "method": method, "urls": list(urls), "docsUrl": docs_url, "guidance": guidance}
 
 
 def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray]:
@@ -135,7 +179,7 @@ def search_provider_methods(
     *,
     query_vector: np.ndarray | None = None,
     counted_draft: tuple[str, str] | None = None,
-) -> list[dict]:
+) -> list[Match]:
     """Asks the database first without a vector: the name path answers at once and never needs
     the embedder. Only a query that needs one is embedded, with the registry's own model.
 
@@ -153,7 +197,7 @@ def search_provider_methods(
 
     try:
         try:
-            return [_as_match(row) for row in run(None, None)]
+            return [Match(*row) for row in run(None, None)]
         except psycopg.Error as error:
             if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
                 raise
@@ -166,7 +210,7 @@ def search_provider_methods(
                 "model_mismatch",
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
-        return [_as_match(row) for row in run(vector, embedder.model_name)]
+        return [Match(*row) for row in run(vector, embedder.model_name)]
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}", "embedding_service") from error
     except psycopg.Error as error:
