@@ -29,18 +29,10 @@ import psycopg
 
 from . import stored
 from .embedders import Embedder, EmbeddingUnavailable
-from .records import ProviderMethod, lines_of
+from .records import NEW_RECORD, ProviderMethod, lines_of
 from .write import Change, Conflict, Refused, Saved, save_changes
 
 COMMENT = "#"
-NEW_RECORD = ProviderMethod(
-    provider="",
-    method="",
-    urls=[],
-    docs_url=None,
-    guidance="Purpose: \nInstructions: \nNotes: ",
-    enabled=False,
-)
 # Header names, as the editor shows them; "URL" comes once per URL.
 PROVIDER, METHOD, URL, DOCS_URL, ENABLED = "Provider", "Method", "URL", "Docs URL", "Enabled"
 HEADER_NAMES = (PROVIDER, METHOD, URL, DOCS_URL, ENABLED)

@@ -73,6 +73,17 @@ class ProviderMethod:
         }
 
 
+# What a new record starts as, in the editor and the backoffice's form: a draft with guidance's three headings.
+NEW_RECORD = ProviderMethod(
+    provider="",
+    method="",
+    urls=[],
+    docs_url=None,
+    guidance="Purpose: \nInstructions: \nNotes: ",
+    enabled=False,
+)
+
+
 @dataclass(frozen=True)
 class Refusal:
     source: str

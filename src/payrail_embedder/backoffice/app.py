@@ -24,8 +24,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..database import embedded_stopped
 from .. import logs
-from ..edit import NEW_RECORD
-from ..records import FIELD_LABELS
+from ..records import FIELD_LABELS, NEW_RECORD
 from ..settings import Settings
 from ..stored import STATES, record_of
 from ..write import error_reason
