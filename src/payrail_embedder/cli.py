@@ -237,10 +237,63 @@ def db_status(settings: Settings, as_json):
     if as_json:
         click.echo(json_text(report))
     else:
-        for line in status_module.describe(report):
+        for line in describe_status(report):
             click.echo(line)
     if report["error"] is not None:
         sys.exit(1)
+
+
+def describe_status(report: dict) -> list[str]:
+    """db status for people."""
+    lines = [f"payrail-agent-search {report['productVersion']}"]
+    embedded = report["embedded"]
+    if embedded is None:
+        lines.append(f"configured database: {report['url']}")
+    elif embedded["running"]:
+        lines.append(
+            f"embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), "
+            f"data in {embedded['dataDirectory']}"
+        )
+        lines.append(f"url: {report['url']}")
+    else:
+        lines.append(
+            f"embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})"
+        )
+        if embedded["startProblem"]:
+            lines.append(f"it cannot start: {embedded['startProblem']}")
+        else:
+            lines.append(f"`{database.START_COMMAND}` starts it")
+    if report["error"]:
+        lines.append(f"cannot read the registry: {report['error']}")
+    server = report["server"]
+    if server is not None:
+        lines.append(f"PostgreSQL {server['postgresql']}, pgvector {server['pgvector'] or 'not installed'}")
+    version = report["schemaVersion"]
+    if version is not None:
+        by = f"payrail-agent-search {version['productVersion']}" if version["productVersion"] else "psql"
+        lines.append(
+            f"schema: applied {version['appliedAt']} by {version['appliedBy']} with {by}"
+            + (f" (db/ {version['dbDigest'][:12]})" if version["dbDigest"] else "")
+        )
+    if report["applyDue"] is not None:
+        due = report["applyDue"]
+        lines.append(
+            f"db apply: due ({'; '.join(report['applyDueReasons'])})" if due else "db apply: not due, the registry is current"
+        )
+    registry = report["registry"]
+    if registry is not None and not registry["schemaApplied"]:
+        lines.append("no registry in this database yet: run `payrail-embedder db apply`")
+    elif registry is not None:
+        model = registry["model"]
+        lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
+        needing = registry["draftsNeedingEmbedding"]
+        without_vector = (
+            f"{needing} of them without a current vector"
+            if needing is not None
+            else "which of them lack a current vector is known after `db apply`"
+        )
+        lines.append(f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, {without_vector}")
+    return lines
 
 
 @db.command("start")
