@@ -16,7 +16,7 @@ import sys
 import psycopg
 import pytest
 
-from payrail_embedder.cli import FAILURE_EXIT_STATUS
+from payrail_embedder.errors import EXIT_STATUS
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import, run_cli, write_jsonl
 from payrail_test_support.logs import events
@@ -41,7 +41,7 @@ def failure(result) -> dict:
     assert result.stdout.count("\n") == 1, (result.stdout, result.stderr)
     answer = json.loads(result.stdout)
     assert set(answer) == {"error", "detail"}, answer
-    assert result.returncode == FAILURE_EXIT_STATUS[answer["error"]], (result.returncode, answer)
+    assert result.returncode == EXIT_STATUS[answer["error"]], (result.returncode, answer)
     return answer
 
 

@@ -16,7 +16,8 @@ import psycopg
 from click.testing import CliRunner
 
 from payrail_embedder import errcodes
-from payrail_embedder.cli import FAILURE_EXIT_STATUS, cli
+from payrail_embedder.cli import cli
+from payrail_embedder.errors import EXIT_STATUS
 from payrail_embedder.records import parse_record
 from payrail_test_support import REPO
 from payrail_test_support.docs import DOCS, README, headings, pages, prose_lines, read
@@ -81,7 +82,7 @@ def test_errcodes_mirrors_the_sqlstates_of_db_errcodes_md():
 
 def test_the_cli_reference_lists_every_failure_code_with_its_exit_status():
     table = markdown_table(read(CLI_REFERENCE), "## Errors and exit status")
-    assert {row[0]: int(row[1]) for row in table} == FAILURE_EXIT_STATUS
+    assert {row[0]: int(row[1]) for row in table} == EXIT_STATUS
 
 
 def readme_commands() -> list[str]:

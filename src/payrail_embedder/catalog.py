@@ -11,9 +11,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable
+from .errors import CodedError, reason
 from .records import Line, ProviderMethod, Refusal, json_text
 from .registry_model import RegistryModelMismatch
-from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, error_reason, save_changes
+from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, save_changes
 
 
 @dataclass
@@ -53,13 +54,14 @@ class ImportReport:
 IMPORT_BATCH = OPENAI_MAX_BATCH
 
 
-class ImportInterrupted(Exception):
+class ImportInterrupted(CodedError):
     """The save pass stopped after some batches were committed; a rerun of the same import finishes it."""
 
+    code = "unavailable"
+
     def __init__(self, report: ImportReport, cause: BaseException | str) -> None:
-        reason = error_reason(cause) if isinstance(cause, psycopg.Error) else str(cause)
         super().__init__(
-            f"{reason}; the import stopped after saving {report.created + report.updated + report.unchanged} lines "
+            f"{reason(cause)}; the import stopped after saving {report.created + report.updated + report.unchanged} lines "
             f"({report.created} created, {report.updated} updated, {report.unchanged} unchanged): run the same import "
             "again to save the rest (lines already saved come back unchanged)"
         )

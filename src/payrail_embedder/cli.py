@@ -1,7 +1,7 @@
 """payrail-embedder: the command line of Payrail Agent Search.
 
 Every command parses its options, calls the package's functions and prints text for people or,
-with --json, JSON for scripts. Failures have a code scripts branch on (FAILURE_EXIT_STATUS); with
+with --json, JSON for scripts. Failures have a code scripts branch on (errors.EXIT_STATUS); with
 --json they are printed as {"error": CODE, "detail": "..."} on standard output, usage errors too.
 """
 
@@ -17,46 +17,34 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, errcodes, evaluation, logins, logs, model_switch, stored, tuned_models, tuning
+from . import catalog, database, deploy, evaluation, logins, logs, model_switch, stored, tuned_models, tuning
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
 from . import sync as sync_module
-from .embedders import OPENAI_MAX_BATCH, EmbedderMisconfigured, EmbeddingUnavailable
+from .embedders import OPENAI_MAX_BATCH
+from .errors import EXIT_STATUS, as_json, as_text, code_and_detail
 from .progress import progress
 from .records import json_text, read_lines
-from .registry_model import RegistryModelMismatch, registry_model
-from .search import Match, SearchError, SearchUnavailable, check_query, search_provider_methods
+from .registry_model import registry_model
+from .search import Match, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
-from .write import Conflict, Refused, Saved, TransientFailure, error_reason
-
-# Exit 2: the caller must fix something (the query, a name, a file, the configuration, a grant).
-# Exit 1: the database or the embedding service failed; the same command may work later.
-FAILURE_EXIT_STATUS = {
-    "invalid_query": 2,
-    "invalid_input": 2,
-    "unknown_record": 2,
-    "draft_not_embedded": 2,
-    "misconfigured": 2,
-    "not_permitted": 2,
-    "search_unavailable": 1,
-    "unavailable": 1,
-}
+from .write import Conflict, Refused, Saved
 
 
 class Failure(click.ClickException):
-    """A failure with a code: `{"error": code, "detail": ...}` with --json, "Error: code: detail" without."""
+    """A failure with a code: `{"error": code, "detail": ...}` with --json, "Error: code: detail" without (errors.py)."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code = code
-        self.exit_code = FAILURE_EXIT_STATUS[code]
+        self.exit_code = EXIT_STATUS[code]
 
     def format_message(self) -> str:
-        return f"{self.code}: {self.message}"
+        return as_text(self.code, self.message)
 
     def to_json(self) -> dict:
-        return {"error": self.code, "detail": self.message}
+        return as_json(self.code, self.message)
 
 
 def as_failure(error: BaseException, command: str | None) -> Failure | None:
@@ -65,23 +53,8 @@ def as_failure(error: BaseException, command: str | None) -> Failure | None:
         return error
     if isinstance(error, click.ClickException):  # usage errors, unreadable files
         return Failure("invalid_query" if command == "search" else "invalid_input", error.format_message())
-    if isinstance(error, SearchError):
-        return Failure(error.code, error.detail)
-    if isinstance(error, logins.LoginRefused):
-        return Failure("invalid_input", str(error))
-    if isinstance(error, (stored.UnknownRecord, evaluation.EvaluationError, tuned_models.TunedModelError)):
-        return Failure("unknown_record" if isinstance(error, stored.UnknownRecord) else "invalid_input", str(error))
-    if isinstance(error, tuning.CannotTune):
-        return Failure(error.code, str(error))
-    if isinstance(error, (EmbedderMisconfigured, RegistryModelMismatch)):
-        return Failure("misconfigured", str(error))
-    unavailable = (EmbeddingUnavailable, TransientFailure, database.DatabaseUnavailable, catalog.ImportInterrupted, deploy.ApplyFailed)
-    if isinstance(error, unavailable):
-        return Failure("unavailable", str(error))
-    if isinstance(error, psycopg.Error):
-        code = "not_permitted" if error.sqlstate == errcodes.INSUFFICIENT_PRIVILEGE else "unavailable"
-        return Failure(code, f"database: {error_reason(error)}")
-    return None
+    known = code_and_detail(error)
+    return None if known is None else Failure(*known)
 
 
 def wants_json(args: list[str]) -> bool:
@@ -367,7 +340,7 @@ def import_(settings: Settings, files, skip_invalid, as_json):
         if report.not_imported:
             click.echo("Fix the refused lines and import again, or import with --skip-invalid to save the valid lines alone.", err=True)
     if report.refused:
-        sys.exit(FAILURE_EXIT_STATUS["invalid_input"])
+        sys.exit(EXIT_STATUS["invalid_input"])
 
 
 @cli.command("export")
@@ -468,7 +441,7 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending"
         )
     if report.pending:
-        sys.exit(FAILURE_EXIT_STATUS["unavailable"])
+        sys.exit(EXIT_STATUS["unavailable"])
 
 
 QUERY_ARGUMENT = click.argument("query", metavar="QUERY")
@@ -792,7 +765,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
         echo_pending(report)
         click.echo(f"not switched: the registry still uses {report.previous.name if report.previous else 'no model'}; rerun to resume")
     if report.error is not None:
-        sys.exit(FAILURE_EXIT_STATUS["unavailable"])
+        sys.exit(EXIT_STATUS["unavailable"])
 
 
 @model.command("tune")
@@ -866,7 +839,7 @@ def model_tune(settings: Settings, golden_file, validation_fraction, seed, epoch
         else:
             click.echo(f"not kept: {change} does not beat the registry's model {report.plan.tuned_from}; --force keeps it anyway")
     if not report.kept:
-        sys.exit(FAILURE_EXIT_STATUS["invalid_input"])
+        sys.exit(EXIT_STATUS["invalid_input"])
 
 
 def echo_tune_plan(plan: tuning.TunePlan, golden_file: Path) -> None:
@@ -940,12 +913,9 @@ def mcp(settings: Settings, http_port: int | None):
     database and embedder settings as every other command. See docs/agents.md, "Over MCP".
     """
     from .api import Registry
-    from .mcp_server import PortInUse, serve  # the MCP SDK loads only for this command
+    from .mcp_server import serve  # the MCP SDK loads only for this command
 
-    try:
-        serve(Registry(settings=settings), http_port)
-    except PortInUse as error:
-        raise Failure("invalid_input", str(error)) from error
+    serve(Registry(settings=settings), http_port)  # a busy port is mcp_server.PortInUse, invalid_input
 
 
 @cli.group()

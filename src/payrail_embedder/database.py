@@ -20,6 +20,7 @@ import platformdirs
 import psycopg
 
 from . import connection, errcodes
+from .errors import CodedError
 
 EMBEDDED_POSTGRES_VERSION = 18
 EMBEDDED_DATABASE = "payrail"
@@ -48,8 +49,10 @@ def sql_files() -> list[Path]:
     return schema[:split] + sorted(root.glob("upgrades/*.sql")) + schema[split:] + sorted(root.glob("functions/*.sql"))
 
 
-class DatabaseUnavailable(Exception):
+class DatabaseUnavailable(CodedError):
     """The embedded PostgreSQL could not be started."""
+
+    code = "unavailable"
 
 
 def pgserver():

@@ -31,6 +31,7 @@ import psycopg
 
 from . import connection, errcodes
 from .database import display_url, sql_dir, sql_files
+from .errors import CodedError
 
 # The tables a change may lock, in the order a search takes them (payrail._search: the name path's
 # provider_methods, the model, the derived table), then those searches never read.
@@ -252,8 +253,10 @@ class ApplyResult:
         return f"applied db/ to {self.database}: changed ({'; '.join(details)}) in {self.seconds:.2f} s"
 
 
-class ApplyFailed(Exception):
+class ApplyFailed(CodedError):
     """db apply gave up: the locks it needs stayed held for every attempt."""
+
+    code = "unavailable"
 
 
 def _with_attempts(watcher: LockWatcher, attempts: int, say: Callable[[str], None], what: str, work: Callable[[], T]) -> tuple[T, int]:

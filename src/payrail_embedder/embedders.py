@@ -9,6 +9,8 @@ from typing import Protocol
 
 import numpy as np
 
+from .errors import CodedError
+
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 # The dimensions of OpenAI's own models' vectors: a reply of others is refused, unless the
 # embedder asked for them (the text-embedding-3 models shorten theirs on request). Other
@@ -20,12 +22,16 @@ OPENAI_MAX_BATCH = 2048
 LOCAL_BATCH = 64
 
 
-class EmbeddingUnavailable(Exception):
+class EmbeddingUnavailable(CodedError):
     """The embedding service failed or answered with something that is not a usable embedding."""
+
+    code = "unavailable"
 
 
 class EmbedderMisconfigured(EmbeddingUnavailable):
     """The embedder cannot be set up as configured (no API key, say): fix the configuration."""
+
+    code = "misconfigured"
 
 
 class Embedder(Protocol):

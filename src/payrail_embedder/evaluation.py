@@ -18,6 +18,7 @@ import numpy as np
 import psycopg
 
 from .embedders import Embedder, EmbeddingUnavailable, record_text
+from .errors import CodedError
 from .registry_model import embedder_for, registry_model
 from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, search_provider_methods
 
@@ -26,8 +27,10 @@ METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
 Pair = tuple[str, str]
 
 
-class EvaluationError(Exception):
+class EvaluationError(CodedError):
     """The labelled file cannot be read."""
+
+    code = "invalid_input"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from .errors import CodedError
+
 # The grants the backoffice needs, and why: it saves the public fields and their vectors together.
 OPERATOR_GRANTS = {
     "payrail_operator": "to edit records",
@@ -18,8 +20,10 @@ OPERATOR_GRANTS = {
 MAX_ROLE_NAME_BYTES = 63
 
 
-class LoginRefused(ValueError):
+class LoginRefused(CodedError, ValueError):
     """A name or password that cannot make a login, or a role that must not become one."""
+
+    code = "invalid_input"
 
 
 def check_login(name: str, password: str) -> None:

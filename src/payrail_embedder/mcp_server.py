@@ -21,6 +21,7 @@ from typing import Annotated
 from typing_extensions import TypedDict
 
 from .api import Registry
+from .errors import CodedError
 from .search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, SearchError, check_query
 
 SERVER_NAME = "payrail-agent-search"
@@ -111,8 +112,10 @@ def build_server(registry: Registry):
     return server
 
 
-class PortInUse(Exception):
+class PortInUse(CodedError):
     """--http PORT: another program listens there."""
+
+    code = "invalid_input"
 
 
 def bind_loopback(port: int) -> socket.socket:

@@ -8,6 +8,7 @@ import psycopg
 
 from .connection import SelfPinned
 from .embedders import Embedder
+from .errors import CodedError
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,10 @@ class EmbeddingModel:
     dimensions: int
 
 
-class RegistryModelMismatch(Exception):
+class RegistryModelMismatch(CodedError):
     """The embedder is configured for another model than the registry's."""
+
+    code = "misconfigured"
 
 
 def registry_model(conn: psycopg.Connection) -> EmbeddingModel | None:

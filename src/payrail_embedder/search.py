@@ -13,20 +13,14 @@ from typing_extensions import TypedDict
 from . import errcodes
 from .connection import SelfPinned
 from .embedders import Embedder, EmbeddingUnavailable
+from .errors import CodedError, database_reason
 from .registry_model import embedder_for, registry_model
 
 
-class SearchError(Exception):
+class SearchError(CodedError):
     """A search that has no answer; `code` is what callers branch on."""
 
     code = "search_unavailable"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-    def to_json(self) -> dict:
-        return {"error": self.code, "detail": self.detail}
 
 
 class SearchUnavailable(SearchError):
@@ -216,14 +210,6 @@ def search_provider_methods(
     except psycopg.Error as error:
         known = ERROR_OF_SQLSTATE.get(error.sqlstate)
         if known is not None:
-            raise known(_describe(error, with_sqlstate=False)) from error
-        raise SearchUnavailable(f"database error: {_describe(error)}") from error
+            raise known(database_reason(error)) from error
+        raise SearchUnavailable(f"database error: {database_reason(error, with_sqlstate=True)}") from error
 
-
-def _describe(error: psycopg.Error, *, with_sqlstate: bool = True) -> str:
-    message = error.diag.message_primary or str(error).strip()
-    if error.sqlstate and with_sqlstate:
-        message = f"{message} (SQLSTATE {error.sqlstate})"
-    if error.diag.message_hint:
-        message += f". Hint: {error.diag.message_hint}"
-    return message

@@ -11,12 +11,15 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .errors import CodedError
 from .records import ProviderMethod
 from .registry_model import registry_model
 
 
-class UnknownRecord(Exception):
+class UnknownRecord(CodedError):
     """No record, or more than one, goes by the name given."""
+
+    code = "unknown_record"
 
 
 # The records with whether each has a vector of its current content by the registry's model

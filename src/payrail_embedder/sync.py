@@ -17,8 +17,8 @@ from psycopg.rows import dict_row
 
 from . import database
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
+from .errors import reason
 from .registry_model import RegistryModelMismatch, adopt_embedder_model, require_embedder_model
-from .write import error_reason
 
 # Records to embed, shortest texts first: a batch is padded to its longest text, so batches of
 # similar lengths spare the local model most of its work (sync of the 2,479 benchmark records:
@@ -60,10 +60,6 @@ def default_batch_size(embedder: Embedder) -> int:
     return getattr(embedder, "batch_size", 256)
 
 
-def failure_reason(error: Exception) -> str:
-    return error_reason(error) if isinstance(error, psycopg.Error) else str(error)
-
-
 def embed_in_batches(
     conn: psycopg.Connection,
     embedder: Embedder,
@@ -103,7 +99,7 @@ def embed_in_batches(
                 vectors = checked_vectors(embedder.embed(texts), len(batch), embedder.model_name)
                 unwritten = database.retry_transient(lambda: _write(conn, write_batch, batch, vectors))
             except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
-                run.error = failure_reason(error)
+                run.error = reason(error)
                 run.pending = todo_names[start:] + changed_names
                 return run
             run.done += len(batch) - len(unwritten)

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .embedders import EmbeddingUnavailable
+from .errors import CodedError
 
 NAME_PATTERN = re.compile(r"(?P<base>[A-Za-z0-9][A-Za-z0-9._-]*)-tuned-(?P<digest>[0-9a-f]{12})")
 GRAPH_DIR = "onnx"
@@ -37,8 +38,10 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 COPY_HINT = "copy it from the machine that tuned it and run `payrail-embedder model install DIRECTORY` (docs/embeddings.md, Tuning the local model)"
 
 
-class TunedModelError(Exception):
+class TunedModelError(CodedError):
     """A directory that is not a sound tuned model (wrong name, content that does not match it, pickled files)."""
+
+    code = "invalid_input"
 
 
 def is_tuned_name(name: str) -> bool:

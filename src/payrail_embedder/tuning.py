@@ -35,6 +35,7 @@ import psycopg
 
 from . import local_model, tuned_models
 from .embedders import LOCAL_DEFAULT_MODEL, OPENAI_MODEL_DIMENSIONS, Embedder, LocalEmbedder, load_sentence_transformer, record_text
+from .errors import CodedError
 from .evaluation import EvaluationReport, LabelledQuery, NormalizedNames, evaluate, evaluate_candidate, label_warnings, read_labelled_queries
 from .registry_model import registry_model, require_embedder_model
 
@@ -45,8 +46,8 @@ EXPORT_SECONDS = 20.0
 TRAINING_HINT = "pip install torch==2.13.0 'payrail-agent-search[local]'"
 
 
-class CannotTune(Exception):
-    """model tune cannot run as asked; `code` is the CLI's failure code."""
+class CannotTune(CodedError):
+    """model tune cannot run as asked, with the code its caller branches on."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)

@@ -32,6 +32,7 @@ from psycopg.rows import dict_row
 
 from . import database, errcodes, refusals
 from .embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors, record_text
+from .errors import CodedError, database_reason
 from .records import ProviderMethod, unstorable_fields
 from .registry_model import adopt_embedder_model, require_embedder_model
 
@@ -115,8 +116,10 @@ class _Plan:
         return record_text(self.provider, self.method, self.change.record.guidance)
 
 
-class TransientFailure(Exception):
+class TransientFailure(CodedError):
     """Another transaction kept getting in the way (deadlock, serialization); rerun later. Never a refusal."""
+
+    code = "unavailable"
 
 
 PLAN = """
@@ -155,17 +158,6 @@ def _plan(conn: psycopg.Connection, changes: Sequence[Change]) -> list[_Plan]:
         )
         for change, row in zip(changes, rows)
     ]
-
-
-def error_reason(error: psycopg.Error) -> str:
-    """The database's message, the constraint it names and its hint, in one line."""
-    diag = error.diag
-    reason = diag.message_primary or str(error).strip()
-    if diag.constraint_name and diag.constraint_name not in reason:
-        reason += f" ({diag.constraint_name})"
-    if diag.message_hint:
-        reason += f". Hint: {diag.message_hint}"
-    return reason
 
 
 def _refusal(conn: psycopg.Connection, error: psycopg.Error, plan: _Plan) -> Refused:
@@ -387,7 +379,7 @@ def _retry_transient(transaction: Callable[[], None]) -> None:
         if error.sqlstate not in errcodes.TRANSIENT:
             raise
         raise TransientFailure(
-            f"other transactions kept getting in the way ({error_reason(error)}); nothing was saved, run it again"
+            f"other transactions kept getting in the way ({database_reason(error)}); nothing was saved, run it again"
         ) from error
 
 
@@ -411,7 +403,7 @@ def _save_until_decided(conn: psycopg.Connection, embedder_factory: Callable[[],
         if plan.vector is not None:
             adopt_embedder_model(conn, plan.embedder, len(plan.vector))
     raise TransientFailure(
-        f'"{plan.provider} / {plan.method}" kept changing while it was saved ({error_reason(last_error)}); '
+        f'"{plan.provider} / {plan.method}" kept changing while it was saved ({database_reason(last_error)}); '
         "nothing was saved, run it again"
     )
 
@@ -428,7 +420,7 @@ def _raced(plan: _Plan, error: psycopg.Error) -> bool:
 def _outcome_of_failure(conn: psycopg.Connection, error: psycopg.Error, plan: _Plan) -> Outcome:
     if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE and error.diag.column_name == "embedding":
         # The database refused the vector the model returned (its length: payrail._is_storable_vector_length).
-        raise EmbeddingUnavailable(f"{plan.embedder.model_name} returned an embedding the registry cannot store: {error_reason(error)}") from error
+        raise EmbeddingUnavailable(f"{plan.embedder.model_name} returned an embedding the registry cannot store: {database_reason(error)}") from error
     if error.sqlstate == errcodes.RECORD_CHANGED:
         return Conflict.of(error)
     if not errcodes.refuses_input(error.sqlstate):

@@ -14,10 +14,11 @@ import psycopg
 
 from .. import catalog, history, logs, stored
 from ..embedders import Embedder, EmbeddingUnavailable
+from ..errors import database_reason
 from ..records import FIELD_LABELS, ProviderMethod, parse_lines
 from ..registry_model import RegistryModelMismatch
 from ..search import SearchError, search_provider_methods
-from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, error_reason, save_changes
+from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, save_changes
 from . import views
 
 EmbedderFactory = Callable[[], Embedder]
@@ -44,7 +45,7 @@ def _not_saved(conn: psycopg.Connection, error: Exception, prefix: str = "Not sa
     if isinstance(error, psycopg.Error):
         if conn.broken or conn.closed:
             raise error  # the session's connection is gone: the page signs the operator out
-        return f"{prefix}: the database refused it: {error_reason(error)}"
+        return f"{prefix}: the database refused it: {database_reason(error)}"
     return f"{prefix}: {error}"
 
 
@@ -165,7 +166,7 @@ def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: 
             setattr(trial, answer, search_provider_methods(conn, embedder_factory, query, counted_draft=counted_draft))
         except SearchError as error:
             # E.g. a draft without a vector of its current content: the database says so, with a hint.
-            setattr(trial, problem, f"{error.code}: {error.detail}")
+            setattr(trial, problem, error.describe())
     return trial
 
 

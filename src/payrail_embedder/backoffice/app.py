@@ -22,12 +22,12 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..database import embedded_stopped
 from .. import logs
+from ..database import embedded_stopped
+from ..errors import database_reason
 from ..records import FIELD_LABELS, NEW_RECORD
 from ..settings import Settings
 from ..stored import STATES, record_of
-from ..write import error_reason
 from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
@@ -357,7 +357,7 @@ async def body_too_large(request: Request, error: BodyTooLarge) -> Response:
 
 async def database_failed(request: Request, error: psycopg.Error) -> Response:
     settings: Settings = request.app.state.settings
-    reason = embedded_stopped(settings.database_url, settings.data_dir) or error_reason(error)
+    reason = embedded_stopped(settings.database_url, settings.data_dir) or database_reason(error)
     return render(request, "message.html", 500, title="The database failed", text=f"The database failed: {reason}")
 
 
