@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import payrail_embedder
-from payrail_embedder import api
+from payrail_embedder import api, pool
 from payrail_embedder.api import Match, Registry
 from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 from payrail_test_support.ports import unused_port
@@ -40,7 +40,7 @@ def agent_backends(database_url: str) -> list[int]:
     with psycopg.connect(database_url, autocommit=True) as conn:
         rows = conn.execute(
             "select pid from pg_stat_activity where application_name = %s and datname = current_database()",
-            (api.APPLICATION_NAME,),
+            (pool.APPLICATION_NAME,),
         ).fetchall()
     return sorted(pid for (pid,) in rows)
 
@@ -146,6 +146,6 @@ def test_database_restart_is_survived(registry, database_url):
         conn.execute(
             "select pg_terminate_backend(pid) from pg_stat_activity"
             " where application_name = %s and datname = current_database()",
-            (api.APPLICATION_NAME,),
+            (pool.APPLICATION_NAME,),
         )
     assert len(registry.search_provider_methods("Stripe")["matches"]) == 2

@@ -11,12 +11,12 @@
     for match in answer["matches"]:
         print(match.provider, match.method, match.docsUrl)
 
-A `Registry` keeps one connection pool and one embedder for its lifetime, so every call after
-the first costs one database round trip (plus one query embedding off the name path). The
+A `Registry` keeps one connection pool (pool.py) and one embedder for its lifetime, so every
+call after the first costs one database round trip (plus one query embedding off the name path). The
 module-level function uses a default Registry configured like the CLI, from the environment
 (settings.Settings.from_env: PAYRAIL_DATABASE_URL, unset for the embedded PostgreSQL, and the
 rest of the CLI's variables). The ordering, the name path and the input rules stay in the
-database (payrail.search_provider_methods); this module only pools what the CLI opens per call.
+database (payrail.search_provider_methods); this module only keeps what the CLI opens per call.
 """
 
 from __future__ import annotations
@@ -24,34 +24,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
-
-from . import connection, database, logs, search
+from . import database, logs, search
+from .database import DatabaseUnavailable
 from .embedders import Embedder, LocalEmbedder
+from .pool import AgentPool
 from .search import InvalidQuery, Match, SearchUnavailable
 from .settings import Settings
 
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
 __all__ = ["InvalidQuery", "Match", "Registry", "SearchResult", "SearchUnavailable", "search_provider_methods"]
-
-APPLICATION_NAME = "payrail-agent-search"
-# How long a search waits for a pooled connection before it asks the server directly whether it is up.
-FIRST_WAIT_SECONDS = 0.25
-
-
-class _QuietReconnects(logging.Filter):
-    """psycopg_pool logs each failed reconnection of our pool on standard error (agent hosts log
-    it, line after line, during an outage); the search that meets the outage says so instead."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return f"'{APPLICATION_NAME}'" not in record.getMessage()
-
-
-logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
 
 
 class SearchResult(TypedDict):
@@ -95,13 +81,14 @@ class Registry:
             embedding_retries=embedding_retries,
             prepared_statements=prepared_statements,
         )
-        self._pool_size = pool_size
-        self._connect_timeout = connect_timeout
-        self._libpq_connect_timeout = max(2, round(connect_timeout))  # libpq's shortest is 2 s
+        self._connections = AgentPool(
+            lambda: self._settings.resolved_database_url,
+            size=pool_size,
+            connect_timeout=connect_timeout,
+            prepared_statements=self._settings.prepared_statements,
+            stopped=lambda: database.embedded_stopped(self._settings.database_url, self._settings.data_dir),
+        )
         self._embedder = embedder
-        self._pool: ConnectionPool | None = None
-        self._opening: Future | None = None
-        self._pool_lock = threading.Lock()
         self._embedder_lock = threading.Lock()
         self._outage = _Outage()
 
@@ -122,21 +109,11 @@ class Registry:
         return answer
 
     def _answer(self, query: str) -> SearchResult:
-        pool = self._open_pool()
         try:
-            return self._search(pool, query, FIRST_WAIT_SECONDS)
-        except PoolTimeout:
-            # No connection at once: a busy pool, or a server that went away (the pool then keeps
-            # trying to reconnect). One direct attempt tells which, at once.
-            self._probe(pool.conninfo)
-        try:
-            return self._search(pool, query, self._connect_timeout)
-        except PoolTimeout as error:
-            raise self._unreachable(pool.conninfo, error) from error
-
-    def _search(self, pool: ConnectionPool, query: str, wait_seconds: float) -> SearchResult:
-        with pool.connection(timeout=wait_seconds) as conn:
-            return {"matches": search.search_provider_methods(conn, self._get_embedder, query)}
+            matches = self._connections.run(lambda conn: search.search_provider_methods(conn, self._get_embedder, query))
+        except DatabaseUnavailable as error:
+            raise SearchUnavailable(str(error), "database_unreachable") from error
+        return {"matches": matches}
 
     def warm_up(self) -> None:
         """Opens the pool and, for the local backend, runs one semantic search (loading the model),
@@ -145,7 +122,7 @@ class Registry:
         Never raises: a failure here is reported by the search that meets it.
         """
         try:
-            self._open_pool()
+            self._connections.open()
             if isinstance(self._get_embedder(), LocalEmbedder):  # a remote backend would bill a request
                 # A whole semantic search, so the first real one finds every part warm: the model's
                 # first run, the search's statements, the pool's connection.
@@ -154,10 +131,7 @@ class Registry:
             pass
 
     def close(self) -> None:
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+        self._connections.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -168,88 +142,7 @@ class Registry:
     @property
     def pool(self) -> ConnectionPool | None:
         """The connection pool, once the first search opened it (for its get_stats())."""
-        return self._pool
-
-    def _open_pool(self) -> ConnectionPool:
-        """The pool, opened on first use. A caller that arrives while another thread (the warm-up,
-        say) is opening it shares that attempt's outcome instead of waiting out a second timeout.
-        """
-        with self._pool_lock:
-            if self._pool is not None:
-                return self._pool
-            attempt, owner = (self._opening, False) if self._opening is not None else (Future(), True)
-            self._opening = attempt
-        if not owner:
-            return attempt.result()
-        try:
-            pool = self._new_pool()
-        except BaseException as error:
-            with self._pool_lock:
-                self._opening = None
-            attempt.set_exception(error)
-            raise
-        with self._pool_lock:
-            self._pool, self._opening = pool, None
-        attempt.set_result(pool)
-        return pool
-
-    def _new_pool(self) -> ConnectionPool:
-        try:
-            url = self._settings.resolved_database_url
-        except Exception as error:  # the embedded server did not start: no answer either way
-            raise SearchUnavailable(f"cannot start the embedded database: {error}", "database_unreachable") from error
-        # The pool would retry a refused connection until its timeout; one direct attempt fails at
-        # once, and says why.
-        self._probe(url)
-        pool = ConnectionPool(
-            url,
-            # Every statement on the registry's search path, with no session state (connection.py).
-            connection_class=connection.PinnedConnection,
-            min_size=1,
-            max_size=self._pool_size,
-            kwargs={
-                # The search tries the name path first and continues after PYE01:
-                # outside a transaction, so the refusal aborts nothing.
-                "autocommit": True,
-                "application_name": APPLICATION_NAME,
-                "connect_timeout": self._libpq_connect_timeout,
-                **connection.psycopg_options(self._settings.prepared_statements),
-            },
-            configure=connection.prepare,
-            # A server restart leaves dead connections behind; replace them rather than fail a search.
-            check=connection.check,
-            # While the server is down the pool retries with a doubling backoff (up to 5 minutes by
-            # default), so after a restart searches kept failing for as long as the last delay
-            # (15 s after a 40 s outage). Giving an attempt up this soon makes the next search
-            # start a fresh one at once: search answers as soon as the server is back.
-            reconnect_timeout=self._connect_timeout,
-            timeout=self._connect_timeout,
-            name=APPLICATION_NAME,
-            open=False,
-        )
-        try:
-            pool.open(wait=True, timeout=self._connect_timeout)
-        except PoolTimeout as error:
-            pool.close()
-            raise self._unreachable(url, error) from error
-        return pool
-
-    def _unreachable(self, url: str, timeout: PoolTimeout) -> SearchUnavailable:
-        """The pool only says it timed out; one direct attempt tells why."""
-        try:
-            self._probe(url)
-        except SearchUnavailable as reason:
-            return reason
-        return SearchUnavailable(f"no database connection within {self._connect_timeout:g} s: {timeout}", "database_unreachable")
-
-    def _probe(self, url: str) -> None:
-        """One direct connection attempt; SearchUnavailable with the server's reason when it fails
-        (on the embedded default stopped since: that, and the command that starts it)."""
-        try:
-            psycopg.connect(url, connect_timeout=self._libpq_connect_timeout, application_name=APPLICATION_NAME).close()
-        except psycopg.Error as error:
-            reason = database.embedded_stopped(self._settings.database_url, self._settings.data_dir) or str(error).strip()
-            raise SearchUnavailable(f"cannot reach the database: {reason}", "database_unreachable") from error
+        return self._connections.pool
 
     def _get_embedder(self) -> Embedder:
         with self._embedder_lock:

@@ -50,7 +50,7 @@ def sql_files() -> list[Path]:
 
 
 class DatabaseUnavailable(CodedError):
-    """The embedded PostgreSQL could not be started."""
+    """The embedded PostgreSQL could not be started, or no connection to the database came."""
 
     code = "unavailable"
 
