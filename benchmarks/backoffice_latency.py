@@ -45,7 +45,7 @@ import numpy as np
 from psycopg.rows import dict_row
 
 from agent_latency import DIMENSIONS, generated_rows, percentile
-from payrail_embedder import database, logins, stored
+from payrail_embedder import database, embedded, logins, stored
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FakeOpenAI
 from throwaway_postgres import throwaway_postgres
@@ -92,7 +92,7 @@ def token_of(html: str) -> str:
 
 def with_operator_login(server, url: str) -> None:
     """The embedded default's pg_hba.conf on server, and OPERATOR_LOGIN on it, as `operator add` makes it."""
-    database.use_hba_rules(server.admin_url, database.EMBEDDED_HBA)
+    embedded.use_hba_rules(server.admin_url, embedded.EMBEDDED_HBA)
     with database.connect(url, autocommit=True) as conn:
         logins.add_operator(conn, *OPERATOR_LOGIN)
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.database import pgserver
+from payrail_embedder.embedded import pgserver
 from payrail_embedder.deploy import apply_schema
 
 

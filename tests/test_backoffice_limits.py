@@ -23,7 +23,7 @@ from playwright.sync_api import expect
 from psycopg import sql
 
 from payrail_embedder.backoffice.sessions import SignInThrottle
-from payrail_embedder.database import use_hba_rules
+from payrail_embedder.embedded import use_hba_rules
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     CATALOG,
     ENABLED,

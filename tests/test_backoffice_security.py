@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from payrail_embedder.database import use_hba_rules
+from payrail_embedder.embedded import use_hba_rules
 from payrail_embedder.deploy import apply_schema
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     AGENT,

@@ -15,7 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from payrail_embedder.database import display_url, embedded_pgdata
+from payrail_embedder.database import display_url
+from payrail_embedder.embedded import embedded_pgdata
 from payrail_embedder.deploy import apply_schema, db_digest
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings

@@ -249,7 +249,7 @@ def registry_catalog(conn: psycopg.Connection) -> list[tuple]:
 
 
 def test_every_db_file_rerun_alone_on_any_search_path_leaves_the_same_catalog(database_url):
-    from payrail_embedder.database import sql_files
+    from payrail_embedder.deploy import sql_files
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         before = registry_catalog(conn)

@@ -27,8 +27,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.database import create_roles
-from payrail_embedder.deploy import apply_schema
+from payrail_embedder.deploy import apply_schema, create_roles
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_test_support import CLI
 from payrail_test_support.agent_helpers import CATALOG, MATCH_KEYS, NAME_QUERIES, SEMANTIC_QUERIES, import_catalog

@@ -16,8 +16,8 @@ import pglast
 from pglast import ast
 from psycopg import sql
 
-from payrail_embedder.database import display_url, sql_dir, sql_files
-from payrail_embedder.deploy import apply_schema
+from payrail_embedder.database import display_url
+from payrail_embedder.deploy import apply_schema, sql_dir, sql_files
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import run_cli
 from payrail_test_support.registry_state import fingerprint

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from . import database, logs, search
+from . import embedded, logs, search
 from .database import DatabaseUnavailable
 from .embedders import Embedder, LocalEmbedder
 from .pool import AgentPool
@@ -86,7 +86,7 @@ class Registry:
             size=pool_size,
             connect_timeout=connect_timeout,
             prepared_statements=self._settings.prepared_statements,
-            stopped=lambda: database.embedded_stopped(self._settings.database_url, self._settings.data_dir),
+            stopped=lambda: embedded.embedded_stopped(self._settings.database_url, self._settings.data_dir),
         )
         self._embedder = embedder
         self._embedder_lock = threading.Lock()

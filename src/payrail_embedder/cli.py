@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, evaluation, logins, logs, model_switch, stored, tuned_models, tuning
+from . import catalog, database, deploy, embedded, evaluation, logins, logs, model_switch, stored, tuned_models, tuning
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
@@ -173,7 +173,7 @@ def db_roles(settings: Settings, as_json):
     before restoring a dump into it (docs/operations.md). Idempotent; creating a role needs
     CREATEROLE. `db apply` creates them too.
     """
-    report = database.create_roles(settings.resolved_database_url)
+    report = deploy.create_roles(settings.resolved_database_url)
     logs.log(
         "db_roles", database=database.display_url(settings.resolved_database_url),
         created=",".join(report["created"]) or None, existing=",".join(report["existing"]) or None,
@@ -219,23 +219,23 @@ def db_status(settings: Settings, as_json):
 def describe_status(report: dict) -> list[str]:
     """db status for people."""
     lines = [f"payrail-agent-search {report['productVersion']}"]
-    embedded = report["embedded"]
-    if embedded is None:
+    local_server = report["embedded"]
+    if local_server is None:
         lines.append(f"configured database: {report['url']}")
-    elif embedded["running"]:
+    elif local_server["running"]:
         lines.append(
-            f"embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), "
-            f"data in {embedded['dataDirectory']}"
+            f"embedded PostgreSQL {embedded.EMBEDDED_POSTGRES_VERSION}: running (pid {local_server['pid']}), "
+            f"data in {local_server['dataDirectory']}"
         )
         lines.append(f"url: {report['url']}")
     else:
         lines.append(
-            f"embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})"
+            f"embedded PostgreSQL {embedded.EMBEDDED_POSTGRES_VERSION}: not running (data directory {local_server['dataDirectory']})"
         )
-        if embedded["startProblem"]:
-            lines.append(f"it cannot start: {embedded['startProblem']}")
+        if local_server["startProblem"]:
+            lines.append(f"it cannot start: {local_server['startProblem']}")
         else:
-            lines.append(f"`{database.START_COMMAND}` starts it")
+            lines.append(f"`{embedded.START_COMMAND}` starts it")
     if report["error"]:
         lines.append(f"cannot read the registry: {report['error']}")
     server = report["server"]
@@ -281,8 +281,8 @@ def db_start(settings: Settings):
     if settings.database_url:
         raise Failure("invalid_input", "PAYRAIL_DATABASE_URL (--database-url) is set: db start starts the embedded default only")
     url = settings.resolved_database_url  # starts it, saying so on standard error
-    data_dir = settings.data_dir or database.default_data_dir()
-    click.echo(f"the embedded PostgreSQL {database.EMBEDDED_POSTGRES_VERSION} runs under {data_dir}: {url}")
+    data_dir = settings.data_dir or embedded.default_data_dir()
+    click.echo(f"the embedded PostgreSQL {embedded.EMBEDDED_POSTGRES_VERSION} runs under {data_dir}: {url}")
 
 
 @db.command("stop")
@@ -292,8 +292,8 @@ def db_stop(settings: Settings):
 
     A running backoffice or MCP server then answers that it is stopped until `db start`.
     """
-    data_dir = settings.data_dir or database.default_data_dir()
-    if database.stop_embedded_server(data_dir):
+    data_dir = settings.data_dir or embedded.default_data_dir()
+    if embedded.stop_embedded_server(data_dir):
         click.echo(f"stopped the embedded PostgreSQL under {data_dir}")
     else:
         click.echo(f"no embedded PostgreSQL runs under {data_dir}")

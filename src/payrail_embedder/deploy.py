@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from typing import TypeVar
 import psycopg
 
 from . import connection, errcodes
-from .database import display_url, sql_dir, sql_files
+from .database import display_url
 from .errors import CodedError
 
 # The tables a change may lock, in the order a search takes them (payrail._search: the name path's
@@ -403,3 +404,51 @@ def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: fl
     in_transaction(
         "update payrail.deployments set completed_at = pg_catalog.now() where id operator(pg_catalog.=) %s", (result.deployment_id,)
     )
+
+
+# The one-time upgrade steps (db/upgrades/) run right after the schema file that keeps their record.
+UPGRADES_AFTER = "012-deployments.sql"
+
+
+def sql_dir() -> Path:
+    """db/ of a source checkout, else the copy packaged inside the wheel."""
+    checkout = Path(__file__).resolve().parents[2] / "db"
+    if (checkout / "install.sql").is_file():
+        return checkout
+    return Path(__file__).resolve().parent / "db"
+
+
+def sql_files() -> list[Path]:
+    """The files `db apply` runs, in order: db/schema/ then db/functions/, each by file name, with
+    db/upgrades/ right after schema/012-deployments.sql (UPGRADES_AFTER)."""
+    root = sql_dir()
+    schema = sorted(root.glob("schema/*.sql"))
+    split = [path.name for path in schema].index(UPGRADES_AFTER) + 1
+    return schema[:split] + sorted(root.glob("upgrades/*.sql")) + schema[split:] + sorted(root.glob("functions/*.sql"))
+
+
+# The group roles' own file: `db apply` runs it with the rest, `db roles` alone.
+ROLES_FILE = Path("schema") / "005-roles.sql"
+# What that file says of each role (a NOTICE each): the one channel a DO block has to report.
+ROLE_NOTICE = re.compile(r"created role (?P<created>\S+)|role (?P<existing>\S+) exists")
+
+
+def create_roles(database_url: str) -> dict[str, list[str]]:
+    """Creates the registry's group roles where they are missing, as `db apply` does, and nothing
+    else: roles belong to the server, so a dump holds none, and a restore needs them first.
+    Returns {"created": [...], "existing": [...]}."""
+    report: dict[str, list[str]] = {"created": [], "existing": []}
+
+    def record(notice: psycopg.errors.Diagnostic) -> None:
+        said = ROLE_NOTICE.fullmatch(notice.message_primary or "")
+        if said:
+            kind = "created" if said["created"] else "existing"
+            report[kind].append(said[kind])
+
+    with psycopg.connect(database_url, application_name="payrail-embedder") as conn:
+        conn.add_notice_handler(record)
+        with conn.transaction():
+            # A server or role may hide notices by default; they are this file's report.
+            conn.execute("set local client_min_messages = notice")
+            conn.execute((sql_dir() / ROLES_FILE).read_text(encoding="utf-8"))
+    return report

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import database, logs, tuned_models
+from . import database, embedded, logs, tuned_models
 from .embedders import BACKENDS, Embedder, make_embedder
 
 
@@ -167,7 +167,7 @@ class Settings:
                 reason="PAYRAIL_DATABASE_URL is unset, so the embedded PostgreSQL is used; "
                 "set PAYRAIL_DATABASE_URL=postgresql:// to connect where these variables say",
             )
-        return database.resolve_database_url(self.database_url, self.data_dir)
+        return embedded.resolve_database_url(self.database_url, self.data_dir)
 
     def connect(self, *, autocommit: bool = True):
         return database.connect(self.resolved_database_url, autocommit=autocommit, prepared_statements=self.prepared_statements)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psycopg
 
-from . import database, deploy, stored
+from . import database, deploy, embedded, stored
 
 
 def status(database_url: str | None, data_dir: Path | None) -> dict:
@@ -30,19 +30,19 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
     if database_url:
         report["url"] = database.display_url(database_url)
     else:
-        pgdata = database.embedded_pgdata(data_dir or database.default_data_dir())
-        info = database.pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
+        pgdata = embedded.embedded_pgdata(data_dir or embedded.default_data_dir())
+        info = embedded.pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
         running = info is not None and info.is_running()
         report["embedded"] = {
             "running": running,
             "dataDirectory": str(pgdata),
             "pid": info.pid if running else None,
             "socketDirectory": str(info.socket_dir) if running else None,
-            "startProblem": None if running else database.embedded_start_problem(pgdata),
+            "startProblem": None if running else embedded.embedded_start_problem(pgdata),
         }
         if not running:
             return report
-        database_url = report["url"] = database.embedded_uri(info, database.EMBEDDED_DATABASE)
+        database_url = report["url"] = embedded.embedded_uri(info, embedded.EMBEDDED_DATABASE)
     try:
         with database.connect(database_url, autocommit=True) as conn:
             postgresql, pgvector = conn.execute(

@@ -56,7 +56,7 @@ def base_model(name: str) -> str:
 
 def models_dir(data_dir: Path | None) -> Path:
     """Where this installation keeps its tuned models: <data dir>/models."""
-    from .database import default_data_dir
+    from .embedded import default_data_dir
 
     return (data_dir or default_data_dir()) / "models"
 

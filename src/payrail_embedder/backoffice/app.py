@@ -23,7 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import logs
-from ..database import embedded_stopped
+from ..embedded import embedded_stopped
 from ..errors import database_reason
 from ..records import FIELD_LABELS, NEW_RECORD
 from ..settings import Settings

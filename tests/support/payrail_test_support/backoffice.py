@@ -22,7 +22,8 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from payrail_embedder.database import connect, use_hba_rules
+from payrail_embedder.database import connect
+from payrail_embedder.embedded import use_hba_rules
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
 from payrail_test_support.waiting import wait_until
@@ -41,7 +42,7 @@ ROLES = {
     AGENT: ("payrail_agent",),
 }
 # The embedded test servers' pg_hba.conf: ROLES give their passwords, as every login but postgres
-# does on the embedded default (database.EMBEDDED_HBA); the other tests' logins stay trusted.
+# does on the embedded default (embedded.EMBEDDED_HBA); the other tests' logins stay trusted.
 TEST_HBA = f"""\
 local all {",".join(ROLES)} scram-sha-256
 local all all trust
