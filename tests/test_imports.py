@@ -1,0 +1,63 @@
+"""The package's seams: no module imports a face (mcp_server, the backoffice, edit: what people and
+agents use) but the face itself and the command line that starts them all. Read from the source,
+function-level imports included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import payrail_embedder
+
+PACKAGE = Path(payrail_embedder.__file__).parent
+# The faces people and agents use; the modules below them serve every face alike.
+FACES = ("payrail_embedder.cli", "payrail_embedder.mcp_server", "payrail_embedder.edit", "payrail_embedder.backoffice")
+# The command line starts every other face.
+STARTERS = {"payrail_embedder.__main__", "payrail_embedder.cli"}
+
+
+def module_name(path: Path) -> str:
+    parts = ("payrail_embedder", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that path imports, anywhere in it."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join([*base, node.module] if node.module else base)
+            found |= {f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    # A module's own package, imported on the way to it, is no dependency of it.
+    return {target for target in found & modules if target != name and not name.startswith(target + ".")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path) for path in paths}
+    return {module_name(path): imported_modules(path, modules) for path in paths}
+
+
+def face_of(module: str) -> str | None:
+    return next((face for face in FACES if module == face or module.startswith(face + ".")), None)
+
+
+def test_the_graph_reads_the_imports():
+    graph = import_graph()
+    assert "payrail_embedder.search" in graph["payrail_embedder.api"]
+    assert "payrail_embedder.backoffice.server" in graph["payrail_embedder.cli"]  # a function-level import
+
+
+def test_only_a_face_itself_and_the_command_line_import_a_face():
+    wrong = {
+        (module, target)
+        for module, targets in import_graph().items()
+        for target in targets
+        if face_of(target) and face_of(target) != face_of(module) and module not in STARTERS
+    }
+    assert wrong == set()
