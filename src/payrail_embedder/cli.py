@@ -611,10 +611,7 @@ def edit(settings: Settings, name, new):
     started = time.monotonic()
     with settings.connect() as conn:
         row = None if new else stored.find_by_name(conn, name)
-        try:
-            saved = edit_module.edit_record(conn, settings.embedder, row)
-        except edit_module.LeftUnsaved as left:
-            raise Failure(left.code, str(left)) from None
+        saved = edit_module.edit_record(conn, settings.embedder, row)  # LeftUnsaved is a failure with its code
         if saved is None:
             click.echo("nothing saved")
             return

@@ -29,6 +29,7 @@ import psycopg
 
 from . import stored
 from .embedders import Embedder, EmbeddingUnavailable
+from .errors import CodedError
 from .records import NEW_RECORD, ProviderMethod, lines_of
 from .write import Change, Conflict, Refused, Saved, save_changes
 
@@ -41,12 +42,12 @@ YES, NO = ("yes", "true"), ("no", "false")
 HEADER_OF_FIELD = {"provider": PROVIDER, "method": METHOD, "urls": URL, "docsUrl": DOCS_URL, "guidance": "Guidance", "enabled": ENABLED}
 
 
-class LeftUnsaved(Exception):
+class LeftUnsaved(CodedError):
     """The operator left the editor without saving after a refusal, a conflict or an outage."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
-        self.code = code  # the CLI's failure code: invalid_input (refused) or unavailable
+        self.code = code  # invalid_input (refused) or unavailable
 
 
 def editable_text(record: ProviderMethod) -> str:
