@@ -4,7 +4,7 @@ the benchmark's records and dev queries, and which runtime embeds a batch faster
     ./scripts/benchmark runtime_parity [--eval-dir benchmarks/data]
 
 For each runtime of the bundled all-MiniLM-L6-v2 (torch: sentence-transformers; onnx:
-payrail_embedder.local_model), it imports records.jsonl (2,479 records) into its own registry on
+payrail_embedder.embedders.local_model), it imports records.jsonl (2,479 records) into its own registry on
 a throwaway embedded PostgreSQL 18 through the product's import path (timed: the write path's
 throughput), enables every record and runs queries-dev.jsonl (296 queries) through the product's
 eval. Then it compares the two:
@@ -29,7 +29,7 @@ import numpy as np
 from payrail_embedder import evaluation, search
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder
-from payrail_embedder.local_model import SAME_MODEL_TOLERANCE, cosine_distances
+from payrail_embedder.embedders.local_model import SAME_MODEL_TOLERANCE, cosine_distances
 from quality import DEFAULT_EVAL_DIR, METRICS, benchmark_data, imported_registry, print_table, stored_records
 from throwaway_postgres import throwaway_postgres
 

@@ -1,4 +1,4 @@
-"""The bundled model on ONNX Runtime (payrail_embedder.local_model): the same vectors as
+"""The bundled model on ONNX Runtime (payrail_embedder.embedders.local_model): the same vectors as
 sentence-transformers, no torch in a searching process, an export that concurrent first uses
 share, the model's configuration read rather than assumed, and every failure a clear
 search_unavailable.
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from payrail_embedder import catalog, database
-from payrail_embedder.embedders import EmbeddingUnavailable, LocalEmbedder, load_sentence_transformer, record_text
-from payrail_embedder.local_model import (
+from payrail_embedder.embedders import EmbeddingUnavailable, LocalEmbedder, record_text
+from payrail_embedder.embedders.local_model import (
     GRAPH_FILE,
     SAME_MODEL_TOLERANCE,
     OnnxSentenceEncoder,
@@ -30,6 +30,7 @@ from payrail_embedder.local_model import (
     bundled_model_dir,
     cosine_distances,
     load_bundled,
+    load_sentence_transformer,
 )
 from payrail_embedder.records import read_lines
 from payrail_test_support import REPO

@@ -27,9 +27,9 @@ from urllib.parse import urlencode
 import anyio
 import pytest
 
-from payrail_embedder import catalog, database, tuned_models
+from payrail_embedder import catalog, database
 from payrail_embedder.api import Registry
-from payrail_embedder.embedders import LocalEmbedder, record_text
+from payrail_embedder.embedders import LocalEmbedder, record_text, tuned_models
 from payrail_embedder.evaluation import LabelledQuery
 from payrail_embedder.records import read_lines
 from payrail_embedder.search import SearchUnavailable
@@ -183,7 +183,7 @@ def test_the_split_keeps_every_validation_provider_out_of_training():
 def test_training_is_deterministic_for_a_seed(tmp_path):
     import torch
 
-    from payrail_embedder.local_model import bundled_model_dir
+    from payrail_embedder.embedders.local_model import bundled_model_dir
 
     pairs = [(query["query"], record_text(record["provider"], record["method"], record["guidance"])) for record in RECORDS[:8] for query in labelled_queries(record)]
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, embedded, evaluation, logins, logs, model_switch, stored, tuned_models, tuning
+from . import catalog, database, deploy, embedded, evaluation, logins, logs, model_switch, stored, tuning
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
 from . import sync as sync_module
-from .embedders import OPENAI_MAX_BATCH
+from .embedders import OPENAI_MAX_BATCH, tuned_models
 from .errors import EXIT_STATUS, as_json, as_text, code_and_detail
 from .progress import progress
 from .records import json_text, read_lines

@@ -17,8 +17,8 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import database, embedded, logs, tuned_models
-from .embedders import BACKENDS, Embedder, make_embedder
+from . import database, embedded, logs
+from .embedders import BACKENDS, Embedder, make_embedder, tuned_models
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import psycopg
 
-from . import local_model, tuned_models
-from .embedders import LOCAL_DEFAULT_MODEL, OPENAI_MODEL_DIMENSIONS, Embedder, LocalEmbedder, load_sentence_transformer, record_text
+from .embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, record_text, tuned_models
+from .embedders.local_model import load_sentence_transformer
+from .embedders.openai import OPENAI_MODEL_DIMENSIONS
 from .errors import CodedError
 from .evaluation import EvaluationReport, LabelledQuery, NormalizedNames, evaluate, evaluate_candidate, label_warnings, read_labelled_queries
 from .registry_model import registry_model, require_embedder_model

@@ -1,4 +1,4 @@
-"""The bundled all-MiniLM-L6-v2 on ONNX Runtime: the sentence-transformers model, without torch.
+"""Sentence-transformers models on ONNX Runtime, without torch: the bundled all-MiniLM-L6-v2 and the models tuned from it.
 
 Importing torch and sentence-transformers and loading the model costs a new process 6-7 s on two
 cores; ONNX Runtime and the Hugging Face `tokenizers` library load the same weights in about 0.1 s.
@@ -11,7 +11,7 @@ sentence-transformers 6 saves it), the pooling (1_Pooling/config.json) and
 whether the embedding is normalized (a Normalize module). A setting this module does not
 implement is refused by name rather than approximated.
 
-    python -m payrail_embedder.local_model    # export the bundled model's graph if missing; print where
+    python -m payrail_embedder.embedders    # export the bundled model's graph if missing; print where
 
 Every failure is EmbeddingUnavailable saying what to do, so a search answers search_unavailable.
 """
@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .embedders import LOCAL_DEFAULT_MODEL, EmbeddingUnavailable, load_sentence_transformer
+from .protocol import EmbeddingUnavailable
 
+LOCAL_DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Part of the exported graph's directory name: change it when export() changes what it writes.
 EXPORT_FORMAT = 1
 GRAPH_FILE = "model.onnx"
@@ -53,6 +54,22 @@ LEGACY_POOLING_KEYS = {
     "pooling_mode_lasttoken": "lasttoken",
 }
 SUPPORTED_POOLING = ("mean", "cls")
+
+
+def load_sentence_transformer(location: str, **options):
+    """A sentence-transformers model on the CPU (torch): what the torch runtime runs, and what
+    export() turns into an ONNX graph. options go to SentenceTransformer."""
+    try:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+    except ImportError as error:
+        raise EmbeddingUnavailable(f"the local backend's torch runtime needs sentence-transformers: {EXPORT_HINT}") from error
+    # Its weight-loading progress bar would interleave with our own output.
+    transformers_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(location, device="cpu", **options)
+    except Exception as error:  # any load failure means no embeddings; say which model
+        raise EmbeddingUnavailable(f"cannot load local model {location}: {error}") from error
 
 
 def bundled_model_dir() -> Path:
@@ -288,14 +305,3 @@ def load_bundled() -> OnnxSentenceEncoder:
         export(model_dir, target)
     return OnnxSentenceEncoder(model_dir, target)
 
-
-def main() -> None:
-    try:
-        load_bundled()
-    except EmbeddingUnavailable as error:
-        raise SystemExit(f"error: {error}") from error
-    print(f"{LOCAL_DEFAULT_MODEL} for ONNX Runtime: {bundled_graph_dir()}")
-
-
-if __name__ == "__main__":
-    main()

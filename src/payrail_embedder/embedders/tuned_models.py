@@ -25,8 +25,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .embedders import EmbeddingUnavailable
-from .errors import CodedError
+from ..embedded import default_data_dir
+from ..errors import CodedError
+from . import local_model
+from .protocol import EmbeddingUnavailable
 
 NAME_PATTERN = re.compile(r"(?P<base>[A-Za-z0-9][A-Za-z0-9._-]*)-tuned-(?P<digest>[0-9a-f]{12})")
 GRAPH_DIR = "onnx"
@@ -56,8 +58,6 @@ def base_model(name: str) -> str:
 
 def models_dir(data_dir: Path | None) -> Path:
     """Where this installation keeps its tuned models: <data dir>/models."""
-    from .embedded import default_data_dir
-
     return (data_dir or default_data_dir()) / "models"
 
 
@@ -116,8 +116,6 @@ def locate(name: str, directory: Path) -> Path:
 def load_encoder(name: str, directory: Path):
     """Tuned model `name` on ONNX Runtime (a local_model.OnnxSentenceEncoder); its graph exported
     first when this machine has none yet."""
-    from . import local_model
-
     model_dir = locate(name, directory)
     graph = model_dir / GRAPH_DIR
     if not graph.exists():
@@ -145,8 +143,6 @@ def keep(staged: Path, directory: Path) -> Path:
 def install(source: Path, directory: Path) -> Path:
     """Copies the tuned model directory `source` (from another machine) into the models directory:
     its content must match its name; its ONNX graph is exported here, whatever graph came with it."""
-    from . import local_model
-
     source = source.resolve()
     name = source.name
     check_content(source, name)
