@@ -1,10 +1,11 @@
-"""The package's seams: no module imports a face (mcp_server, the backoffice, edit: what people and
-agents use) but the face itself and the command line that starts them all. Read from the source,
-function-level imports included."""
+"""The package's seams: no import circles, and no module imports a face (mcp_server, the backoffice,
+edit: what people and agents use) but the face itself and the command line that starts them all.
+Read from the source, function-level imports included."""
 
 from __future__ import annotations
 
 import ast
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 import payrail_embedder
@@ -33,8 +34,9 @@ def imported_modules(path: Path, modules: set[str]) -> set[str]:
             found |= {f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target for alias in node.names}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-    # A module's own package, imported on the way to it, is no dependency of it.
-    return {target for target in found & modules if target != name and not name.startswith(target + ".")}
+    # A name taken from a package (its __init__) depends on the whole __init__, even the module's own
+    # package: an __init__ imports its modules, so that is a circle.
+    return found & modules
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -50,7 +52,21 @@ def face_of(module: str) -> str | None:
 def test_the_graph_reads_the_imports():
     graph = import_graph()
     assert "payrail_embedder.search" in graph["payrail_embedder.api"]
+    assert "payrail_embedder.embedders" in graph["payrail_embedder.search"]  # names from a package's __init__
     assert "payrail_embedder.backoffice.server" in graph["payrail_embedder.cli"]  # a function-level import
+    assert "payrail_embedder.embedders.tuned_models" in graph["payrail_embedder.embedders.local"]  # from . import
+    assert "payrail_embedder.embedders.local" in graph["payrail_embedder.embedders"]  # an __init__'s own module
+
+
+def test_no_import_circles():
+    """Every module's imports lead down, never back to it: an order of the modules exists in which
+    each imports only modules before it."""
+    try:
+        TopologicalSorter(import_graph()).prepare()
+    except CycleError as error:
+        # graphlib lists each module before the one that imports it.
+        circle = reversed(error.args[1])
+        raise AssertionError(f"an import circle: {' imports '.join(circle)}") from None
 
 
 def test_only_a_face_itself_and_the_command_line_import_a_face():
