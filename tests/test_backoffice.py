@@ -21,6 +21,7 @@ from playwright.sync_api import expect
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
+    ACME,
     CATALOG,
     DRAFT,
     ENABLED,
@@ -44,8 +45,6 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
 from payrail_test_support import REPO
 from payrail_test_support.cli import run_cli, write_jsonl
 from payrail_test_support.openai_fake import fake_embedding
-
-ACME = (ENABLED["provider"], ENABLED["method"])
 
 
 def vector_of(row: dict) -> list[float]:

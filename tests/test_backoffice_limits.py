@@ -25,6 +25,7 @@ from psycopg import sql
 from payrail_embedder.backoffice.sessions import SignInThrottle
 from payrail_embedder.embedded import use_hba_rules
 from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
+    ACME,
     CATALOG,
     ENABLED,
     OPERATOR,
@@ -55,7 +56,6 @@ from payrail_test_support.environments import cli_environment
 from payrail_test_support.servers import start_embedded
 from payrail_test_support.waiting import wait_until
 
-ACME = (ENABLED["provider"], ENABLED["method"])
 CREDENTIALS_REFUSED = "Not signed in: the username or password is wrong"
 
 

@@ -57,6 +57,8 @@ ENABLED = {
     "guidance": "Purpose: turn a street address into coordinates.\nInstructions: GET /v1/geocode?q=ADDRESS.\nNotes: paid per call.",
     "enabled": True,
 }
+# ENABLED's key, as stored() takes it.
+ACME = (ENABLED["provider"], ENABLED["method"])
 DRAFT = {
     "provider": "Acme Maps",
     "method": "Reverse geocode",
