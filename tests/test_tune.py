@@ -34,7 +34,7 @@ from payrail_embedder.evaluation import LabelledQuery
 from payrail_embedder.records import read_lines
 from payrail_embedder.search import SearchUnavailable
 from payrail_embedder.settings import Settings
-from payrail_embedder.tuning import GoldenQuery, Training, TuneOptions, split_by_provider
+from payrail_embedder.tuning import GoldenQuery, Training, TuneOptions, embed_by_length, split_by_provider
 from payrail_test_support.agent_helpers import mcp_client
 from payrail_test_support.backoffice import HttpClient, http_sign_in, operator_logins, running_backoffice  # noqa: F401 (a fixture)
 from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess, write_jsonl
@@ -177,6 +177,32 @@ def test_the_split_keeps_every_validation_provider_out_of_training():
     splits = [split_by_provider(queries, 0.25, seed) for seed in range(10)]
     assert len({tuple(q.labelled.query for q in split.validation) for split in splits}) > 1
     assert any(split.left_out for split in splits)  # the case is exercised
+
+
+def test_training_embeds_texts_by_length_as_one_padded_pass_would():
+    """A step's texts are embedded in passes of similar lengths, cut to each pass's longest text:
+    the embeddings, and the gradients training follows, are one padded pass's."""
+    import torch
+
+    from payrail_embedder.embedders.local_model import bundled_model_dir, load_sentence_transformer
+
+    model = load_sentence_transformer(str(bundled_model_dir())).eval()  # no dropout: both ways compute the same thing
+    # Lengths in no order, one cut at the model's 256 tokens: passes of 3 regroup and reorder them.
+    texts = [record_text(record["provider"], record["method"], record["guidance"]) for record in RECORDS[:6]]
+    texts[2:2] = ["Purpose: send an SMS to a customer. " * 60, "", "a"]
+    features = model.preprocess(texts)
+    assert features["input_ids"].shape[1] == 256
+
+    def gradients(embeddings):
+        model.zero_grad()
+        (embeddings @ embeddings[0]).sum().backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    padded = model(features)["sentence_embedding"]
+    by_length = embed_by_length(model, features, texts_per_pass=3)
+
+    assert torch.allclose(by_length, padded, atol=1e-5)
+    assert torch.allclose(gradients(by_length), gradients(padded), atol=1e-5)
 
 
 @pytest.mark.slow
