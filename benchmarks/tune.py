@@ -47,7 +47,7 @@ from throwaway_postgres import throwaway_postgres
 
 SHOWN = ("hit@1", "hit@3", "mrr@3")
 RESAMPLES = 10_000
-COST_HEADERS = ("golden queries", "training pairs", "steps", "expected min", "training min", "command min", "peak RSS MiB")
+COST_HEADERS = ("golden queries", "training pairs", "steps", "expected min", "training min", "command min", "command CPU min", "peak RSS MiB")
 
 
 def paired_interval(before: np.ndarray, after: np.ndarray, seed: int) -> tuple[float, float, float]:
@@ -93,17 +93,24 @@ def peak_resident_mib(pid: int) -> float:
     return int(re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.M).group(1)) / 1024
 
 
-def run_tune_process(env: dict, golden: Path, options: list[str]) -> tuple[dict, float, float]:
-    """`model tune GOLDEN --json` in a new process: its report, wall seconds and peak resident MiB
-    (read every 0.2 s until it exits: the peak is monotonic, so the last reading is it, or within
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time so far (/proc/PID/stat): on a shared machine, what the
+    command costs whatever else runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_tune_process(env: dict, golden: Path, options: list[str]) -> tuple[dict, float, float, float]:
+    """`model tune GOLDEN --json` in a new process: its report, wall seconds, CPU seconds and peak
+    resident MiB (read every 0.2 s until it exits: both only grow, so the last reading is within
     its last 0.2 s)."""
     started = time.perf_counter()
-    peak = 0.0
+    peak = cpu = 0.0
     with tempfile.TemporaryFile("w+") as output:
         process = subprocess.Popen([str(CLI), "model", "tune", str(golden), "--json", *options], env=env, stdout=output, stderr=subprocess.DEVNULL)
         while process.poll() is None:
             try:
-                peak = max(peak, peak_resident_mib(process.pid))
+                peak, cpu = max(peak, peak_resident_mib(process.pid)), cpu_seconds(process.pid)
             except (OSError, AttributeError):  # exited between poll and read, or not yet readable
                 pass
             time.sleep(0.2)
@@ -112,7 +119,7 @@ def run_tune_process(env: dict, golden: Path, options: list[str]) -> tuple[dict,
         text = output.read()
     if process.returncode not in (0, 2):  # 2: a model that does not beat the bundled one, not kept
         sys.exit(f"model tune failed (exit {process.returncode}): {text}")
-    return json.loads(text), seconds, peak
+    return json.loads(text), seconds, cpu, peak
 
 
 def show_progress(step: int, steps: int) -> None:
@@ -185,10 +192,10 @@ def main() -> None:
             for size in sizes:
                 golden = Path(scratch) / f"golden-{size}.jsonl"
                 golden.write_text("".join(json.dumps(q) + "\n" for q in golden_set(size, dev, made)), encoding="utf-8")
-                tuned, seconds, peak = run_tune_process(env, golden, command)
+                tuned, seconds, cpu, peak = run_tune_process(env, golden, command)
                 training = tuned["training"]
                 rows.append(
-                    (size, training["pairs"], training["steps"], round(tuned["estimatedSeconds"] / 60, 1), round(training["seconds"] / 60, 1), round(seconds / 60, 1), round(peak))
+                    (size, training["pairs"], training["steps"], round(tuned["estimatedSeconds"] / 60, 1), round(training["seconds"] / 60, 1), round(seconds / 60, 1), round(cpu / 60, 1), round(peak))
                 )
                 # Each size as soon as it is measured: a long run interrupted still leaves its figures.
                 print(f"cost at {size} golden queries: {dict(zip(COST_HEADERS, rows[-1]))}", flush=True)
