@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlencode
 
@@ -45,6 +44,7 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
 from payrail_test_support import REPO
 from payrail_test_support.cli import run_cli, write_jsonl
 from payrail_test_support.openai_fake import fake_embedding
+from payrail_test_support.ports import serve_in_thread
 
 
 def vector_of(row: dict) -> list[float]:
@@ -377,10 +377,9 @@ def other_origin():
             self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop = serve_in_thread(server)
     yield server.server_address[1], pages
-    server.shutdown()
-    server.server_close()
+    stop()
 
 
 def test_a_form_posted_from_another_origin_changes_nothing_even_with_the_sessions_token(page, backoffice, database_url, other_origin):

@@ -12,13 +12,14 @@ import base64
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
+
+from payrail_test_support.ports import serve_in_thread
 
 FAKE_MODEL = "fake-embedding-1"
 FAKE_DIMENSIONS = 64
@@ -58,6 +59,7 @@ class FakeOpenAI:
     # on its own (its timeout), not because the fake answered.
     hanging: int = 0
     _server: ThreadingHTTPServer | None = None
+    _stop: Callable[[], None] | None = None
 
     @property
     def base_url(self) -> str:
@@ -122,12 +124,11 @@ class FakeOpenAI:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._stop = serve_in_thread(self._server)
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stop()
 
 
 class SwitchAt(list):
