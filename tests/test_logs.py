@@ -26,9 +26,13 @@ from payrail_test_support.interfaces import BackofficeOperator, draft_record, ed
 from payrail_test_support.logs import events, events_among, parse_line
 from payrail_test_support.own_server import own_server, registry_url  # noqa: F401 (fixtures)
 from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
+from payrail_test_support.waiting import wait_until
 
 OPERATOR = "log_operator"
 API_KEY = "sk-test-logs-5f1c0a9e7b2d4c6a"
+# The backoffice's session idle timeout: longer than any pause between the operator's requests on a
+# loaded machine (3 s was not, with four test workers on two cores), short enough to wait out.
+IDLE_SECONDS = 10
 WRONG_PASSWORDS = ["wrong-password-one-1a2b", "wrong-password-two-3c4d", "wrong-password-three-5e6f"]
 # An attacker's user name that would forge a second event if a line could hold a line break.
 FORGED = 'mallory\nts=2020-01-01T00:00:00.000Z level=info event=sign_in role=admin outcome=success "'
@@ -59,7 +63,7 @@ def test_a_backoffice_session_is_logged_event_by_event_without_a_secret(server, 
         "PAYRAIL_PREPARED_STATEMENTS": "off",
         "OPENAI_API_KEY": API_KEY,
     }
-    backoffice = start_backoffice(env, tmp_path, "--session-idle-timeout", "3")
+    backoffice = start_backoffice(env, tmp_path, "--session-idle-timeout", str(IDLE_SECONDS))
     try:
         client = HttpClient(backoffice.url)
         secrets = [PASSWORD, API_KEY, *WRONG_PASSWORDS]
@@ -77,7 +81,12 @@ def test_a_backoffice_session_is_logged_event_by_event_without_a_secret(server, 
         operator.import_lines([draft_record("logs import")], "drafts.jsonl")
         operator.sign_out()
         idle = http_sign_in(client, OPERATOR, PASSWORD)
-        time.sleep(6)  # idle for longer than 3 s: the sweeper ends it
+        # Idle for longer than IDLE_SECONDS, the session is ended by the sweeper (it looks as often).
+        wait_until(
+            lambda: (OPERATOR, "idle") in [(e["role"], e["reason"]) for e in events_among(backoffice.output, "session_end")],
+            lambda: f"the sweeper to end the idle session:\n{backoffice.output}",
+            timeout=3 * IDLE_SECONDS,
+        )
     finally:
         backoffice.stop()
         bouncer.stop()
