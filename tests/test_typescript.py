@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,8 +62,11 @@ def run_block(env: dict[str, str], index: int, query: str | None = None) -> subp
     block = DOC_BLOCKS[index]
     if query is not None:
         block = re.sub(r'(const query = |query: )".*?"', lambda m: m.group(1) + json.dumps(query), block)
-    script = CLIENTS / f".docs-{index}.mjs"
-    script.write_text(block, encoding="utf-8")
+    # In CLIENTS, where node finds the packages it imports; a name of its own, as the same block
+    # may run on another server in another test worker at the same time.
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=CLIENTS, prefix=f".docs-{index}-", suffix=".mjs", delete=False) as file:
+        file.write(block)
+    script = Path(file.name)
     try:
         return subprocess.run(["node", str(script)], env=env, cwd=CLIENTS, capture_output=True, text=True, timeout=120)
     finally:
