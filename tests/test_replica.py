@@ -42,9 +42,10 @@ def start_standby(primary, pgdata: Path) -> Cluster:
 
 
 def wait_for_replay(primary_url: str, standby_url: str, timeout: float = 60) -> None:
-    """Until the standby has replayed everything the primary has written so far."""
+    """Until the standby has replayed everything the primary has written so far: up to its insert
+    position, as a commit without synchronous_commit (the test servers') may not be written yet."""
     with psycopg.connect(primary_url, autocommit=True) as primary:
-        target = primary.execute("select pg_current_wal_lsn()").fetchone()[0]
+        target = primary.execute("select pg_current_wal_insert_lsn()").fetchone()[0]
     with psycopg.connect(standby_url, autocommit=True) as standby:
         assert standby.execute("select pg_is_in_recovery()").fetchone()[0]
         wait_until(
