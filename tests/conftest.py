@@ -34,39 +34,14 @@ def pytest_configure(config):
         config.option.basetemp = tempfile.mkdtemp(prefix="payrail-pytest-")
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker and pytest-xdist reads xdist_group
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items):
     """The slow tier (marker slow) also takes every test that drives chromium (it asks for the
     browser fixture, as page does) or loads the real local model (marker local_model), wherever
-    it is written: a new browser or model test joins the tier without a marker of its own. Tests
-    that share a module-scoped fixture get a group (shared_fixtures_group)."""
+    it is written: a new browser or model test joins the tier without a marker of its own."""
     for item in items:
         if "browser" in item.fixturenames or item.get_closest_marker("local_model"):
             item.add_marker(pytest.mark.slow)
-        if group := shared_fixtures_group(item):
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-# Module-scoped fixtures every worker may as well have its own of: chromium starts in a second, and
-# the browser tests of a module are the slow tier's longest run of tests.
-PER_WORKER_FIXTURES = {"browser"}
-
-
-def shared_fixtures_group(item) -> str | None:
-    """With pytest-xdist (--dist loadgroup), the tests of a module that share a module-scoped
-    fixture (a server of the module's own, a loaded model, a trained one, a HOME the docs' commands
-    run in one after another) run on one worker, in order, which sets the fixture up once; every
-    other test goes to whichever worker is free. None: no such fixture."""
-    shared = sorted(
-        name
-        for name, definitions in item._fixtureinfo.name2fixturedefs.items()
-        if definitions[-1].scope == "module" and name not in PER_WORKER_FIXTURES
-    )
-    if not shared:
-        return None
-    params = getattr(item, "callspec", None)
-    values = [f"{name}={params.params[name]}" for name in shared if params and name in params.params]
-    return f"{item.module.__name__}[{','.join(values)}]"
 
 
 @pytest.fixture(scope="session")

@@ -43,6 +43,8 @@ DOCS_TEXT = "\n".join(
 ACTIVATE = ". .venv/bin/activate"
 SETUP = "./scripts/setup && "
 
+# The tests follow one another in the same new HOME, as a new operator does: pytest-xdist's
+# --dist loadfile (pyproject.toml) keeps them on one worker, in order.
 pytestmark = pytest.mark.slow  # a new embedded server, the sample catalog embedded, a dozen processes
 
 RUN, HELP, SERVE, NOT_RUN = "run", "help", "serve", "not run"
