@@ -14,7 +14,8 @@ runs, a new random query vector each run:
 - the distance alone: halfvec <#> of one in-memory vector with itself N times (so in the CPU's
   cache), less the same loop without the distance;
 - the first pass's scan: max(unit_embedding <#> q) over the table;
-- the first pass: the nearest 64 (what payrail._first_pass returns), and the whole search.
+- the first pass: the nearest 64 (what payrail._first_pass returns), and the whole search;
+and how many of the pages the scan reads it found in shared_buffers.
 The floor is the scan to each vector plus the distance in cache: what the first pass would cost if
 reading memory cost nothing more, so no schema can make PostgreSQL and pgvector search faster on
 one core. The rest of the first pass's scan is the cost of reading the vectors from memory.
@@ -73,6 +74,11 @@ def parts(url: str, matrix: np.ndarray, queries: list[np.ndarray]) -> list[tuple
                     - p50_ms(sql(loop.format("count(q.h)"), records), queries))
         scan = p50_ms(sql(f"select max(unit_embedding <#> %s::halfvec) from {HALF_VECTORS}"), queries)
         nearest = p50_ms(sql(f"select provider_method_id from {HALF_VECTORS} order by unit_embedding <#> %s::halfvec limit 64"), queries)
+        # Pages the scan found in shared_buffers and pages it had the kernel copy in: a sequential
+        # scan of a table over a quarter of shared_buffers reads through a small ring of buffers.
+        plan = conn.execute(f"explain (analyze, buffers, format json) select max(unit_embedding <#> %s::halfvec) from {HALF_VECTORS}",
+                            (HalfVector(queries[0]),)).fetchone()[0][0]["Plan"]
+        print(f"the first pass's scan found {plan['Shared Hit Blocks']:,} pages in shared_buffers and read {plan['Shared Read Blocks']:,}\n")
         conn.execute("reset all")
         conn.execute("set max_parallel_workers_per_gather = 0")
         search = p50_ms(lambda q: conn.execute(SEARCH, ("benchmark question", q, MODEL)).fetchall(), queries)
@@ -115,7 +121,7 @@ def main() -> None:
             shown = dict(conn.execute(
                 "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
                 (["server_version", "shared_buffers", "huge_pages", "huge_pages_status"],)).fetchall())
-        print(f"{args.records:,} records of {args.dimensions} dimensions loaded by {args.load} (seconds, import's peak memory: {loaded}), then vacuum (analyze)"
+        print(f"{args.records:,} records of {args.dimensions} dimensions loaded by {args.load}: {loaded} (s{', peak memory' if args.load == 'import' else ''}), then vacuum (analyze)"
               f" and every page cached; {shown}; one core (no parallel workers); p50 of {args.queries} runs\n")
         rows = parts(url, matrix, queries)
     numpy_ms = rows[0][1]
