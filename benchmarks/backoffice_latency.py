@@ -4,22 +4,22 @@ an operator opens and the saves they make. Not a test: it prints a table.
     ./scripts/benchmark backoffice_latency [--records 100000] [--requests 30]
 
 What it does:
-- starts its own throwaway embedded PostgreSQL 18 in a temporary directory, applies db/ and
-  deletes everything when it ends;
+- starts its own throwaway embedded PostgreSQL 18 (autovacuum off) in a temporary directory,
+  applies db/ and deletes everything when it ends;
 - writes --records generated records (nine in ten enabled; guidance of random words from a small
   vocabulary, as agent_latency's) to a JSON Lines file and imports it with `payrail-embedder
   import`, the write path every operator uses: every line checked against every rule, embedded,
   saved. The embedding service is payrail_test_support's OpenAI-compatible fake at 384
   dimensions (the local model's), which answers at once: the local model would take about an
   hour for 100,000 records on two cores, and the pages cost the same whatever the vectors are.
-  Nothing else is done to the database: no ANALYZE (autovacuum, on by default, may have run one
-  by the time pages are timed; the first line says whether it had);
+  Nothing else is done to the database before the records list is timed: no statistics, as an
+  import leaves a registry; then it runs `vacuum (analyze)` and times the list again;
 - runs `payrail-embedder backoffice` on that registry and embedder, signs in with a login made as
   `payrail-embedder operator add` makes one (the server asks its password, as on the embedded
   default) and times, over one kept-alive HTTP connection that accepts
   gzip as browsers do: the records list's first page, a page deep in the list (reached by a page
-  link), the list filtered by a common word, by a rare word and by a state (each with its count
-  of matches), one record page, a URL-only save, a content save (embedded by the fake first) and
+  link), the list filtered by text (a common word, a rare word, part of a URL, a provider's
+  second page, one character) and by a state, each with its count of matches; then one record page, a URL-only save, a content save (embedded by the fake first) and
   Try a query (two query embeddings by the fake). On loopback the time is the server's.
 """
 
@@ -42,6 +42,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 import numpy as np
+import psycopg
 from psycopg.rows import dict_row
 
 from agent_latency import DIMENSIONS, generated_rows, percentile
@@ -150,46 +151,68 @@ def deep_cursor(url: str, position: int) -> str:
     return stored.encode_cursor(row)
 
 
-def measure(url: str, database_url: str, records: int, requests: int) -> list[tuple[str, list[float], int, int]]:
+def list_pages(browser: Browser, database_url: str, records: int, requests: int) -> list[tuple[str, list[float], int, int]]:
+    """The records list: unfiltered, deep, and filtered by text (each with its count of matches) and by state."""
+    rows = []
+
+    def page_row(label, path, check):
+        text = browser_get(browser, path)
+        assert check in text, (label, text[:2000])
+        sent, unpacked = browser.sent, browser.unpacked
+        rows.append((label, [timed_get(browser, path) for _ in range(requests)], sent, unpacked))
+
+    page_row("records list, first page", "/records", f"Records: {records}.")
+    page_row("records list, a page deep in the list", f"/records?{urlencode({'after': deep_cursor(database_url, records - 150)})}", "Previous page")
+    page_row(f"filtered by a common word ({COMMON_WORD})", f"/records?{urlencode({'q': COMMON_WORD})}", "records match.")
+    rare = f"op{records // 2}"
+    page_row(f"filtered by a rare word ({rare})", f"/records?{urlencode({'q': rare})}", f"1 of {records} records match.")
+    part_of_url = f"bench{records // 20}.example"
+    page_row(f"filtered by part of a URL ({part_of_url})", f"/records?{urlencode({'q': part_of_url})}", f"5 of {records} records match.")
+    provider = "bench provider 001"
+    page_row(f"filtered by a provider ({provider}), page 2", f"/records?{urlencode({'q': provider, 'after': filtered_cursor(browser, provider)})}", "records match.")
+    page_row("filtered by one character (q)", f"/records?{urlencode({'q': 'q'})}", "records match.")
+    page_row("filtered by state (drafts)", f"/records?{urlencode({'state': 'draft'})}", "records match.")
+    return rows
+
+
+def browser_get(browser: Browser, path: str) -> str:
+    status, text, _ = browser.request("GET", path)
+    assert status == 200, (path, status, text[:500])
+    return text
+
+
+def timed_get(browser: Browser, path: str) -> float:
+    started = time.perf_counter()
+    browser_get(browser, path)
+    return (time.perf_counter() - started) * 1000
+
+
+def filtered_cursor(browser: Browser, text: str) -> str:
+    """The cursor of the first page's "Next page" link of a text filter."""
+    page = browser_get(browser, f"/records?{urlencode({'q': text})}")
+    return re.search(r'href="/records\?[^"]*after=([^"&]+)', unescape(page)).group(1)
+
+
+def sign_in(url: str) -> Browser:
     browser = Browser(url)
     _, page, _ = browser.request("GET", "/sign-in")
     login, password = OPERATOR_LOGIN
     status, _, location = browser.request("POST", "/sign-in", {"csrf_token": token_of(page), "username": login, "password": password})
     assert (status, location) == (303, "/records"), status
+    return browser
+
+
+def record_pages(browser: Browser, requests: int) -> list[tuple[str, list[float], int, int]]:
+    """A record page, a URL-only save, a content save and Try a query."""
+    ids = [int(i) for i in re.findall(r'<a href="/records/(\d+)">', browser_get(browser, "/records"))]
     rows = []
-
-    def get(path):
-        status, text, _ = browser.request("GET", path)
-        assert status == 200, (path, status, text[:500])
-        return text
-
-    def page_row(label, path, check=None):
-        text = get(path)
-        if check:
-            assert check in text, (label, text[:2000])
-        sent, unpacked = browser.sent, browser.unpacked
-        rows.append((label, [elapsed for elapsed in (timed_get(path) for _ in range(requests))], sent, unpacked))
-        return text
-
-    def timed_get(path):
-        started = time.perf_counter()
-        get(path)
-        return (time.perf_counter() - started) * 1000
-
-    listing = page_row("records list, first page", "/records", f"Records: {records}.")
-    ids = [int(i) for i in re.findall(r'<a href="/records/(\d+)">', listing)]
-    page_row("records list, a page deep in the list", f"/records?{urlencode({'after': deep_cursor(database_url, records - 150)})}", "Previous page")
-    page_row(f"filtered by a common word ({COMMON_WORD})", f"/records?{urlencode({'q': COMMON_WORD})}", "records match.")
-    rare = f"op{records // 2}"
-    page_row(f"filtered by a rare word ({rare})", f"/records?{urlencode({'q': rare})}", f"1 of {records} records match.")
-    page_row("filtered by state (drafts)", f"/records?{urlencode({'state': 'draft'})}", "records match.")
-    rng = random.Random(7)
-    page_row("record page", f"/records/{ids[0]}")
-
-    edited = rng.choice(ids)
+    browser_get(browser, f"/records/{ids[0]}")
+    sent, unpacked = browser.sent, browser.unpacked
+    rows.append(("record page", [timed_get(browser, f"/records/{ids[0]}") for _ in range(requests)], sent, unpacked))
+    edited = random.Random(7).choice(ids)
 
     def save(changes):
-        form = record_form(get(f"/records/{edited}"), **changes)
+        form = record_form(browser_get(browser, f"/records/{edited}"), **changes)
         started = time.perf_counter()
         status, text, _ = browser.request("POST", f"/records/{edited}", form)
         elapsed = (time.perf_counter() - started) * 1000
@@ -197,9 +220,12 @@ def measure(url: str, database_url: str, records: int, requests: int) -> list[tu
         return elapsed
 
     rows.append(("URL-only save (vector kept)", [save({"docsUrl": f"https://docs.bench.example/v{i}"}) for i in range(requests)], 0, 0))
-    guidance = record_form(get(f"/records/{edited}"))["guidance"]
+    guidance = record_form(browser_get(browser, f"/records/{edited}"))["guidance"]
     rows.append(("content save (embedded first)", [save({"guidance": f"{guidance}\nNotes: edit {i}."}) for i in range(requests)], 0, 0))
-    page_row("Try a query (2 query embeddings)", f"/records/{ids[1]}?{urlencode({'query': QUERY})}", "What agents get now")
+    trial = f"/records/{ids[1]}?{urlencode({'query': QUERY})}"
+    assert "What agents get now" in browser_get(browser, trial)
+    sent, unpacked = browser.sent, browser.unpacked
+    rows.append(("Try a query (2 query embeddings)", [timed_get(browser, trial) for _ in range(requests)], sent, unpacked))
     return rows
 
 
@@ -210,7 +236,9 @@ def main() -> None:
     args = parser.parse_args()
 
     fake = FakeOpenAI(dimensions=DIMENSIONS).start()
-    with throwaway_postgres(18) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-") as scratch:
+    # Autovacuum off: the first pages are timed as an import leaves a registry (no statistics),
+    # the second time after `vacuum (analyze)`, as autovacuum leaves it later.
+    with throwaway_postgres(18, {"autovacuum": "off"}) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-") as scratch:
         url = server.registry("payrail_bench")
         env = cli_environment(url, fake, Path(scratch))
         catalog_file = Path(scratch) / "catalog.jsonl"
@@ -223,11 +251,13 @@ def main() -> None:
         with_operator_login(server, url)
         process, base_url = start_backoffice(url, Path(scratch) / "backoffice.log", env=env)
         try:
-            with database.connect(url) as conn:
-                analyzed = conn.execute(
-                    "select last_autoanalyze is not null from pg_stat_user_tables where relid = 'payrail.provider_methods'::regclass"
-                ).fetchone()[0]
-            rows = measure(base_url, url, args.records, args.requests)
+            browser = sign_in(base_url)
+            unanalyzed = list_pages(browser, url, args.records, args.requests)
+            with psycopg.connect(url, autocommit=True) as conn:  # VACUUM runs in no transaction
+                conn.execute("vacuum (analyze) payrail.provider_methods")
+            browser.conn.close()  # the server closed it, idle for longer than its keep-alive; the next request reopens it
+            analyzed = list_pages(browser, url, args.records, args.requests)
+            others = record_pages(browser, args.requests)
         finally:
             process.terminate()
             process.wait(30)
@@ -236,14 +266,15 @@ def main() -> None:
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(
         f"backoffice at {args.records:,} records (imported through `payrail-embedder import` in {import_seconds:.0f} s; "
-        f"no ANALYZE by the benchmark, autovacuum {'had' if analyzed else 'had not'} analyzed the table); "
-        f"{args.requests} timed requests per row over one kept-alive connection; {os.cpu_count()} CPUs (load average {load}); "
-        "embedded PostgreSQL 18; embeddings from an OpenAI-compatible fake that answers at once"
+        f"autovacuum off); {args.requests} timed requests per row over one kept-alive connection; "
+        f"{os.cpu_count()} CPUs (load average {load}); embedded PostgreSQL 18; embeddings from an OpenAI-compatible fake "
+        "that answers at once"
     )
-    print(f"{'request':<44} {'p50 ms':>8} {'p95 ms':>8} {'gzip kB':>8} {'page kB':>8}")
-    for name, samples, sent, unpacked in rows:
-        sizes = f"{sent / 1000:>8.1f} {unpacked / 1000:>8.1f}" if unpacked else f"{'':>8} {'':>8}"
-        print(f"{name:<44} {statistics.median(samples):>8.1f} {percentile(samples, 0.95):>8.1f} {sizes}")
+    print(f"{'request':<52} {'state':<20} {'p50 ms':>8} {'p95 ms':>8} {'gzip kB':>8} {'page kB':>8}")
+    for state, rows in (("right after import", unanalyzed), ("after vacuum analyze", analyzed), ("after vacuum analyze", others)):
+        for name, samples, sent, unpacked in rows:
+            sizes = f"{sent / 1000:>8.1f} {unpacked / 1000:>8.1f}" if unpacked else f"{'':>8} {'':>8}"
+            print(f"{name:<52} {state:<20} {statistics.median(samples):>8.1f} {percentile(samples, 0.95):>8.1f} {sizes}")
 
 
 if __name__ == "__main__":
