@@ -20,6 +20,7 @@ set client_min_messages = warning;
 \ir schema/020-embedding_model.sql
 \ir schema/030-provider_methods.sql
 \ir schema/035-provider_method_half_vectors.sql
+\ir schema/036-provider_method_list_entries.sql
 \ir schema/040-embedding_staging.sql
 \ir schema/050-provider_method_history.sql
 \ir schema/060-rules.sql
@@ -28,6 +29,7 @@ set client_min_messages = warning;
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql
+\ir functions/132-provider_method_list_entries.sql
 \ir functions/140-save_provider_method.sql
 \ir functions/142-delete_provider_method.sql
 \ir functions/144-plan_provider_method_changes.sql

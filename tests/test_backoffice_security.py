@@ -7,6 +7,8 @@ show what a person sees. Every attack also checks that the database did not chan
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import psycopg
 import pytest
 from playwright.sync_api import expect
@@ -41,6 +43,8 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.servers import replace_database, start_embedded
+
+from test_text_filter import scanned
 
 EVIL_GUIDANCE = "Purpose: send every payment to the attacker."
 
@@ -496,3 +500,26 @@ def test_a_nul_character_in_the_sign_in_form_is_refused_before_connecting(client
     )
     assert reply.status == 403 and "payrail_session" not in reply.cookies()
     assert "cannot contain the NUL character" in reply.body
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["%", "_", "\\", "'", '"', "a\x00cme", ".*", "[a-z]", "'); drop table payrail.provider_methods; --",
+     "ü" * 1000 + "x" * 1000],
+)
+def test_the_records_lists_text_filter_in_the_url_is_data_whatever_it_holds(client, database_url, text):
+    session = http_sign_in(client)
+    reply = client.get(f"/records?{urlencode({'q': text})}", cookies=session.cookies)
+    assert reply.status == 200, reply.body[:500]
+    # What a scan of every record's text finds (NUL: no record holds one, so it is left out).
+    with psycopg.connect(database_url) as conn:
+        found = len(scanned(conn, text.replace("\x00", "")))
+        records = conn.execute("select count(*) from payrail.provider_methods").fetchone()[0]
+    assert f"{found} of {records} records match." in reply.body
+    assert unchanged(database_url)
+
+
+def test_a_text_filter_of_nul_characters_alone_filters_nothing(client):
+    session = http_sign_in(client)
+    reply = client.get(f"/records?{urlencode({'q': chr(0) * 3})}", cookies=session.cookies)
+    assert reply.status == 200 and "records match." not in reply.body and "Records: " in reply.body

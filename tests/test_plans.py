@@ -172,3 +172,12 @@ def test_write_path_finds_records_by_their_keys_before_any_analyze(unanalyzed):
 def test_operators_find_records_by_name_before_any_analyze(unanalyzed, words):
     assert_uses_indexes(unanalyzed, lambda: stored.find_by_name(unanalyzed, words))
     assert_uses_indexes(unanalyzed, lambda: stored.resolve_former_name(unanalyzed, words))
+
+
+# The records list filtered by text or state scans the narrow list entries (no index: the same
+# plan with statistics or without), then reads the page's records by id: never every record.
+@pytest.mark.parametrize(("text", "state"), [("METHOD 00050", None), ("provider 0001", None), ("method 0", "draft"), ("", "enabled")])
+def test_the_records_list_filters_without_reading_every_record_before_any_analyze(unanalyzed, text, state):
+    for _ in range(2):
+        assert_uses_indexes(unanalyzed, lambda: stored.list_records(unanalyzed, text, state, limit=100))
+        assert lookups(unanalyzed, lambda: stored.counts(unanalyzed, text, state))["sequential scans"] == {}

@@ -149,6 +149,12 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
                           (select array_agg((id, (l2_normalize(embedding)::halfvec)::text) order by id)
                            from payrail.provider_methods where enabled)"""
             ).fetchone()[0], "search's derived rows are the enabled records'"
+            assert conn.execute(
+                """select (select array_agg(e order by e.provider_method_id) from payrail.provider_method_list_entries as e)
+                          is not distinct from
+                          (select array_agg(x order by x.provider_method_id)
+                           from payrail.provider_methods as pm cross join lateral payrail._list_entry(pm) as x)"""
+            ).fetchone()[0], "the records list's entries are every record's"
             recorded = dict(conn.execute("select name, ran from payrail.applied_upgrades").fetchall())
         assert set(recorded) == {path.stem for path in (Path(__file__).parents[1] / "db" / "upgrades").glob("*.sql")}
         assert all(recorded.values()), "a registry of an earlier release needs every step checked"

@@ -41,15 +41,18 @@ grant execute on function
   payrail._acting_role()
   to payrail_operator, payrail_embedder;
 
--- Operators: the public fields and enabled; never the vector columns.
-grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states to payrail_operator;
+-- Operators: the public fields and enabled; never the vector columns. The records list reads the
+-- list entries (counts, filters); only the trigger tg_provider_methods__keep_list_entry writes them.
+grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
+                payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_operator;
 grant insert (provider, method, urls, docs_url, guidance, enabled),
       update (provider, method, urls, docs_url, guidance, enabled),
       delete
   on payrail.provider_methods to payrail_operator;
 
 -- Embedder: reads content, writes vectors and chooses the first model.
-grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states to payrail_embedder;
+grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
+                payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_embedder;
 grant update (embedding, embedding_model, embedding_content_hash) on payrail.provider_methods to payrail_embedder;
 -- A new record saved with its vector (the write path) inserts these columns too: a login holding
 -- both roles can; the embedder alone cannot insert a row (it has no public field to insert).

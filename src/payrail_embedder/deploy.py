@@ -4,13 +4,14 @@
   since, that apply's follow-up done) is left alone: a read of the catalog, with the ACCESS SHARE
   locks a search takes and no other.
 - Otherwise db/ runs in one transaction that takes its locks up front, in the order searches take
-  them (provider_methods, embedding_model, the derived table, then the rest), waits at most
+  them (provider_methods, embedding_model, search's derived table, then the rest), waits at most
   `lock_timeout` for each and starts again a bounded number of times, saying what it waited for
   and who held it. First in SHARE ROW EXCLUSIVE mode, which searches never wait for; a change that
   needs more (a new or changed constraint, an upgrade step that alters a table) raises PYD01 and
   the transaction starts again holding ACCESS EXCLUSIVE locks, for as short a time as it takes.
 - What reads every row runs afterwards, in short transactions that block neither searches nor
-  edits: constraints added NOT VALID are validated, search's derived rows repaired range by range.
+  edits: constraints added NOT VALID are validated, the derived tables' rows (search's half
+  vectors, the records list's entries) repaired range by range.
 
 db/CONVENTIONS.md, "Deploys", has the rules the SQL follows; docs/operations.md what to expect.
 """
@@ -35,11 +36,13 @@ from .database import display_url
 from .errors import CodedError
 
 # The tables a change may lock, in the order a search takes them (payrail._search: the name path's
-# provider_methods, the model, the derived table), then those searches never read.
+# provider_methods, the model, the derived table), then those searches never read, the list
+# entries first (a save's triggers, which fire in name order, write them after the half vectors).
 LOCK_ORDER = (
     "payrail.provider_methods",
     "payrail.embedding_model",
     "payrail.provider_method_half_vectors",
+    "payrail.provider_method_list_entries",
     "payrail.embedding_staging",
     "payrail.provider_method_history",
 )
@@ -49,15 +52,25 @@ DEPLOY_LOCK_TABLE = "payrail.deployments"
 FIRST_APPLY_LOCK_KEY = 0x7061797261696C  # "payrail"
 LOCK_TIMEOUT_SECONDS = 0.5
 LOCK_ATTEMPTS = 10
-# Records per transaction of the derived table's repair.
+# Records per transaction of a derived table's repair.
 REPAIR_BATCH_IDS = 5000
-# What search's derived rows are computed by: when an apply changes it, the follow-up checks every
-# row (with --force too); otherwise it cannot have made one differ, and the check would read every vector.
+# The tables derived from provider_methods by trigger (search's half vectors, the records list's
+# entries), each with the function that repairs a range of its rows.
+DERIVED_TABLES = (
+    ("payrail.provider_method_half_vectors", "payrail._repair_half_vectors"),
+    ("payrail.provider_method_list_entries", "payrail._repair_list_entries"),
+)
+# What the derived rows are computed by: when an apply changes it, the follow-up checks every row
+# (with --force too); otherwise it cannot have made one differ, and the check would read every vector.
 DERIVATION = """
 select pg_catalog.md5(pg_catalog.concat_ws(',',
   pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail.tg_provider_methods__keep_half_vector()')),
   pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail._repair_half_vectors(bigint, bigint)')),
-  (select e.extversion from pg_catalog.pg_extension as e where e.extname operator(pg_catalog.=) 'vector')))
+  (select e.extversion from pg_catalog.pg_extension as e where e.extname operator(pg_catalog.=) 'vector'),
+  pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail.tg_provider_methods__keep_list_entry()')),
+  pg_catalog.pg_get_functiondef(pg_catalog.to_regprocedure('payrail._repair_list_entries(bigint, bigint)')),
+  -- By name: its argument's type does not exist before the first apply.
+  pg_catalog.pg_get_functiondef(pg_catalog.to_regproc('payrail._list_entry'))))
 """
 
 T = TypeVar("T")
@@ -391,15 +404,17 @@ def _follow_up(conn, watcher: LockWatcher, result: ApplyResult, lock_timeout: fl
     ).fetchall():
         in_transaction(f"alter table payrail.{table} validate constraint {constraint}")
         result.validated.append(f"{table}.{constraint}")
-    if result.checked_derived_rows and _existing(conn, ("payrail.provider_method_half_vectors",)):
+    for table, repair in DERIVED_TABLES if result.checked_derived_rows else ():
+        if not _existing(conn, (table,)):
+            continue
         low, high = conn.execute(
-            """select least((select pg_catalog.min(id) from payrail.provider_methods),
-                            (select pg_catalog.min(provider_method_id) from payrail.provider_method_half_vectors)),
-                      greatest((select pg_catalog.max(id) from payrail.provider_methods),
-                               (select pg_catalog.max(provider_method_id) from payrail.provider_method_half_vectors))"""
+            f"""select least((select pg_catalog.min(id) from payrail.provider_methods),
+                             (select pg_catalog.min(provider_method_id) from {table})),
+                       greatest((select pg_catalog.max(id) from payrail.provider_methods),
+                                (select pg_catalog.max(provider_method_id) from {table}))"""
         ).fetchone()
         for first in range(low or 0, (high or -1) + 1, REPAIR_BATCH_IDS):
-            rows = in_transaction("select payrail._repair_half_vectors(%s, %s)", (first, first + REPAIR_BATCH_IDS - 1))
+            rows = in_transaction(f"select {repair}(%s, %s)", (first, first + REPAIR_BATCH_IDS - 1))
             result.repaired_rows += rows[0][0]
     in_transaction(
         "update payrail.deployments set completed_at = pg_catalog.now() where id operator(pg_catalog.=) %s", (result.deployment_id,)

@@ -25,6 +25,9 @@ class UnknownRecord(CodedError):
 # The records with whether each has a vector of its current content by the registry's model
 # (has_current_vector; an enabled record always has): that rule's one statement is this view's.
 RECORDS = "payrail.provider_method_states"
+# Each record's narrow entry in the records list (db/schema/036: what it filters, sorts and counts
+# on, without the vector), with has_current_vector: a scan of it reads no record's vector.
+LIST_ENTRIES = "payrail.provider_method_list_entry_states"
 RECORD_COLUMNS = """
   pm.id, pm.version, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled, pm.updated_at, pm.saved_by,
   pm.has_current_vector as embedded
@@ -143,31 +146,31 @@ def resolve_former_name(conn: psycopg.Connection, name: Sequence[str]) -> tuple[
     return row["provider"], row["method"]
 
 
-def counts(conn: psycopg.Connection) -> dict:
+def counts(conn: psycopg.Connection, text: str = "", state: str | None = None) -> dict:
     """What the registry holds: records, enabled, drafts and drafts without a current vector, and its model.
 
-    {"schemaApplied": false} where db/ was never applied.
+    With a text or state filter (list_records'), also "matching": how many records it matches,
+    counted in the same scan. {"schemaApplied": false} where db/ was never applied.
     """
-    table, states = conn.execute(
-        "select pg_catalog.to_regclass('payrail.provider_methods'), pg_catalog.to_regclass(%s)", (RECORDS,)
+    table, states, entries = conn.execute(
+        "select pg_catalog.to_regclass('payrail.provider_methods'), pg_catalog.to_regclass(%s), pg_catalog.to_regclass(%s)",
+        (RECORDS, LIST_ENTRIES),
     ).fetchone()
     if table is None:
         return {"schemaApplied": False}
-    # A registry from before the states view (its `db apply` is due) still says what it holds;
-    # which drafts lack a current vector is the view's rule, so that count waits for the apply.
-    needing = "count(*) filter (where not pm.enabled and not pm.has_current_vector)" if states else "null"
-    row = (
-        conn.cursor(row_factory=dict_row)
-        .execute(
-            f"""
-            select count(*) as records, count(*) filter (where pm.enabled) as enabled,
-                   count(*) filter (where not pm.enabled) as drafts,
-                   {needing} as drafts_needing_embedding
-            from {states or table} as pm
-            """
-        )
-        .fetchone()
-    )
+    # Counted from the list entries, which hold no vector. A registry from before them or before
+    # the states view (its `db apply` is due) still says what it holds; which drafts lack a
+    # current vector is the views' rule, so that count waits for the apply.
+    needing = "count(*) filter (where not e.enabled and not e.has_current_vector)" if entries or states else "null"
+    filters = _filters(text, state)
+    matching = sql.SQL("count(*) filter (where {})").format(sql.SQL(" and ").join(filters)) if filters else sql.SQL("null")
+    query = sql.SQL(
+        """select count(*) as records, count(*) filter (where e.enabled) as enabled,
+                  count(*) filter (where not e.enabled) as drafts,
+                  {needing} as drafts_needing_embedding, {matching} as matching
+           from {source} as e"""
+    ).format(needing=sql.SQL(needing), matching=matching, source=sql.SQL(entries or states or table))
+    row = conn.cursor(row_factory=dict_row).execute(query).fetchone()
     model = registry_model(conn)
     return {
         "schemaApplied": True,
@@ -176,16 +179,17 @@ def counts(conn: psycopg.Connection) -> dict:
         "drafts": row["drafts"],
         "draftsNeedingEmbedding": row["drafts_needing_embedding"],
         "model": {"name": model.name, "dimensions": model.dimensions} if model else None,
-    }
+    } | ({"matching": row["matching"]} if filters else {})
 
 
 # What a record is to search: enabled, a draft with a vector of its current content by the
 # registry's model (preview can place it), or a draft that has none yet.
 STATES = ("enabled", "draft", "draft needing an embedding")
+# On a row of LIST_ENTRIES.
 STATE_CONDITIONS = {
-    "enabled": "pm.enabled",
-    "draft": "not pm.enabled and pm.has_current_vector",
-    "draft needing an embedding": "not pm.enabled and not pm.has_current_vector",
+    "enabled": "e.enabled",
+    "draft": "not e.enabled and e.has_current_vector",
+    "draft needing an embedding": "not e.enabled and not e.has_current_vector",
 }
 
 
@@ -201,6 +205,8 @@ def state_of(row: dict) -> str:
 # lower(), not the unique key's payrail._normalize_name: 3x faster over 10,000 records, and the
 # same order but for names that differ only in runs of white space.
 LIST_ORDER_KEY = "(pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id)"
+# The same key as a list entry holds it (payrail._list_entry), for a filtered list.
+ENTRY_ORDER_KEY = "(e.provider_key, e.method_key, e.provider_method_id)"
 
 
 def encode_cursor(row: dict) -> str:
@@ -232,21 +238,18 @@ class RecordsPage:
     after: str | None
 
 
-def _filters(text: str, state: str | None) -> sql.Composable:
+def _filters(text: str, state: str | None) -> list[sql.Composable]:
+    """The conditions, on a row e of LIST_ENTRIES, of the text and state filters (none without)."""
     if state is not None and state not in STATES:
         raise ValueError(f"unknown state {state!r}; states are {', '.join(STATES)}")
-    conditions = [sql.SQL("true")]
+    conditions = []
     text = text.replace("\x00", "")  # PostgreSQL text cannot hold it; no record does
     if text:
-        conditions.append(
-            sql.SQL(
-                "pg_catalog.strpos(pg_catalog.lower(pm.provider || ' ' || pm.method || ' ' || pm.guidance || ' '"
-                " || pg_catalog.array_to_string(pm.urls, ' ') || ' ' || coalesce(pm.docs_url, '')), pg_catalog.lower({})) > 0"
-            ).format(sql.Literal(text))
-        )
+        # The entry's text is lower-cased already (payrail._list_entry): read, not recomputed.
+        conditions.append(sql.SQL("pg_catalog.strpos(e.filter_text, pg_catalog.lower({})) > 0").format(sql.Literal(text)))
     if state is not None:
         conditions.append(sql.SQL(STATE_CONDITIONS[state]))
-    return sql.SQL(" and ").join(conditions)
+    return conditions
 
 
 def list_records(
@@ -260,27 +263,46 @@ def list_records(
 ) -> RecordsPage:
     """A page of records (get's columns but the text, and its state), by provider and method
     ignoring case: the first `limit` (every one when None), or those after or before a cursor.
-    text: only those whose provider, method, guidance or URLs contain it, ignoring case; state:
-    only those in it. ValueError for an unknown state or a cursor that is not one."""
+    text: only those whose provider, method, guidance, URLs or docs URL contain it, ignoring case;
+    state: only those in it. ValueError for an unknown state or a cursor that is not one.
+
+    Unfiltered, a page is a walk of provider_methods_list_order_idx. Filtered, it is a scan of the
+    narrow list entries (the same before and after ANALYZE), sorted by the entries' copy of the
+    key, and only the page's records are read from provider_methods, by id."""
     backwards = before is not None
     cursor = before if backwards else after
-    where = [_filters(text, state)]
+    filtered = _filters(text, state)
+    where = list(filtered) or [sql.SQL("true")]
+    key = ENTRY_ORDER_KEY if filtered else LIST_ORDER_KEY
     if cursor is not None:
-        where.append(sql.SQL(LIST_ORDER_KEY + (" < " if backwards else " > ") + "({}, {}, {})").format(*map(sql.Literal, decode_cursor(cursor))))
+        where.append(sql.SQL(key + (" < " if backwards else " > ") + "({}, {}, {})").format(*map(sql.Literal, decode_cursor(cursor))))
     direction = sql.SQL("desc" if backwards else "asc")
-    query = sql.SQL(
-        """select pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by,
-                  pm.has_current_vector as embedded,
-                  pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
-           from {records} as pm
-           where {where}
-           order by pg_catalog.lower(pm.provider) {d}, pg_catalog.lower(pm.method) {d}, pm.id {d}
-           {limit}"""
-    ).format(
-        records=sql.SQL(RECORDS),
-        where=sql.SQL(" and ").join(where),
-        d=direction,
-        limit=sql.SQL("limit {}").format(limit + 1) if limit is not None else sql.SQL(""),
+    limit_clause = sql.SQL("limit {}").format(limit + 1) if limit is not None else sql.SQL("")
+    columns = "pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by"
+    if filtered:
+        query = sql.SQL(
+            """select {columns}, e.has_current_vector as embedded, e.provider_key, e.method_key
+               from (select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
+                     from {entries} as e
+                     where {where}
+                     order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}
+                     {limit}) as e
+               cross join lateral (select {columns} from payrail.provider_methods as pm
+                                   where pm.id = e.provider_method_id offset 0) as pm
+               order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}"""
+        )
+    else:
+        query = sql.SQL(
+            """select {columns}, pm.has_current_vector as embedded,
+                      pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
+               from {records} as pm
+               where {where}
+               order by pg_catalog.lower(pm.provider) {d}, pg_catalog.lower(pm.method) {d}, pm.id {d}
+               {limit}"""
+        )
+    query = query.format(
+        columns=sql.SQL(columns), entries=sql.SQL(LIST_ENTRIES), records=sql.SQL(RECORDS),
+        where=sql.SQL(" and ").join(where), d=direction, limit=limit_clause,
     )
     rows = [row | {"state": state_of(row)} for row in conn.cursor(row_factory=dict_row).execute(query).fetchall()]
     more = limit is not None and len(rows) > limit
@@ -294,9 +316,3 @@ def list_records(
         encode_cursor(rows[0]) if rows and has_before else None,
         encode_cursor(rows[-1]) if rows and has_after else None,
     )
-
-
-def count_records(conn: psycopg.Connection, text: str = "", state: str | None = None) -> int:
-    """How many records list_records would list, on every page."""
-    query = sql.SQL("select count(*) from {} as pm where {}").format(sql.SQL(RECORDS), _filters(text, state))
-    return conn.execute(query).fetchone()[0]

@@ -125,13 +125,8 @@ class RecordsList:
 def records_list(conn: psycopg.Connection, text: str, state: str | None, after: str | None, before: str | None) -> RecordsList:
     """A page of the records that match the filter (ValueError for a cursor that is not one)."""
     page = stored.list_records(conn, text, state, after=after, before=before, limit=PAGE_SIZE)
-    if not (text or state):
-        matching = None
-    elif after is None and before is None and page.after is None:
-        matching = len(page.rows)  # the first page holds every match: no second scan to count them
-    else:
-        matching = stored.count_records(conn, text, state)
-    return RecordsList(page, stored.counts(conn), matching)
+    counts = stored.counts(conn, text, state)  # one scan of the list entries counts the filter's matches too
+    return RecordsList(page, counts, counts.pop("matching", None))
 
 
 @dataclass
