@@ -180,4 +180,4 @@ def test_operators_find_records_by_name_before_any_analyze(unanalyzed, words):
 def test_the_records_list_filters_without_reading_every_record_before_any_analyze(unanalyzed, text, state):
     for _ in range(2):
         assert_uses_indexes(unanalyzed, lambda: stored.list_records(unanalyzed, text, state, limit=100))
-        assert lookups(unanalyzed, lambda: stored.counts(unanalyzed, text, state))["sequential scans"] == {}
+        assert lookups(unanalyzed, lambda: stored.counts(unanalyzed))["sequential scans"] == {}

@@ -65,7 +65,7 @@ def scanned(conn, text: str, state_condition: str = "true") -> list[tuple[str, s
 
 
 def matching(conn, text: str, state: str | None = None) -> int:
-    return stored.counts(conn, text, state)["matching"]
+    return stored.list_records(conn, text, state, limit=1).matching
 
 
 def methods(page: stored.RecordsPage) -> list[str]:
@@ -117,7 +117,11 @@ def test_state_and_text_filter_together_and_page_through_many_matches(conn, data
         if page.after is None:
             break
         after = page.after
-    assert [len(page.rows) for page in pages] == [100, 100, 50]
+    assert [(len(page.rows), page.matching) for page in pages] == [(100, 250), (100, 250), (50, 250)]
+    beyond = stored.encode_cursor({"provider_key": "zzz", "method_key": "", "id": 0})
+    assert (stored.list_records(conn, "BULK", after=beyond, limit=100).rows, matching(conn, "BULK")) == ([], 250)
+    assert stored.list_records(conn, "BULK", after=beyond, limit=100).matching == 250  # counted on an empty page too
+    assert stored.list_records(conn, limit=100).matching is None
     assert [name for page in pages for name in names(page)] == scanned(conn, "bulk")
     back = stored.list_records(conn, "BULK", before=pages[2].before, limit=100)
     assert back.rows == pages[1].rows and back.after == pages[1].after

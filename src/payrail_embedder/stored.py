@@ -146,11 +146,10 @@ def resolve_former_name(conn: psycopg.Connection, name: Sequence[str]) -> tuple[
     return row["provider"], row["method"]
 
 
-def counts(conn: psycopg.Connection, text: str = "", state: str | None = None) -> dict:
+def counts(conn: psycopg.Connection) -> dict:
     """What the registry holds: records, enabled, drafts and drafts without a current vector, and its model.
 
-    With a text or state filter (list_records'), also "matching": how many records it matches,
-    counted in the same scan. {"schemaApplied": false} where db/ was never applied.
+    {"schemaApplied": false} where db/ was never applied.
     """
     table, states, entries = conn.execute(
         "select pg_catalog.to_regclass('payrail.provider_methods'), pg_catalog.to_regclass(%s), pg_catalog.to_regclass(%s)",
@@ -161,16 +160,19 @@ def counts(conn: psycopg.Connection, text: str = "", state: str | None = None) -
     # Counted from the list entries, which hold no vector. A registry from before them or before
     # the states view (its `db apply` is due) still says what it holds; which drafts lack a
     # current vector is the views' rule, so that count waits for the apply.
-    needing = "count(*) filter (where not e.enabled and not e.has_current_vector)" if entries or states else "null"
-    filters = _filters(text, state)
-    matching = sql.SQL("count(*) filter (where {})").format(sql.SQL(" and ").join(filters)) if filters else sql.SQL("null")
-    query = sql.SQL(
-        """select count(*) as records, count(*) filter (where e.enabled) as enabled,
-                  count(*) filter (where not e.enabled) as drafts,
-                  {needing} as drafts_needing_embedding, {matching} as matching
-           from {source} as e"""
-    ).format(needing=sql.SQL(needing), matching=matching, source=sql.SQL(entries or states or table))
-    row = conn.cursor(row_factory=dict_row).execute(query).fetchone()
+    needing = "count(*) filter (where not pm.enabled and not pm.has_current_vector)" if entries or states else "null"
+    row = (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            f"""
+            select count(*) as records, count(*) filter (where pm.enabled) as enabled,
+                   count(*) filter (where not pm.enabled) as drafts,
+                   {needing} as drafts_needing_embedding
+            from {entries or states or table} as pm
+            """
+        )
+        .fetchone()
+    )
     model = registry_model(conn)
     return {
         "schemaApplied": True,
@@ -179,7 +181,7 @@ def counts(conn: psycopg.Connection, text: str = "", state: str | None = None) -
         "drafts": row["drafts"],
         "draftsNeedingEmbedding": row["drafts_needing_embedding"],
         "model": {"name": model.name, "dimensions": model.dimensions} if model else None,
-    } | ({"matching": row["matching"]} if filters else {})
+    }
 
 
 # What a record is to search: enabled, a draft with a vector of its current content by the
@@ -236,6 +238,8 @@ class RecordsPage:
     # Cursors for the pages before and after this one; None where there is none.
     before: str | None
     after: str | None
+    # How many records the filters match, on every page; None without a filter.
+    matching: int | None = None
 
 
 def _filters(text: str, state: str | None) -> list[sql.Composable]:
@@ -266,29 +270,34 @@ def list_records(
     text: only those whose provider, method, guidance, URLs or docs URL contain it, ignoring case;
     state: only those in it. ValueError for an unknown state or a cursor that is not one.
 
-    Unfiltered, a page is a walk of provider_methods_list_order_idx. Filtered, it is a scan of the
-    narrow list entries (the same before and after ANALYZE), sorted by the entries' copy of the
-    key, and only the page's records are read from provider_methods, by id."""
+    Unfiltered, a page is a walk of provider_methods_list_order_idx. Filtered, it is one scan of
+    the narrow list entries (the same before and after ANALYZE) that also counts the matches, a
+    sort of the matches by the entries' copy of the key, and the page's records read by id."""
     backwards = before is not None
     cursor = before if backwards else after
     filtered = _filters(text, state)
-    where = list(filtered) or [sql.SQL("true")]
     key = ENTRY_ORDER_KEY if filtered else LIST_ORDER_KEY
+    where = sql.SQL("true")
     if cursor is not None:
-        where.append(sql.SQL(key + (" < " if backwards else " > ") + "({}, {}, {})").format(*map(sql.Literal, decode_cursor(cursor))))
+        where = sql.SQL(key + (" < " if backwards else " > ") + "({}, {}, {})").format(*map(sql.Literal, decode_cursor(cursor)))
     direction = sql.SQL("desc" if backwards else "asc")
     limit_clause = sql.SQL("limit {}").format(limit + 1) if limit is not None else sql.SQL("")
     columns = "pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by"
     if filtered:
+        # The matches once (the text is the scan's cost), counted, and the page sorted from them;
+        # one row of NULLs but the count when the page is empty.
         query = sql.SQL(
-            """select {columns}, e.has_current_vector as embedded, e.provider_key, e.method_key
-               from (select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
-                     from {entries} as e
-                     where {where}
-                     order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}
-                     {limit}) as e
-               cross join lateral (select {columns} from payrail.provider_methods as pm
-                                   where pm.id = e.provider_method_id offset 0) as pm
+            """with matches as materialized (
+                 select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
+                 from {entries} as e
+                 where {filters})
+               select {columns}, e.has_current_vector as embedded, e.provider_key, e.method_key, c.matching
+               from (select count(*) as matching from matches) as c
+               left join lateral (select e.* from matches as e where {where}
+                                  order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}
+                                  {limit}) as e on true
+               left join lateral (select {columns} from payrail.provider_methods as pm
+                                  where pm.id = e.provider_method_id offset 0) as pm on true
                order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}"""
         )
     else:
@@ -301,10 +310,12 @@ def list_records(
                {limit}"""
         )
     query = query.format(
-        columns=sql.SQL(columns), entries=sql.SQL(LIST_ENTRIES), records=sql.SQL(RECORDS),
-        where=sql.SQL(" and ").join(where), d=direction, limit=limit_clause,
+        columns=sql.SQL(columns), entries=sql.SQL(LIST_ENTRIES), records=sql.SQL(RECORDS), filters=sql.SQL(" and ").join(filtered),
+        where=where, d=direction, limit=limit_clause,
     )
-    rows = [row | {"state": state_of(row)} for row in conn.cursor(row_factory=dict_row).execute(query).fetchall()]
+    found = conn.cursor(row_factory=dict_row).execute(query).fetchall()
+    matching = found[0]["matching"] if filtered else None
+    rows = [row | {"state": state_of(row)} for row in found if row["id"] is not None]
     more = limit is not None and len(rows) > limit
     rows = rows[:limit] if limit is not None else rows
     if backwards:
@@ -315,4 +326,5 @@ def list_records(
         rows,
         encode_cursor(rows[0]) if rows and has_before else None,
         encode_cursor(rows[-1]) if rows and has_after else None,
+        matching,
     )

@@ -125,8 +125,7 @@ class RecordsList:
 def records_list(conn: psycopg.Connection, text: str, state: str | None, after: str | None, before: str | None) -> RecordsList:
     """A page of the records that match the filter (ValueError for a cursor that is not one)."""
     page = stored.list_records(conn, text, state, after=after, before=before, limit=PAGE_SIZE)
-    counts = stored.counts(conn, text, state)  # one scan of the list entries counts the filter's matches too
-    return RecordsList(page, counts, counts.pop("matching", None))
+    return RecordsList(page, stored.counts(conn), page.matching)
 
 
 @dataclass
