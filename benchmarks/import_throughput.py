@@ -140,7 +140,8 @@ def main() -> None:
             with psycopg.connect(url) as conn:
                 table_mb = conn.execute(
                     "select (pg_total_relation_size('payrail.provider_methods')"
-                    " + pg_total_relation_size('payrail.provider_method_half_vectors')) / 1e6").fetchone()[0]
+                    " + pg_total_relation_size('payrail.provider_method_half_vectors')"
+                    " + pg_total_relation_size('payrail.provider_method_list_entries')) / 1e6").fetchone()[0]
             rows.append([size, f"{path.stat().st_size / 1e6:.0f}", f"{float(table_mb):.0f}", seconds, size / seconds,
                          peak_mb, *again])
             print(f"  done: {size} records", flush=True)
