@@ -2,7 +2,9 @@
 cookie, the CSRF token, the Origin and Referer, the Host, and the text of a record.
 
 Plain HTTP requests send exactly the headers a hostile page or script could; the browser tests
-show what a person sees. Every attack also checks that the database did not change.
+show what a person sees. Every attack also checks that the database did not change. The attacks
+that change nothing share one backoffice per server (shared_backoffice); a test that saves, ends
+sessions or counts connections starts its own.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
     post_sign_in,
     record_form,
     registry,
+    shared_backoffice,
     sign_in,
     start_backoffice,
     stored,
@@ -68,6 +71,7 @@ def unchanged(database_url: str) -> bool:
 
 @pytest.fixture
 def client(backoffice) -> HttpClient:
+    """A client of a backoffice of the test's own: for tests that save, end sessions or count connections."""
     return HttpClient(backoffice.url)
 
 
@@ -88,7 +92,8 @@ def test_a_same_origin_post_with_the_token_saves_so_the_refusals_below_are_the_c
         pytest.param({"Referer": "https://evil.example/page"}, id="a-foreign-referer-without-origin"),
     ],
 )
-def test_a_post_from_another_origin_is_refused_even_with_a_valid_session_and_token(client, database_url, headers):
+def test_a_post_from_another_origin_is_refused_even_with_a_valid_session_and_token(shared_backoffice, headers):
+    client, database_url = shared_backoffice.client, shared_backoffice.database_url
     session = http_sign_in(client)
     if headers == "other_port":
         headers = {"Origin": f"http://{client.host}:{client.port + 1}"}
@@ -105,7 +110,8 @@ def test_without_an_origin_a_same_origin_referer_is_accepted(client, database_ur
 
 
 @pytest.mark.parametrize("token", [None, "", "forged-token", "another-session"])
-def test_a_post_without_this_sessions_csrf_token_is_refused(client, database_url, token):
+def test_a_post_without_this_sessions_csrf_token_is_refused(shared_backoffice, token):
+    client, database_url = shared_backoffice.client, shared_backoffice.database_url
     session = http_sign_in(client)
     if token == "another-session":
         token = http_sign_in(client).token
@@ -116,7 +122,8 @@ def test_a_post_without_this_sessions_csrf_token_is_refused(client, database_url
 
 
 @pytest.mark.parametrize("cookie", [None, "forged-session-id", "SESSION-WITH-A-TYPO"])
-def test_a_forged_or_missing_session_cookie_gets_the_sign_in_page_and_changes_nothing(client, database_url, cookie):
+def test_a_forged_or_missing_session_cookie_gets_the_sign_in_page_and_changes_nothing(shared_backoffice, cookie):
+    client, database_url = shared_backoffice.client, shared_backoffice.database_url
     session = http_sign_in(client)
     if cookie == "SESSION-WITH-A-TYPO":
         cookie = session.cookie[:-1] + ("A" if session.cookie[-1] != "A" else "B")
@@ -183,7 +190,8 @@ def test_script_and_markup_in_guidance_are_shown_as_text(page, database_url):
     assert stored(database_url, *ACME)["guidance"] == hostile
 
 
-def test_security_headers_on_every_kind_of_response(client, database_url):
+def test_security_headers_on_every_kind_of_response(shared_backoffice):
+    client, database_url = shared_backoffice.client, shared_backoffice.database_url
     session = http_sign_in(client)
     row = stored(database_url, *ACME)
     replies = {
@@ -208,7 +216,8 @@ def test_security_headers_on_every_kind_of_response(client, database_url):
         assert "<script" not in replies[kind].body, kind
 
 
-def test_cookies_are_http_only_same_site_strict_and_secure_behind_https(client):
+def test_cookies_are_http_only_same_site_strict_and_secure_behind_https(shared_backoffice):
+    client = shared_backoffice.client
     page = client.get("/sign-in")
     sign_in_cookie = page.cookies()["payrail_sign_in"]
     assert "HttpOnly" in sign_in_cookie and "SameSite=strict" in sign_in_cookie and "Secure" not in sign_in_cookie
@@ -228,12 +237,14 @@ def test_cookies_are_http_only_same_site_strict_and_secure_behind_https(client):
         assert attribute in session_cookie, session_cookie
 
 
-def test_a_request_for_another_host_name_is_refused_on_loopback(client):
+def test_a_request_for_another_host_name_is_refused_on_loopback(shared_backoffice):
+    client = shared_backoffice.client
     assert client.get("/sign-in", headers={"Host": f"rebound.evil.example:{client.port}"}).status == 400
     assert client.get("/sign-in", headers={"Host": f"localhost:{client.port}"}).status == 200
 
 
-def test_a_sign_in_without_the_sign_in_forms_token_is_refused(client):
+def test_a_sign_in_without_the_sign_in_forms_token_is_refused(shared_backoffice):
+    client = shared_backoffice.client
     reply = client.post("/sign-in", {"username": OPERATOR, "password": PASSWORD}, headers={"Origin": client.origin})
     assert reply.status == 403 and "payrail_session" not in reply.cookies()
     reply = client.post("/sign-in", {"username": OPERATOR, "password": PASSWORD, "csrf_token": "x"}, headers={"Origin": client.origin}, cookies={"payrail_sign_in": "y"})
@@ -489,9 +500,10 @@ def test_signing_in_again_ends_the_earlier_session_of_the_browser(client, databa
 
 
 @pytest.mark.parametrize("field", ["username", "password"])
-def test_a_nul_character_in_the_sign_in_form_is_refused_before_connecting(client, field):
+def test_a_nul_character_in_the_sign_in_form_is_refused_before_connecting(shared_backoffice, field):
     """libpq reads a connection string up to a NUL: a NUL after the role name would drop the
     configured host and database, and libpq's defaults would choose the server."""
+    client = shared_backoffice.client
     page = client.get("/sign-in")
     form = {"csrf_token": csrf_token(page.body), "username": OPERATOR, "password": PASSWORD}
     form[field] += "\x00"

@@ -2,7 +2,7 @@
 driven by Playwright, operators' PostgreSQL roles, a small catalog, and a plain HTTP client for
 the requests a browser would never send (forged cookies, other origins, missing tokens).
 
-Test modules import the fixtures they use from here; the browser, one per session, is conftest's.
+Test modules import the fixtures they use from here; the browser, one per module, is conftest's.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from payrail_embedder.database import connect
 from payrail_embedder.embedded import use_hba_rules
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.openai_fake import FakeOpenAI
+from payrail_test_support.servers import TestServer, server_names
 from payrail_test_support.waiting import wait_until
 
 # Login roles, created once per server (roles belong to the cluster), each with PASSWORD, which
@@ -329,15 +332,19 @@ def record_form(record: dict, version: int, token: str, **changes) -> dict:
     return form
 
 
+def use_operator_logins(server: TestServer, database_url: str) -> None:
+    """The login roles of ROLES, asked for their passwords (a Docker server asks every login already)."""
+    create_roles(database_url)
+    if server.name.startswith("pg"):
+        use_hba_rules(server.admin_url, TEST_HBA)
+
+
 # Fixtures
 
 
 @pytest.fixture
 def operator_logins(server, database_url) -> None:
-    """The login roles of ROLES, asked for their passwords (a Docker server asks every login already)."""
-    create_roles(database_url)
-    if server.name.startswith("pg"):
-        use_hba_rules(server.admin_url, TEST_HBA)
+    use_operator_logins(server, database_url)
 
 
 @pytest.fixture
@@ -352,6 +359,42 @@ def backoffice(registry, tmp_path):
     running = start_backoffice(registry, tmp_path)
     yield running
     running.stop()
+
+
+@dataclass
+class SharedBackoffice:
+    running: Backoffice
+    database_url: str
+
+    @property
+    def client(self) -> HttpClient:
+        return HttpClient(self.running.url)
+
+
+# The shared backoffice holds every session its tests sign in, none of them ended: more than the
+# limits of the backoffice command's defaults (5 per role).
+SHARED_SESSION_LIMITS = ("--max-sessions", "100", "--max-sessions-per-role", "100")
+
+
+@pytest.fixture(scope="module", params=server_names())
+def shared_backoffice(request, servers, tmp_path_factory) -> Iterator[SharedBackoffice]:
+    """One backoffice per server over a registry of CATALOG with the login roles made, shared by a
+    module's tests that change nothing in it (refused requests, headers, sign-ins): a backoffice
+    started for each of them was most of their time. A test that saves, ends sessions or counts
+    connections takes a backoffice of its own (the backoffice fixture)."""
+    server = servers(request.param)
+    directory = tmp_path_factory.mktemp("shared-backoffice")
+    database_url = server.create_database()
+    openai_fake = FakeOpenAI().start()
+    try:
+        env = cli_environment(database_url, openai_fake, directory)
+        use_operator_logins(server, database_url)
+        cli_import(env, directory / "catalog.jsonl", CATALOG)
+        with running_backoffice(env, directory, *SHARED_SESSION_LIMITS) as running:
+            yield SharedBackoffice(running, database_url)
+    finally:
+        openai_fake.stop()
+        server.drop_database(database_url)
 
 
 def new_page(browser, backoffice: Backoffice):
