@@ -21,7 +21,7 @@ import pytest
 from payrail_embedder.cli import cli
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
-from payrail_test_support.cli import cli_import, cli_json, run_cli, write_jsonl
+from payrail_test_support.cli import cli_import, cli_json, run_cli, run_cli_in_process, write_jsonl
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import cosine_ranking, fake_semantic_path, fake_vector, name_path, normalized
 from payrail_test_support.registry_state import group_roles
@@ -123,7 +123,9 @@ COMMANDS = list(walk(cli))
 def test_every_command_has_help(path, command, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
     env["PAYRAIL_DATA_DIR"] = str(tmp_path / "unused-embedded-data")
-    result = run_cli(env, *path, "--help")
+    # In process although no database is configured: help starts no embedded server (the docs'
+    # shell tests run `payrail-embedder --help` as a process).
+    result = run_cli_in_process(env, *path, "--help")
     assert result.returncode == 0, result.stderr
     usage = " ".join(("Usage: payrail-embedder", *path))
     assert result.stdout.startswith(usage + " "), result.stdout
