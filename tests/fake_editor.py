@@ -14,8 +14,6 @@ import os
 import sys
 from pathlib import Path
 
-import psycopg
-
 directory = Path(os.environ["FAKE_EDITOR_DIR"])
 path = Path(sys.argv[-1])
 call = len(list(directory.glob("shown-*.txt")))
@@ -24,6 +22,8 @@ steps = json.loads((directory / "steps.json").read_text(encoding="utf-8"))
 step = steps[call] if call < len(steps) else {"quit": True}
 
 if "meanwhile_sql" in step:
+    import psycopg  # only here: importing it was most of each call's time
+
     with psycopg.connect(os.environ["PAYRAIL_DATABASE_URL"]) as conn:
         conn.execute(step["meanwhile_sql"])
 if "replace" in step:
