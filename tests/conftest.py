@@ -30,7 +30,8 @@ if not os.environ.get("XDG_RUNTIME_DIR"):
 
 # Memory (tmpfs) for the session's temporary directory where the machine has room there: most of
 # what the tests write is PostgreSQL's data directories, which nothing reads after the session, and
-# on an ext4 disk initdb took ten times as long and each test's CREATE DATABASE twenty times.
+# on this machine's ext4 disk initdb took ten times as long, and a test database's CREATE and DROP
+# four to forty times.
 MEMORY = Path("/dev/shm")
 MEMORY_NEEDED = 4 * 1024**3  # a Docker container's 64 MB /dev/shm is not enough
 OWN_BASETEMP = pytest.StashKey[str]()
