@@ -56,6 +56,9 @@ def contrast(first: str, second: str) -> float:
 def focus_outlines(page, limit: int = 60) -> list[dict]:
     """Every element Tab reaches on the page, in order, with its outline."""
     found = []
+    # Computed styles are the stylesheet's once it has loaded (the load event); before, chromium's
+    # own focus ring (seen after a save's redirect on a busy machine, the page's status already shown).
+    page.wait_for_load_state("load")
     page.locator("body").focus()
     for _ in range(limit):
         page.keyboard.press("Tab")
