@@ -519,7 +519,8 @@ def test_a_nul_character_in_the_sign_in_form_is_refused_before_connecting(shared
     ["%", "_", "\\", "'", '"', "a\x00cme", ".*", "[a-z]", "'); drop table payrail.provider_methods; --",
      "ü" * 1000 + "x" * 1000],
 )
-def test_the_records_lists_text_filter_in_the_url_is_data_whatever_it_holds(client, database_url, text):
+def test_the_records_lists_text_filter_in_the_url_is_data_whatever_it_holds(shared_backoffice, text):
+    client, database_url = shared_backoffice.client, shared_backoffice.database_url
     session = http_sign_in(client)
     reply = client.get(f"/records?{urlencode({'q': text})}", cookies=session.cookies)
     assert reply.status == 200, reply.body[:500]
@@ -531,7 +532,8 @@ def test_the_records_lists_text_filter_in_the_url_is_data_whatever_it_holds(clie
     assert unchanged(database_url)
 
 
-def test_a_text_filter_of_nul_characters_alone_filters_nothing(client):
+def test_a_text_filter_of_nul_characters_alone_filters_nothing(shared_backoffice):
+    client = shared_backoffice.client
     session = http_sign_in(client)
     reply = client.get(f"/records?{urlencode({'q': chr(0) * 3})}", cookies=session.cookies)
     assert reply.status == 200 and "records match." not in reply.body and "Records: " in reply.body
