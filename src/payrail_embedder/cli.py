@@ -27,6 +27,7 @@ from .errors import EXIT_STATUS, as_json, as_text, code_and_detail
 from .progress import progress
 from .records import json_text, read_lines
 from .registry_model import registry_model
+from .safe_text import escape_controls, one_line
 from .search import Match, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
 from .write import Conflict, Refused, Saved
@@ -157,7 +158,7 @@ def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
         force=force,
         lock_timeout=lock_timeout,
         attempts=attempts,
-        say=lambda message: click.echo(message, err=True),
+        say=lambda message: click.echo(one_line(message), err=True),  # names other sessions' roles and applications
         prepared_statements=settings.prepared_statements,
     )
     click.echo(json_text(result.to_json()) if as_json else result.describe())
@@ -386,7 +387,7 @@ def list_(settings: Settings, text, state, as_json):
     for record in listed:
         click.echo(
             f"{record['provider']} / {record['method']}  ({record['state']}, version {record['version']}, "
-            f"saved {record['savedAt']} by {record['savedBy']})"
+            f"saved {record['savedAt']} by {escape_controls(record['savedBy'])})"
         )
     click.echo(f"{len(listed)} record{'' if len(listed) == 1 else 's'}")
 
@@ -657,13 +658,15 @@ def history(settings: Settings, name, as_json):
         state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
         click.echo(
             f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
-            f"{state}, saved {record['savedAt']} by {record['savedBy']}"
+            f"{state}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
         )
     for version in found["history"]:
+        # Role names are the database's to allow: any character but NUL.
+        saved_by, changed_by, session_user = (escape_controls(version[key]) for key in ("savedBy", "changedBy", "changedBySessionUser"))
         click.echo(
             f"\nhistory {version['historyId']}: version {version['version']} of record {version['recordId']}, saved "
-            f"{version['savedAt']} by {version['savedBy']}; {version['operation']}d {version['changedAt']} by "
-            f"{version['changedBy']} (session {version['changedBySessionUser']})"
+            f"{version['savedAt']} by {saved_by}; {version['operation']}d {version['changedAt']} by "
+            f"{changed_by} (session {session_user})"
         )
         click.echo(f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})")
         click.echo(f"  docs: {version['docsUrl'] or '-'}")

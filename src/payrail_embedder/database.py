@@ -4,13 +4,15 @@ its secrets, and redo a transaction others got in the way of."""
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
+from urllib.parse import unquote
 
 import psycopg
 
-from . import connection, errcodes
+from . import connection, errcodes, safe_text
 from .errors import CodedError
 
 
@@ -24,10 +26,41 @@ class DatabaseUnavailable(CodedError):
 SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
 
 
+# A URL's password as libpq reads it (up to the first @ or /), and as its author may have meant it
+# (up to the last @: an unencoded @ or / in a password leaves it so).
+URL_PASSWORD = re.compile(r"\s*[a-z][a-z0-9+.\-]*://[^:/@]*:(?P<to_first>[^@/]*)@", re.IGNORECASE)
+URL_PASSWORD_TO_LAST_AT = re.compile(r"\s*[a-z][a-z0-9+.\-]*://[^:/@]*:(?P<to_last>.*)@", re.IGNORECASE | re.DOTALL)
+PASSWORD_PARAMETER = re.compile(r"""(?:^|[\s?&])(?:ssl)?password\s*=\s*(?:'(?P<quoted>(?:[^'\\]|\\.)*)'|(?P<bare>[^\s&]*))""", re.IGNORECASE)
+
+
+def url_secrets(database_url: str | None) -> list[str]:
+    """The passwords a connection string (URL or key=value) holds, as written and percent-decoded,
+    also from one libpq cannot read (an unencoded %, a broken IPv6 host), whose error would
+    otherwise be the place its password shows."""
+    if not database_url:
+        return []
+    found = []
+    try:
+        parameters = psycopg.conninfo.conninfo_to_dict(database_url)
+        found += [str(parameters[key]) for key in SECRET_PARAMETERS if parameters.get(key)]
+    except psycopg.ProgrammingError:
+        pass
+    for pattern in (URL_PASSWORD, URL_PASSWORD_TO_LAST_AT):
+        if match := pattern.match(database_url):
+            found += match.groups()
+    found += [match["quoted"] or match["bare"] for match in PASSWORD_PARAMETER.finditer(database_url)]
+    return sorted({form for secret in found if secret for form in (secret, unquote(secret))})
+
+
 def display_url(database_url: str) -> str:
     """The connection string without its secrets (password, sslpassword): what commands print
-    and log to say which database they use."""
-    parameters = psycopg.conninfo.conninfo_to_dict(database_url)
+    and log to say which database they use. One libpq cannot read is shown as written, its
+    passwords hidden."""
+    try:
+        parameters = psycopg.conninfo.conninfo_to_dict(database_url)
+    except psycopg.ProgrammingError:
+        safe_text.hide(url_secrets(database_url))
+        return safe_text.one_line(database_url)
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in parameters.items() if k not in SECRET_PARAMETERS})
 
 

@@ -4,7 +4,9 @@ database's reason in one line.
 An error a caller can act on derives from CodedError and names its code; the CLI prints it as
 "Error: CODE: detail" (or {"error": CODE, "detail": ...} with --json) and exits with its
 EXIT_STATUS, the Python API raises it, the MCP tool answers {"error", "detail"}, and the
-backoffice shows "CODE: detail".
+backoffice shows "CODE: detail". A detail is one line made safe when the error is made
+(safe_text.one_line): an upstream's error body or a database's message in it keeps saying what
+failed, without a secret or a control character.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import psycopg
 
 from . import errcodes
+from .safe_text import one_line
 
 # Exit 2: the caller must fix something (the query, a name, a file, the configuration, a grant).
 # Exit 1: the database or the embedding service failed; the same command may work later.
@@ -29,18 +32,22 @@ EXIT_STATUS = {
 
 def as_json(code: str, detail: str) -> dict:
     """A failure for machines: what --json prints and the MCP tool answers."""
-    return {"error": code, "detail": detail}
+    return {"error": code, "detail": one_line(detail)}
 
 
 def as_text(code: str, detail: str) -> str:
     """A failure for people, after the CLI's "Error: "."""
-    return f"{code}: {detail}"
+    return f"{code}: {one_line(detail)}"
 
 
 class CodedError(Exception):
-    """A failure with a code (one of EXIT_STATUS) a caller branches on; its message is the detail."""
+    """A failure with a code (one of EXIT_STATUS) a caller branches on; its message is the detail,
+    made safe as it is made, so str(error) holds no secret or control character either."""
 
     code = "unavailable"
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(one_line(arg) if isinstance(arg, str) else arg for arg in args))
 
     @property
     def detail(self) -> str:
@@ -63,12 +70,12 @@ def database_reason(error: psycopg.Error, *, with_sqlstate: bool = False) -> str
         reason += f" (SQLSTATE {error.sqlstate})"
     if diag.message_hint:
         reason += f". Hint: {diag.message_hint}"
-    return reason
+    return one_line(reason)
 
 
 def reason(error: BaseException | str) -> str:
     """Why something failed, in one line: the database's reason for a database error."""
-    return database_reason(error) if isinstance(error, psycopg.Error) else str(error)
+    return database_reason(error) if isinstance(error, psycopg.Error) else one_line(error)
 
 
 def code_and_detail(error: BaseException) -> tuple[str, str] | None:

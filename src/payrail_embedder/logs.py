@@ -11,8 +11,11 @@ configure itself, or route them as it likes: each record carries `event` and `fi
 
 No key holds a secret: callers pass role names, record ids, counts and causes, never a password,
 an API key, a session id or a CSRF token, and name a database by database.display_url. As a
-second line of defence the handler replaces the secrets it was given (configure(secrets=...))
-wherever they appear, in library messages too.
+second line of defence the handler scrubs every value (safe_text.scrub: the secrets it was given,
+configure(secrets=...), those the process was configured with, and whatever is shaped like one),
+in library messages and tracebacks too, before a value is cut to length or encoded. A value
+holding a control character (a role name, an upstream's error body) is quoted, the character
+escaped as JSON escapes it, so no value can break a line, forge one or reach a terminal raw.
 """
 
 from __future__ import annotations
@@ -23,17 +26,13 @@ import sys
 import time
 from collections.abc import Iterable
 
+from .safe_text import JSON_ESCAPES, hide, scrub
+
 LOGGER = logging.getLogger("payrail_embedder")
 FORMATS = ("logfmt", "json")
-HIDDEN = "[hidden]"
-MIN_SECRET_LENGTH = 8
 # An event's text fields are cut to this many characters: a user name typed at sign-in is the
 # client's to choose, and a log line stays a line.
 MAX_FIELD_CHARACTERS = 1000
-# The line breaks JSON leaves as they are (json.dumps escapes the ASCII ones), which readers that
-# split on Unicode's line breaks (Python's splitlines, some log shippers) would split a line at.
-# They only ever occur inside a quoted value, where the escape reads back as the same character.
-UNESCAPED_LINE_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
 
 
 def log(event: str, level: int = logging.INFO, **fields: object) -> None:
@@ -43,6 +42,11 @@ def log(event: str, level: int = logging.INFO, **fields: object) -> None:
 
 def _timestamp(record: logging.LogRecord) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+
+
+def _scrubbed(value: object) -> object:
+    """A value without secrets: numbers and booleans as they are, anything else as scrubbed text."""
+    return value if value is None or isinstance(value, (bool, int, float)) else scrub(str(value))
 
 
 def _bounded(value: object) -> object:
@@ -66,32 +70,34 @@ class LineFormatter(logging.Formatter):
         if log_format not in FORMATS:
             raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {log_format!r}")
         self.log_format = log_format
-        # Shorter strings cannot be told from ordinary words: hiding them would garble lines.
-        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+        hide(secrets)
 
     def fields(self, record: logging.LogRecord) -> dict[str, object]:
+        """The line's keys and values, every value scrubbed (before an event's is cut to length,
+        so no part of a secret is left at the cut)."""
         keys: dict[str, object] = {"ts": _timestamp(record), "level": record.levelname.lower()}
         if hasattr(record, "event"):
             keys["event"] = record.event
-            keys.update({key: _bounded(value) for key, value in record.fields.items()})
+            keys.update({key: _bounded(_scrubbed(value)) for key, value in record.fields.items()})
         elif record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
-            client, method, path, _, status = record.args
+            client, method, path, _, status = map(_scrubbed, record.args)
             keys.update(event="http_request", client=client, method=method, path=path, status=status)
         else:
-            keys.update(event="log", logger=record.name, message=record.getMessage())
+            keys.update(event="log", logger=record.name, message=scrub(record.getMessage()))
         if record.exc_info:
-            keys["traceback"] = self.formatException(record.exc_info)
+            keys["traceback"] = scrub(self.formatException(record.exc_info))
         return {key: value for key, value in keys.items() if value is not None}
 
     def format(self, record: logging.LogRecord) -> str:
         keys = self.fields(record)
         if self.log_format == "json":
-            line = json.dumps(keys, ensure_ascii=False, default=str)
+            line = json.dumps(keys, ensure_ascii=False)
         else:
             line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in keys.items())
-        for secret in self.secrets:
-            line = line.replace(secret, HIDDEN)
-        return line.translate(UNESCAPED_LINE_BREAKS)
+        # The control characters JSON leaves raw (C1, DEL, U+2028, ...) only ever occur inside a
+        # quoted value (logfmt leaves a value bare only if it is printable), where JSON's escape
+        # reads back as the same character.
+        return line.translate(JSON_ESCAPES)
 
 
 class StandardError(logging.StreamHandler):

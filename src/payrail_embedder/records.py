@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .safe_text import JSON_ESCAPES
+
 FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled")
 REQUIRED = ("provider", "method", "guidance")
 # The JSON name of each column of payrail.provider_methods that a record carries.
@@ -31,19 +33,17 @@ FIELD_LABELS = {
 }
 
 
-# Line breaks JSON leaves as they are, though other readers end a line at them (Python's
-# str.splitlines, editors, JavaScript before ES2019): written as \u escapes, a record stays one
-# catalog line for every reader and keeps these characters unchanged. JSON escapes the other
-# breaks (VT, FF, U+001C..U+001E) itself.
-LINE_BREAK_ESCAPES = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 # JSON's own white space: a line of nothing else is blank; any other character is content.
 JSON_WHITE_SPACE = " \t\r\n"
 
 
 def json_text(value: object, *, indent: int | None = None) -> str:
-    """value as JSON, non-ASCII text as it is but for LINE_BREAK_ESCAPES: what every catalog line,
-    editor file and --json answer is written as."""
-    return json.dumps(value, ensure_ascii=False, indent=indent).translate(LINE_BREAK_ESCAPES)
+    """value as JSON, non-ASCII text as it is but for the control characters JSON leaves raw
+    (safe_text.JSON_ESCAPES): what every catalog line, editor file and --json answer is written
+    as. Written as \\u escapes, they read back unchanged, yet U+0085, U+2028 and U+2029 end no
+    line for readers that end one there (Python's str.splitlines, editors, JavaScript before
+    ES2019), and C1 (U+009B is CSI) or DEL reach no terminal raw."""
+    return json.dumps(value, ensure_ascii=False, indent=indent).translate(JSON_ESCAPES)
 
 
 def lines_of(text: str) -> list[str]:

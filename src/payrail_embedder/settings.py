@@ -15,9 +15,8 @@ from functools import cached_property
 from pathlib import Path
 
 import click
-import psycopg
 
-from . import database, embedded, logs
+from . import database, embedded, logs, safe_text
 from .embedders import BACKENDS, Embedder, make_embedder, tuned_models
 
 
@@ -153,7 +152,9 @@ class Settings:
     @cached_property
     def resolved_database_url(self) -> str:
         """The configured URL, or the embedded default's; says which of libpq's variables in the
-        environment (PGHOST, PGUSER, ...) apply to it and warns about those that do not."""
+        environment (PGHOST, PGUSER, ...) apply to it and warns about those that do not. From
+        here on the URL's passwords are hidden in every text that leaves the process (safe_text)."""
+        safe_text.hide(self.secrets())
         honoured, ignored = database.libpq_environment(self.database_url, os.environ)
         if honoured:
             logs.log("libpq_environment", honoured=",".join(honoured))
@@ -173,12 +174,9 @@ class Settings:
         return database.connect(self.resolved_database_url, autocommit=autocommit, prepared_statements=self.prepared_statements)
 
     def secrets(self) -> list[str]:
-        """What log lines must never show: the OpenAI API key and the database URL's passwords."""
-        try:
-            url = psycopg.conninfo.conninfo_to_dict(self.database_url) if self.database_url else {}
-        except psycopg.ProgrammingError:  # not a connection string: connecting says so
-            url = {}
-        return [os.environ.get("OPENAI_API_KEY", ""), *(str(url.get(key) or "") for key in database.SECRET_PARAMETERS)]
+        """What no text leaving the process may show: the OpenAI API key and the database URL's
+        passwords, also those of a URL libpq cannot read."""
+        return [os.environ.get(safe_text.API_KEY_VARIABLE, ""), *database.url_secrets(self.database_url)]
 
     @property
     def models_dir(self) -> Path:

@@ -7,6 +7,7 @@ from pathlib import Path
 import psycopg
 
 from . import database, deploy, embedded, stored
+from .errors import reason
 
 
 def status(database_url: str | None, data_dir: Path | None) -> dict:
@@ -53,5 +54,5 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
             report |= deploy.schema_state(conn)
             report["registry"] = stored.counts(conn)
     except psycopg.Error as error:
-        report["error"] = str(error).strip()
+        report["error"] = reason(error)
     return report

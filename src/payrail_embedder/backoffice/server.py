@@ -6,9 +6,11 @@ import socket
 from urllib.parse import urlsplit
 
 import click
+import psycopg
 import uvicorn
 
 from .. import database, logs
+from ..errors import reason
 from ..settings import Settings
 from .app import create_app
 from .guard import is_loopback, origin_of
@@ -39,6 +41,12 @@ def serve(
 ) -> None:
     """Serves until interrupted. Refuses to expose the embedded default beyond loopback (or
     behind a proxy): it is this machine's own database, not a server for a network."""
+    if settings.database_url:
+        # Refused at once: it could only ever answer that sign-ins fail.
+        try:
+            psycopg.conninfo.conninfo_to_dict(settings.database_url)
+        except psycopg.ProgrammingError as error:
+            raise click.ClickException(f"cannot read the database URL (PAYRAIL_DATABASE_URL, --database-url): {reason(error)}") from None
     loopback = is_loopback(host)
     if settings.database_url is None and not (loopback and public_url is None):
         raise click.ClickException(

@@ -32,6 +32,7 @@ from psycopg.conninfo import make_conninfo
 
 from .. import database, logs
 from ..logins import MAX_ROLE_NAME_BYTES, OPERATOR_GRANTS
+from ..safe_text import one_line
 
 # What a server may do to check a password (libpq 16's require_auth refuses anything else, e.g. a
 # `trust`, `peer` or `cert` line); connections are also refused when libpq says it sent none.
@@ -60,12 +61,13 @@ class SignInRefused(Exception):
     """Why a sign-in was refused, in words the operator can act on. failed: a wrong username or
     password as far as anyone outside can tell, which the throttle counts. reason, for the log:
     what libpq or the server said, which the page keeps to itself (it would tell whether a role
-    exists); libpq's words never hold the password."""
+    exists); libpq's words never hold the password. The message is made safe to show
+    (safe_text.one_line): it may quote the server, a role name or the database URL."""
 
     status = 403
 
     def __init__(self, message: str, *, failed: bool = False, reason: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(one_line(message))
         self.failed = failed
         self.reason = reason or message
 

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from ..safe_text import escape_controls
 from .sessions import DatabaseUnreachable, Session
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +39,9 @@ templates = Jinja2Templates(
     )
 )
 templates.env.filters["when"] = _when
+# For role names, which PostgreSQL lets hold any character but NUL: a line break or an escape
+# sequence in one is shown as its escape, not folded into a space or left invisible.
+templates.env.filters["visible"] = escape_controls
 
 
 def render(request: Request, template: str, status_code: int = 200, **context) -> Response:

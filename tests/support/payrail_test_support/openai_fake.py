@@ -43,9 +43,19 @@ def random_embedding(text: str, dimensions: int = FAKE_DIMENSIONS) -> np.ndarray
     return vector / np.linalg.norm(vector)
 
 
+# The error message "echo_secrets" answers with a 401 (the openai client quotes an error's message
+# as it is): the request's Authorization header, terminal controls (a title set by OSC, BEL, the
+# screen cleared, C1's CSI) and line breaks that would forge a log line and an error line.
+HOSTILE_MESSAGE = (
+    "upstream refused {authorization}\x1b]0;owned\x07\x1b[2J\x9b31m"
+    "\nts=2020-01-01T00:00:00.000Z level=info event=sign_in role=admin outcome=success"
+    "\r\nError: none\u2028\u202e"
+)
+
+
 @dataclass
 class FakeOpenAI:
-    """behaviour: "ok", "429", "500", "hang", "wrong_dimensions", "malformed"."""
+    """behaviour: "ok", "429", "500", "hang", "wrong_dimensions", "malformed", "echo_secrets"."""
 
     behaviour: str = "ok"
     dimensions: int = FAKE_DIMENSIONS
@@ -90,6 +100,10 @@ class FakeOpenAI:
                     return
                 if fake.behaviour == "malformed":
                     self._send_raw(200, b'{"data": [{"embedding": ')
+                    return
+                if fake.behaviour == "echo_secrets":
+                    message = HOSTILE_MESSAGE.format(authorization=self.headers.get("Authorization", ""))
+                    self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
                     return
                 inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 # Asked for shorter vectors, it answers them, as OpenAI's text-embedding-3 models do.
