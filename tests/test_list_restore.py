@@ -123,6 +123,16 @@ def test_a_deleted_record_comes_back_as_a_new_draft_and_a_name_taken_since_is_re
     assert code == 0 and restored["outcome"] == "created" and restored["recordId"] != old_id, restored
     assert (restored["enabled"], restored["embedded"], restored["guidance"]) == (False, True, DRAFT["guidance"])
 
+    # Said in words too: deleted again, restored again, it comes back as another new record.
+    with psycopg.connect(database_url) as conn:
+        conn.execute("delete from payrail.provider_methods where id = %s", (restored["recordId"],))
+    text = run_cli(registry, "restore", str(history_id))
+    again = stored(database_url, "Reverse geocode")
+    assert text.returncode == 0 and text.stdout.splitlines() == [
+        f"record {old_id} was deleted since: restored as a new record, a draft until enabled",
+        f'created "Acme Maps / Reverse geocode": record {again["id"]}, version 1, draft, embedded now',
+    ], (text.stdout, text.stderr)
+
 
 def test_restore_of_an_unknown_history_id_names_the_problem(registry):
     code, failure, _ = cli_json(registry, "restore", "999999", "--json")

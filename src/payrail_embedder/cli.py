@@ -703,6 +703,8 @@ def restore(settings: Settings, history_id, as_draft, as_json):
             "restore", conn, started, record=outcome.record_id, history=history_id, version=outcome.version,
             outcome=outcome.outcome, embedded=outcome.embedded,
         )  # fmt: skip
+        if outcome.record_id != entry["provider_method_id"] and not as_json:
+            click.echo(f"record {entry['provider_method_id']} was deleted since: restored as a new record, a draft until enabled")
         echo_saved(stored.get(conn, outcome.record_id), outcome, as_json)
 
 

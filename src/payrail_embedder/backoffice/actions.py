@@ -164,15 +164,20 @@ def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: 
     return trial
 
 
-def restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str]:
+def restore(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int
+) -> tuple[str, str, int | None]:
     """Brings back the public fields a history entry kept, through the write path (history.restore).
-    Returns (kind, message), kind "info" or "error"."""
+    Returns (kind, message, the record to show next): kind "info" or "error"; the record is the one
+    restored, which is a new one when the record was deleted meanwhile, or None when there is none."""
     kind, message, saved = _restore(conn, embedder_factory, record_id, history_id, version)
     _log(
-        "restore", conn, failed=saved is None, outcome=saved.outcome if saved else "refused", record=record_id,
-        history=history_id, version=saved.version if saved else version, reason=None if saved else message,
+        "restore", conn, failed=saved is None, outcome=saved.outcome if saved else "refused",
+        record=saved.record_id if saved else record_id, history=history_id, version=saved.version if saved else version,
+        reason=None if saved else message,
     )  # fmt: skip
-    return kind, message
+    shown = saved.record_id if saved else (record_id if stored.get(conn, record_id) is not None else None)
+    return kind, message, shown
 
 
 def _restore(
@@ -188,7 +193,10 @@ def _restore(
     if isinstance(outcome, Saved):
         if outcome.outcome == "unchanged":
             return "info", f"Nothing to restore: {label} holds the same fields as the current version.", outcome
-        return "info", views.saved_message(outcome, stored.get(conn, record_id), verb=f"Restored {label} into"), outcome
+        row = stored.get(conn, outcome.record_id)
+        if outcome.record_id != record_id:  # history.restore brings a deleted record back as a new draft
+            return "info", views.restored_anew_message(outcome, row, label), outcome
+        return "info", views.saved_message(outcome, row, verb=f"Restored {label} into"), outcome
     if isinstance(outcome, Conflict):
         return "error", f"Not restored: {outcome.reason}. Look at the history again before restoring.", None
     return "error", f"Not restored: {outcome.reason}", None

@@ -275,8 +275,10 @@ async def restore(request: Request, session: Session, form: FormData) -> Respons
     history_id, version = _form_int(form, "history_id"), _form_int(form, "version")
     if history_id is None or version is None:
         return _incomplete(request)
-    session.messages.append(await work(request, session, actions.restore, _embedder(request), record_id, history_id, version))
-    return redirect(f"/records/{record_id}")
+    kind, message, shown = await work(request, session, actions.restore, _embedder(request), record_id, history_id, version)
+    session.messages.append((kind, message))
+    # The record restored (a new one when it was deleted meanwhile), or the list when there is none.
+    return redirect(f"/records/{shown}" if shown is not None else "/records")
 
 
 @signed_in

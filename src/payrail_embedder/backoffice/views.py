@@ -45,17 +45,27 @@ def record_name(record: ProviderMethod | Mapping) -> str:
     return f"{record['provider']} / {record['method']}"
 
 
+def _vector(saved: Saved, row: Mapping) -> str:
+    if saved.embedded:
+        return "its content was embedded before it was saved"
+    if row["embedded"]:
+        return "its vector was kept"
+    return "it has no vector yet (enabling it embeds it)"
+
+
 def saved_message(saved: Saved, row: Mapping, verb: str = "Saved") -> str:
     if saved.outcome == "unchanged":
         return "Nothing to save: the record already holds these values."
     state = "enabled" if row["enabled"] else "a draft"
-    if saved.embedded:
-        vector = "its content was embedded before it was saved"
-    elif row["embedded"]:
-        vector = "its vector was kept"
-    else:
-        vector = "it has no vector yet (enabling it embeds it)"
-    return f'{verb} "{record_name(row)}" as version {saved.version}: {state}, {vector}.'
+    return f'{verb} "{record_name(row)}" as version {saved.version}: {state}, {_vector(saved, row)}.'
+
+
+def restored_anew_message(saved: Saved, row: Mapping, label: str) -> str:
+    """A restore of a record deleted since its history was opened: it came back as a new draft."""
+    return (
+        f'"{record_name(row)}" was deleted meanwhile: {label} is restored as a new record {saved.record_id}, a draft '
+        f"(agents find it once it is enabled); {_vector(saved, row)}."
+    )
 
 
 @dataclass(frozen=True)
