@@ -868,9 +868,11 @@ def echo_tune_plan(plan: tuning.TunePlan, golden_file: Path) -> None:
 def model_install(settings: Settings, source, as_json):
     """Install a tuned model copied from another machine (its directory, named as the model).
 
-    Checks that its files hash to its name, copies it into this installation's models directory
-    and exports its ONNX graph here; a model already installed stays as it is. Install it on
-    every machine that searches or saves (replicas, every backoffice host) before `model switch`.
+    Checks that it holds directories and regular files only, within a model's size, and that its
+    files hash to its name (nothing is copied otherwise), copies it into this installation's
+    models directory and exports its ONNX graph here; a model already installed stays as it is.
+    Install it on every machine that searches or saves (replicas, every backoffice host) before
+    `model switch`.
     """
     path = tuned_models.install(source, settings.models_dir)
     if as_json:
