@@ -140,10 +140,11 @@ def test_an_input_with_no_records_is_refused_never_saved(content, cli_env, datab
         ("payrail-embedder import /dev/zero", "invalid_input: /dev/zero is a character device, not a file"),
         ("payrail-embedder import - < /dev/urandom", "invalid_input: <stdin> is a character device, not a file"),
         ("cat /dev/zero | payrail-embedder import -", f"refused <stdin>:1: {LIMIT_WORDS}"),
+        ("payrail-embedder import - <&-", "invalid_input: <stdin> is closed: pipe the file into it, or name the file"),
     ],
-    ids=["dev-zero", "stdin-dev-urandom", "dev-zero-piped"],
+    ids=["dev-zero", "stdin-dev-urandom", "dev-zero-piped", "stdin-closed"],
 )
-def test_endless_devices_are_refused_at_once(command, refusal, cli_env, database_url):
+def test_endless_devices_and_a_closed_standard_input_are_refused_at_once(command, refusal, cli_env, database_url):
     """Before: `import /dev/zero` read one endless line into memory (the progress count read
     whole lines) until the machine ran out; now the device is refused by kind, and a pipe of
     zeros stops at its first line's limit (the subprocess's timeout bounds the test)."""

@@ -117,7 +117,7 @@ def open_input(name: str | Path, *, line_limit: LineLimit, max_spooled: int = MA
     with contextlib.ExitStack() as closing:
         file, regular = _open_readable(name, source)
         # Standard input without a descriptor (a test harness's in-memory stream) is not ours to close.
-        close = file.close if file is not sys.stdin.buffer else lambda: None
+        close = file.close if file is not getattr(sys.stdin, "buffer", None) else lambda: None
         closing.callback(close)
         if regular:
             yield InputFile(source, file, line_limit, start=file.tell())
@@ -149,6 +149,8 @@ def _open_readable(name: str | Path, source: str) -> tuple[BinaryIO, bool]:
 
 
 def _standard_input(source: str) -> tuple[BinaryIO, bool]:
+    if sys.stdin is None:  # started with its standard input closed
+        raise InputRefused(f"{source} is closed: pipe the file into it, or name the file")
     stream = sys.stdin.buffer
     try:
         fd = stream.fileno()
