@@ -9,6 +9,7 @@ sessions or counts connections starts its own.
 
 from __future__ import annotations
 
+from html import unescape
 from urllib.parse import urlencode
 
 import psycopg
@@ -537,3 +538,30 @@ def test_a_text_filter_of_nul_characters_alone_filters_nothing(shared_backoffice
     session = http_sign_in(client)
     reply = client.get(f"/records?{urlencode({'q': chr(0) * 3})}", cookies=session.cookies)
     assert reply.status == 200 and "records match." not in reply.body and "Records: " in reply.body
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        # An endless line the upload limit cut short: refused by the catalog reader's line limit (records.RECORD_LINE).
+        (b'{"provider": "' + b"x" * 1_000_000, "refused big.jsonl:1: the line is longer than 373,312 bytes, more than any record can take"),
+        (b"", "Not imported: big.jsonl holds no records (it is empty, or its lines are blank)."),
+        (b"\n  \n", "Not imported: big.jsonl holds no records (it is empty, or its lines are blank)."),
+    ],
+    ids=["overlong-line", "empty", "blank-lines"],
+)
+def test_an_upload_is_read_by_the_catalog_reader_and_an_empty_one_is_never_saved(shared_backoffice, data, problem):
+    """Before: an empty upload was reported "0 created, 0 updated, 0 unchanged, 0 refused: saved"."""
+    client, database_url = shared_backoffice.client, shared_backoffice.database_url
+    session = http_sign_in(client)
+    with psycopg.connect(database_url) as conn:
+        before = conn.execute("select count(*) from payrail.provider_methods").fetchone()[0]
+
+    reply = client.post_file(
+        "/import", {"csrf_token": session.token}, "file", "big.jsonl", data, headers={"Origin": client.origin}, cookies=session.cookies
+    )
+
+    assert reply.status == 422 and problem in unescape(reply.body) and ": saved" not in reply.body, reply.body[-2000:]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select count(*) from payrail.provider_methods").fetchone()[0] == before
+    assert unchanged(database_url)

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, embedded, evaluation, logins, logs, model_switch, stored, tuning
+from . import catalog, database, deploy, embedded, evaluation, input_files, logins, logs, model_switch, stored, tuning
 from . import edit as edit_module
 from . import history as history_module
 from . import status as status_module
@@ -25,7 +25,7 @@ from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, tuned_models
 from .errors import EXIT_STATUS, as_json, as_text, code_and_detail
 from .progress import progress
-from .records import json_text, read_lines
+from .records import RECORD_LINE, json_text, parse_lines
 from .registry_model import registry_model
 from .safe_text import escape_controls, one_line
 from .search import Match, SearchUnavailable, check_query, search_provider_methods
@@ -300,22 +300,25 @@ def db_stop(settings: Settings):
         click.echo(f"no embedded PostgreSQL runs under {data_dir}")
 
 
-def count_lines(files) -> int:
-    """The non-blank lines of the files: the total progress reports against."""
+def count_lines(inputs: list[input_files.InputFile]) -> int:
+    """The non-blank lines of the inputs, the total progress reports against; an input with none
+    is refused (an empty pipe, say: its writer failed), never imported as "saved"."""
     total = 0
-    for path in files:
-        with path.open("rb") as file:
-            total += sum(1 for raw in file if raw.strip())
+    for opened in inputs:
+        lines = sum(1 for _ in opened.lines())
+        if not lines:
+            raise input_files.InputRefused(f"{opened.source} holds no records (it is empty, or its lines are blank): nothing imported")
+        total += lines
     return total
 
 
 @cli.command("import")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
 @click.option("--skip-invalid", is_flag=True, help="Save the valid lines even when some are refused.")
 @JSON_OPTION
 @click.pass_obj
 def import_(settings: Settings, files, skip_invalid, as_json):
-    """Upsert records from JSON Lines FILES, by (provider, method).
+    """Upsert records from JSON Lines FILES, by (provider, method); - reads standard input.
 
     Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. Every line is
     checked against every rule first; new or changed content is then embedded and saved with the
@@ -323,15 +326,19 @@ def import_(settings: Settings, files, skip_invalid, as_json):
     refused line saves nothing unless --skip-invalid; exits 2 when a line was refused.
     """
     started = time.monotonic()
-    # Read twice, a batch at a time (checked, then saved), never held whole.
-    lines = lambda: (item for path in files for item in read_lines(path))  # noqa: E731
-    with settings.connect() as conn:
-        with progress("import", count_lines(files)) as advance:
-            report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
-        log_change(
-            "import", conn, started, failed=bool(report.refused), created=report.created, updated=report.updated,
-            unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
-        )  # fmt: skip
+    with contextlib.ExitStack() as opened:
+        # Each input opened once (a pipe read once, into a temporary file), then read a batch at a
+        # time in each pass (checked, then saved), never held whole.
+        inputs = [opened.enter_context(input_files.open_input(path, line_limit=RECORD_LINE)) for path in files]
+        total = count_lines(inputs)
+        lines = lambda: (item for each in inputs for item in parse_lines(each.lines(), each.source))  # noqa: E731
+        with settings.connect() as conn:
+            with progress("import", total) as advance:
+                report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
+            log_change(
+                "import", conn, started, failed=bool(report.refused), created=report.created, updated=report.updated,
+                unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
+            )  # fmt: skip
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
@@ -498,7 +505,7 @@ def echo_matches(matches: list[Match], as_json: bool) -> None:
 
 
 @cli.command("eval")
-@click.argument("queries_file", metavar="QUERIES.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("queries_file", metavar="QUERIES.jsonl", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
 @click.option(
     "--compare",
     "candidate_model",
@@ -516,7 +523,7 @@ def echo_matches(matches: list[Match], as_json: bool) -> None:
 def eval_(settings: Settings, queries_file, candidate_model, as_json):
     """Measure retrieval quality: run labelled queries through search and score the answers.
 
-    Each line of QUERIES.jsonl: {"query": "...", "relevant": [[provider, method], ...]}. Every
+    Each line of QUERIES.jsonl (- reads standard input): {"query": "...", "relevant": [[provider, method], ...]}. Every
     query goes through the same search path as `search`, against the configured registry (the
     queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
     recall@3 and MRR@3, and the queries with no relevant method in the top 3. Labels naming a
@@ -866,9 +873,11 @@ def echo_tune_plan(plan: tuning.TunePlan, golden_file: Path) -> None:
 def model_install(settings: Settings, source, as_json):
     """Install a tuned model copied from another machine (its directory, named as the model).
 
-    Checks that its files hash to its name, copies it into this installation's models directory
-    and exports its ONNX graph here; a model already installed stays as it is. Install it on
-    every machine that searches or saves (replicas, every backoffice host) before `model switch`.
+    Checks that it holds directories and regular files only, within a model's size, and that its
+    files hash to its name (nothing is copied otherwise), copies it into this installation's
+    models directory and exports its ONNX graph here; a model already installed stays as it is.
+    Install it on every machine that searches or saves (replicas, every backoffice host) before
+    `model switch`.
     """
     path = tuned_models.install(source, settings.models_dir)
     if as_json:

@@ -19,6 +19,8 @@ import psycopg
 
 from .embedders import Embedder, EmbeddingUnavailable, record_text
 from .errors import CodedError
+from .input_files import LineLimit, open_input
+from .records import RECORD_LINE
 from .registry_model import embedder_for, registry_model
 from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, search_provider_methods
 
@@ -40,14 +42,22 @@ class LabelledQuery:
     relevant: tuple[Pair, ...]
 
 
-def read_labelled_queries(path: Path) -> list[LabelledQuery]:
+# A labelled query's line may be as long as a catalog line (records.RECORD_LINE): a query of
+# 2,000 characters and a hundred or more relevant pairs written at their longest.
+LABELLED_QUERY_LINE = LineLimit(RECORD_LINE.bytes, "more than a labelled query line may take (docs/embeddings.md, Tuning the local model)")
+
+
+def read_labelled_queries(path: Path | str) -> list[LabelledQuery]:
+    """The labelled queries of a file (any input open_input takes, "-" included); the first line
+    that is not one is refused, naming the file and the line."""
     queries = []
-    with path.open(encoding="utf-8") as file:
-        for number, text in enumerate(file, start=1):
-            if not text.strip():
-                continue
+    with open_input(path, line_limit=LABELLED_QUERY_LINE) as opened:
+        for line in opened.lines():
+            where = f"{opened.source}:{line.number}"
             try:
-                data = json.loads(text)
+                if line.problem is not None:
+                    raise ValueError(line.problem)
+                data = json.loads(line.text)
                 query, relevant = data["query"], data["relevant"]
                 if not isinstance(query, str):
                     raise ValueError("query must be a string")
@@ -60,16 +70,18 @@ def read_labelled_queries(path: Path) -> list[LabelledQuery]:
                     )
                 ):
                     raise ValueError("relevant must be a non-empty array of [provider, method] pairs")
+            except RecursionError:
+                raise EvaluationError(f"{where}: malformed JSON: nested too deeply") from None
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
                 reason = f"missing field {error}" if isinstance(error, KeyError) else str(error)
-                raise EvaluationError(f"{path}:{number}: {reason}") from error
+                raise EvaluationError(f"{where}: {reason}") from error
             try:
                 check_query(query)  # invalid_query before the database or the embedder is asked
             except InvalidQuery as error:
-                raise InvalidQuery(f"{path}:{number}: {error.detail}") from None
-            queries.append(LabelledQuery(number, query, tuple((p, m) for p, m in relevant)))
-    if not queries:
-        raise EvaluationError(f"{path}: no labelled queries")
+                raise InvalidQuery(f"{where}: {error.detail}") from None
+            queries.append(LabelledQuery(line.number, query, tuple((p, m) for p, m in relevant)))
+        if not queries:
+            raise EvaluationError(f"{opened.source}: no labelled queries")
     return queries
 
 

@@ -7,7 +7,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from .input_files import LineLimit, NumberedLine, json_lines, open_input
 from .safe_text import JSON_ESCAPES
 
 FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled")
@@ -33,8 +35,15 @@ FIELD_LABELS = {
 }
 
 
-# JSON's own white space: a line of nothing else is blank; any other character is content.
-JSON_WHITE_SPACE = " \t\r\n"
+# The longest line a record can take, whoever wrote it: the most characters its fields may hold
+# (provider and method 120 each, 10 URLs of 2,048, docsUrl 2,048, guidance 8,000: 30,768, counted
+# as PostgreSQL counts them, in code points), each written at its longest in JSON, 12 bytes (a
+# character outside the Basic Multilingual Plane as an escaped surrogate pair, "\ud83d\ude00";
+# UTF-8 takes at most 4 bytes, a \u escape 6), and 4,096 bytes for the keys (escaped too), the
+# punctuation and white space between them: 373,312 bytes. Names are stored trimmed and in NFC,
+# so a valid name may be typed longer than 120 characters; the bound leaves it 1,440 bytes.
+RECORD_CHARACTERS = 2 * 120 + 10 * 2_048 + 2_048 + 8_000
+RECORD_LINE = LineLimit(12 * RECORD_CHARACTERS + 4_096, "more than any record can take (docs/operators.md, Catalog files)")
 
 
 def json_text(value: object, *, indent: int | None = None) -> str:
@@ -164,28 +173,29 @@ def refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
     return dict(pairs)
 
 
-def read_lines(path: Path) -> Iterator[Line | Refusal]:
-    """Each non-blank line of a JSON Lines file as a record, or as a refusal saying why not."""
-    with path.open("rb") as file:
-        yield from parse_lines(file, str(path))
+def read_lines(path: Path | str) -> Iterator[Line | Refusal]:
+    """Each non-blank line of a catalog file as a record, or as a refusal saying why not (path:
+    any input open_input takes, "-" included)."""
+    with open_input(path, line_limit=RECORD_LINE) as opened:
+        yield from parse_lines(opened.lines(), opened.source)
 
 
-def parse_lines(raw_lines: Iterable[bytes], source: str) -> Iterator[Line | Refusal]:
-    """read_lines for lines already at hand (an uploaded file), named source in refusals."""
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            # A byte order mark is allowed where a file begins (editors on Windows write one).
-            text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as error:
-            yield Refusal(source, number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
+def catalog_lines(file: BinaryIO, source: str) -> Iterator[Line | Refusal]:
+    """read_lines of a file already open (an upload's bytes in io.BytesIO), named source in refusals."""
+    return parse_lines(json_lines(file, RECORD_LINE), source)
+
+
+def parse_lines(lines: Iterable[NumberedLine], source: str) -> Iterator[Line | Refusal]:
+    """Each line (input_files.json_lines) as a record or a refusal."""
+    for line in lines:
+        if line.problem is not None:
+            yield Refusal(source, line.number, line.problem)
             continue
-        if not text.strip(JSON_WHITE_SPACE):
-            continue
         try:
-            yield Line(source, number, parse_record(json.loads(text, object_pairs_hook=refuse_duplicate_keys)))
+            yield Line(source, line.number, parse_record(json.loads(line.text, object_pairs_hook=refuse_duplicate_keys)))
         except json.JSONDecodeError as error:
-            yield Refusal(source, number, f"malformed JSON: {error.msg} at column {error.colno}")
+            yield Refusal(source, line.number, f"malformed JSON: {error.msg} at column {error.colno}")
         except ValueError as error:
-            yield Refusal(source, number, str(error))
+            yield Refusal(source, line.number, str(error))
         except RecursionError:
-            yield Refusal(source, number, "malformed JSON: nested too deeply")
+            yield Refusal(source, line.number, "malformed JSON: nested too deeply")

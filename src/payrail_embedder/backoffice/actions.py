@@ -15,7 +15,7 @@ import psycopg
 from .. import catalog, history, logs, stored
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..errors import database_reason
-from ..records import FIELD_LABELS, ProviderMethod, parse_lines
+from ..records import FIELD_LABELS, ProviderMethod, catalog_lines
 from ..registry_model import RegistryModelMismatch
 from ..search import SearchError, search_provider_methods
 from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, save_changes
@@ -219,7 +219,10 @@ def import_upload(
 ) -> tuple[catalog.ImportReport | None, str | None]:
     """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem)."""
     started = time.monotonic()
-    items = list(parse_lines(io.BytesIO(data), source))
+    items = list(catalog_lines(io.BytesIO(data), source))
+    if not items:
+        _log("import", conn, failed=True, source=source, saved=False, reason="no records")
+        return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
     try:
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)
     except WRITE_FAILURES as error:

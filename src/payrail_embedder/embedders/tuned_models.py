@@ -17,10 +17,14 @@ another machine, checks its name against its content and exports it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,22 +65,98 @@ def models_dir(data_dir: Path | None) -> Path:
     return (data_dir or default_data_dir()) / "models"
 
 
-def content_files(model_dir: Path) -> Iterator[Path]:
-    """The files the name's hash covers, in name order."""
-    for path in sorted(model_dir.rglob("*")):
-        relative = path.relative_to(model_dir)
-        if relative.parts[0] not in NOT_CONTENT and path.is_file():
-            yield path
+# What `model install` copies at most, well above a real model's: the bundled all-MiniLM-L6-v2 is
+# 13 files, 91.6 MB (its weights one file of 90.9 MB), and a tuned copy of it with its exported
+# graph about 185 MB. The bounds leave room for a base model of a billion parameters in float32.
+MAX_ENTRIES = 256
+MAX_FILE_BYTES = 2_000_000_000
+MAX_TOTAL_BYTES = 4_000_000_000
+# Each kind a directory entry may be but a directory or a regular file, in words.
+ODD_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+READ_CHUNK = 1 << 20
 
 
-def content_digest(model_dir: Path) -> str:
+def entries(model_dir: Path) -> list[tuple[Path, os.stat_result]]:
+    """Every file and directory under model_dir, in name order, with its lstat, links not followed;
+    TunedModelError for anything else (a link, a FIFO, a socket, a device: a tuned model holds
+    regular files only; reading a FIFO would wait forever, a device never end), for pickled
+    weights, and beyond MAX_ENTRIES, MAX_FILE_BYTES or MAX_TOTAL_BYTES. Reads no file."""
+    found, total, pending = [], 0, [model_dir]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as scan:
+                listed = [(Path(entry.path), entry.stat(follow_symlinks=False)) for entry in scan]
+        except OSError as error:
+            raise TunedModelError(f"{error.filename} cannot be read: {error.strerror}") from error
+        for path, status in listed:
+            kind = next((words for is_kind, words in ODD_KINDS if is_kind(status.st_mode)), None)
+            if kind is not None:
+                raise TunedModelError(f"{path} is {kind}; a tuned model holds regular files only")
+            if path.suffix in PICKLE_SUFFIXES:
+                raise TunedModelError(f"{path} holds pickled weights, which run code when loaded; a tuned model carries safetensors only")
+            if stat.S_ISDIR(status.st_mode):
+                pending.append(path)
+            elif status.st_size > MAX_FILE_BYTES:
+                raise TunedModelError(f"{path} holds {status.st_size:,} bytes, more than the {MAX_FILE_BYTES:,} a tuned model's file may")
+            total += 0 if stat.S_ISDIR(status.st_mode) else status.st_size
+            found.append((path, status))
+        if len(found) > MAX_ENTRIES:
+            raise TunedModelError(f"{model_dir} holds more than {MAX_ENTRIES} files and directories, more than a tuned model has")
+        if total > MAX_TOTAL_BYTES:
+            raise TunedModelError(f"{model_dir} holds more than {MAX_TOTAL_BYTES:,} bytes, more than a tuned model may")
+    return sorted(found)
+
+
+def is_content(relative: Path) -> bool:
+    return relative.parts[0] not in NOT_CONTENT
+
+
+def open_regular(path: Path, size: int):
+    """path opened for reading, refused unless it is still the regular file of `size` bytes that
+    entries() found: no link followed, no FIFO waited for (something put there since)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise TunedModelError(f"{path} cannot be read ({error.strerror}): was it changed meanwhile?") from error
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode) or status.st_size != size:
+        os.close(fd)
+        raise TunedModelError(f"{path} changed while it was read; copy the whole directory again")
+    return os.fdopen(fd, "rb")
+
+
+def read_chunks(path: Path, size: int) -> Iterator[bytes]:
+    """path's bytes (open_regular), a chunk at a time, exactly `size` of them."""
+    read = 0
+    with open_regular(path, size) as file:
+        while chunk := file.read(READ_CHUNK):
+            read += len(chunk)
+            if read > size:
+                break
+            yield chunk
+    if read != size:
+        raise TunedModelError(f"{path} changed while it was read; copy the whole directory again")
+
+
+def content_digest(model_dir: Path, listed: list[tuple[Path, os.stat_result]] | None = None) -> str:
+    """The SHA-256 of the files the name covers (all but NOT_CONTENT), in name order; listed:
+    entries(model_dir), when at hand."""
     digest = hashlib.sha256()
-    for path in content_files(model_dir):
-        name = path.relative_to(model_dir).as_posix().encode()
-        data = path.read_bytes()
+    for path, status in entries(model_dir) if listed is None else listed:
+        relative = path.relative_to(model_dir)
+        if not (is_content(relative) and stat.S_ISREG(status.st_mode)):
+            continue
+        name = relative.as_posix().encode()
         # Lengths first, so no two different sets of files hash the same bytes.
-        digest.update(b"%d:%s%d:" % (len(name), name, len(data)))
-        digest.update(data)
+        digest.update(b"%d:%s%d:" % (len(name), name, status.st_size))
+        for chunk in read_chunks(path, status.st_size):
+            digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -85,19 +165,16 @@ def tuned_name(base: str, model_dir: Path) -> str:
 
 
 def check_content(model_dir: Path, name: str) -> None:
-    """Refuses a directory that is not the tuned model `name`: no links, no pickled weights, and
-    sentence-transformers files whose hash is the name's."""
+    """Refuses a directory that is not the tuned model `name`: directories and regular files only,
+    within the bounds, no pickled weights (entries()), and sentence-transformers files whose hash
+    is the name's."""
     match = NAME_PATTERN.fullmatch(name)
     if match is None:
         raise TunedModelError(f"{name!r} is not a tuned model's name (BASE-tuned-<12 hex digits>, as `model tune` names them)")
-    for path in model_dir.rglob("*"):
-        if path.is_symlink():
-            raise TunedModelError(f"{path} is a symbolic link; a tuned model holds regular files only")
-        if path.suffix in PICKLE_SUFFIXES:
-            raise TunedModelError(f"{path} holds pickled weights, which run code when loaded; a tuned model carries safetensors only")
+    listed = entries(model_dir)
     if not (model_dir / "modules.json").is_file():
         raise TunedModelError(f"{model_dir} holds no modules.json: not a sentence-transformers model directory")
-    found = content_digest(model_dir)[:12]
+    found = content_digest(model_dir, listed)[:12]
     if found != match["digest"]:
         raise TunedModelError(
             f"the files of {model_dir} hash to {found}, not to the {match['digest']} of its name {name}: "
@@ -140,19 +217,70 @@ def keep(staged: Path, directory: Path) -> Path:
     return target
 
 
+class InstallRunning(CodedError):
+    """Another `model install` is under way in the same models directory."""
+
+    code = "unavailable"
+
+
+# Installs stage their copy in a directory of this prefix inside the models directory, while they
+# hold INSTALL_LOCK (flock): one found while holding the lock was left by an install that was
+# killed (the kernel releases a dead process's lock), and is removed.
+STAGING_PREFIX = ".installing-"
+INSTALL_LOCK = ".install.lock"
+
+
+@contextlib.contextmanager
+def staging_directory(directory: Path) -> Iterator[Path]:
+    """A private directory in the models directory to copy and export into, removed afterwards,
+    while no other install runs there; killed installs' leftovers are removed first."""
+    lock = os.open(directory / INSTALL_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InstallRunning(f"another `model install` is running in {directory}; run this one once it has finished") from None
+        for leftover in directory.glob(STAGING_PREFIX + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=STAGING_PREFIX, dir=directory) as scratch:
+            yield Path(scratch)
+    finally:
+        os.close(lock)
+
+
+def copy_entries(source: Path, listed: list[tuple[Path, os.stat_result]], target: Path) -> None:
+    """Copies the entries of source (entries(source)) but its graph into target: directories, and
+    each regular file as entries() found it (open_regular), byte for byte."""
+    target.mkdir()
+    for path, status in listed:
+        relative = path.relative_to(source)
+        if relative.parts[0] == GRAPH_DIR:
+            continue
+        if stat.S_ISDIR(status.st_mode):
+            (target / relative).mkdir()
+            continue
+        with open(target / relative, "xb") as copy:
+            for chunk in read_chunks(path, status.st_size):
+                copy.write(chunk)
+
+
 def install(source: Path, directory: Path) -> Path:
     """Copies the tuned model directory `source` (from another machine) into the models directory:
-    its content must match its name; its ONNX graph is exported here, whatever graph came with it."""
+    its content must match its name (check_content: nothing is copied otherwise); its ONNX graph is
+    exported here, whatever graph came with it. A private copy is checked again and exported,
+    then renamed into place, so the model appears whole or not at all."""
     source = source.resolve()
     name = source.name
     check_content(source, name)
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / name / "modules.json").is_file():
         return directory / name
-    with tempfile.TemporaryDirectory(prefix=".installing-", dir=directory) as scratch:
-        staged = Path(scratch) / name
-        shutil.copytree(source, staged, ignore=shutil.ignore_patterns(GRAPH_DIR))
-        # Checked again as copied: the source may have changed while it was read.
+    with staging_directory(directory) as scratch:
+        if (directory / name / "modules.json").is_file():  # installed by an install that ended since the check above
+            return directory / name
+        staged = scratch / name
+        copy_entries(source, entries(source), staged)
+        # Checked again as copied: the source may have changed since it was checked.
         check_content(staged, name)
         local_model.export(staged, staged / GRAPH_DIR, unwritable_hint="Make the models directory writable, or set PAYRAIL_DATA_DIR")
         return keep(staged, directory)

@@ -1,0 +1,194 @@
+"""`model install` attacked with what a copied directory may hold: links, FIFOs, sockets, devices,
+files and totals beyond any model, files swapped while it copies, a concurrent install, and an
+install killed midway (payrail_embedder.embedders.tuned_models).
+
+Refusals come before anything is copied, so most of these use a small hand-made directory whose
+files hash to its name (all a refusal needs); the killed install copies the bundled model's real
+files under a tuned model's name, and is exported (the real local model: slow). `model install`
+never touches the database, so these run once, not on each server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from payrail_embedder.embedders import local_model, tuned_models
+from payrail_embedder.embedders.tuned_models import INSTALL_LOCK, MAX_ENTRIES, MAX_FILE_BYTES, MAX_TOTAL_BYTES, STAGING_PREFIX
+from payrail_test_support import CLI
+from payrail_test_support.cli import cli_json
+from payrail_test_support.waiting import wait_until
+
+BASE = "all-MiniLM-L6-v2"
+
+
+def env_for(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    # Never connected to: model install works on files alone (a URL keeps the call in process).
+    return {**env, "PAYRAIL_DATA_DIR": str(data_dir), "PAYRAIL_DATABASE_URL": "postgresql:///unused", "PAYRAIL_EMBEDDER": "local"}
+
+
+def named_by_content(model_dir: Path) -> Path:
+    """model_dir renamed to the tuned model name its files hash to."""
+    return model_dir.rename(model_dir.with_name(tuned_models.tuned_name(BASE, model_dir)))
+
+
+def hand_made_model(parent: Path) -> Path:
+    """A directory holding a few small files, named as their hash says: a model to every check
+    install makes before it copies (not one sentence-transformers can load)."""
+    model_dir = parent / "model"
+    (model_dir / "1_Pooling").mkdir(parents=True)
+    (model_dir / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]')
+    (model_dir / "config.json").write_text('{"hidden_size": 384}')
+    (model_dir / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (model_dir / "model.safetensors").write_bytes(b"\x00" * 4096)
+    return named_by_content(model_dir)
+
+
+def sparse(path: Path, size: int) -> None:
+    """A file of size bytes that takes no disk: install refuses it from its size, before reading."""
+    with open(path, "wb") as file:
+        file.truncate(size)
+
+
+def planted_socket(path: Path) -> None:
+    # Bound by a relative name: a socket's path must fit in 108 bytes. Its file stays after it closes.
+    with contextlib.chdir(path.parent), socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(path.name)
+
+
+ATTACKS = {
+    "symlink-to-a-file": (lambda m: (m / "extra.txt").symlink_to("/etc/passwd"), "extra.txt is a symbolic link"),
+    "symlink-to-a-directory": (lambda m: (m / "2_Dense").symlink_to("/etc"), "2_Dense is a symbolic link"),
+    "symlink-in-a-subdirectory": (lambda m: (m / "1_Pooling" / "x").symlink_to("../config.json"), "1_Pooling/x is a symbolic link"),
+    "fifo": (lambda m: os.mkfifo(m / "tokenizer.json"), "tokenizer.json is a FIFO"),
+    "fifo-in-the-graph": (lambda m: (m / "onnx").mkdir() or os.mkfifo(m / "onnx" / "model.onnx"), "onnx/model.onnx is a FIFO"),
+    "socket": (lambda m: planted_socket(m / "s"), "/s is a socket"),
+    "character-device": (lambda m: os.mknod(m / "zero", 0o600 | 0o020000, os.makedev(1, 5)), "zero is a character device"),
+    "file-too-large": (
+        lambda m: sparse(m / "big.safetensors", MAX_FILE_BYTES + 1),
+        f"big.safetensors holds {MAX_FILE_BYTES + 1:,} bytes, more than the {MAX_FILE_BYTES:,} a tuned model's file may",
+    ),
+    "total-too-large": (
+        lambda m: [sparse(m / f"shard-{n}.safetensors", MAX_FILE_BYTES) for n in range(MAX_TOTAL_BYTES // MAX_FILE_BYTES)],
+        f"holds more than {MAX_TOTAL_BYTES:,} bytes, more than a tuned model may",
+    ),
+    "too-many-files": (
+        lambda m: [(m / f"f{n}.txt").touch() for n in range(MAX_ENTRIES)],
+        f"holds more than {MAX_ENTRIES} files and directories, more than a tuned model has",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_install_refuses_anything_but_regular_files_within_bounds_and_copies_nothing(attack, tmp_path):
+    """Before: a FIFO made install wait forever (it was opened to hash it), a device such as
+    /dev/zero read until memory ran out, a socket ended in a traceback, and sizes had no bound."""
+    plant, refusal = ATTACKS[attack]
+    source = hand_made_model(tmp_path / "copied")
+    plant(source)
+
+    code, failure, _ = cli_json(env_for(tmp_path / "data"), "model", "install", "--json", source)
+
+    assert (code, failure["error"]) == (2, "invalid_input") and refusal in failure["detail"], failure
+    assert "a tuned model holds regular files only" in failure["detail"] or "more than" in failure["detail"]
+    assert not (tmp_path / "data" / "models").exists(), "something was copied"
+
+
+def test_the_hand_made_model_passes_every_check_before_the_export(tmp_path):
+    """The refusals above come from what was planted: the same directory without it is taken up
+    to the export, which needs a real model."""
+    source = hand_made_model(tmp_path / "copied")
+    tuned_models.check_content(source, source.name)
+    assert len(tuned_models.entries(source)) == 5
+
+
+@pytest.mark.parametrize("swap", ["symlink", "fifo", "grown"])
+def test_a_file_swapped_after_the_check_is_refused_while_copying(swap, tmp_path):
+    """The copy opens each file without following a link or waiting on a FIFO, and takes it only
+    as the check found it: a file swapped in between is refused, not followed or waited for."""
+    source = hand_made_model(tmp_path / "copied")
+    listed = tuned_models.entries(source)
+    weights = source / "model.safetensors"
+    if swap == "grown":
+        weights.write_bytes(b"\x00" * 8192)
+    else:
+        weights.unlink()
+        weights.symlink_to("/dev/zero") if swap == "symlink" else os.mkfifo(weights)
+
+    with pytest.raises(tuned_models.TunedModelError) as refused:
+        tuned_models.copy_entries(source, listed, tmp_path / "target")
+
+    assert str(weights) in str(refused.value) and ("changed" in str(refused.value) or "cannot be read" in str(refused.value))
+
+
+def test_an_install_running_keeps_another_out_and_the_leftovers_of_a_killed_one_go(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    # An install killed while it held the lock and its staging directory: a process of its own, SIGKILLed.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time; from pathlib import Path; from payrail_embedder.embedders import tuned_models\n"
+            "with tuned_models.staging_directory(Path(sys.argv[1])) as scratch:\n"
+            "    (scratch / 'partial.safetensors').write_bytes(b'half')\n    print(scratch, flush=True)\n    time.sleep(600)\n"
+        ), str(models)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        leftover = Path(holder.stdout.readline().strip())
+        code, failure, _ = cli_json(env_for(tmp_path), "model", "install", "--json", hand_made_model(tmp_path / "copied"))
+        assert (code, failure) == (1, {"error": "unavailable", "detail": f"another `model install` is running in {models}; run this one once it has finished"})
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+
+    assert leftover.name.startswith(STAGING_PREFIX) and (leftover / "partial.safetensors").exists()
+    with tuned_models.staging_directory(models) as scratch:
+        assert [p.name for p in models.iterdir() if p.name != INSTALL_LOCK] == [scratch.name]
+    assert [p.name for p in models.iterdir()] == [INSTALL_LOCK]
+    # The lock file is only a lock: another process may take it now.
+    with open(models / INSTALL_LOCK) as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+@pytest.mark.local_model
+def test_an_install_killed_while_it_copies_leaves_nothing_the_next_one_trips_over(tmp_path):
+    """SIGKILL once the weights' copy has begun (the staging directory holds a part of them, or
+    they are being exported), then the same install again: it removes the leftover and installs."""
+    bundled = local_model.bundled_model_dir()
+    source = tmp_path / "copied" / "model"
+    shutil.copytree(bundled, source, ignore=shutil.ignore_patterns(".gitattributes"))
+    source = named_by_content(source)
+    models = tmp_path / "data" / "models"
+    env = env_for(tmp_path / "data")
+
+    killed = subprocess.Popen([str(CLI), "model", "install", str(source)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def weights_copying() -> Path | None:
+        staged = next(models.glob(f"{STAGING_PREFIX}*/{source.name}/model.safetensors"), None)
+        return staged if staged is not None and staged.stat().st_size > 0 else None
+
+    staged = wait_until(weights_copying, "the weights' copy to begin", timeout=120, interval=0.001)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    killed.stderr.close()
+    copied = staged.stat().st_size
+    assert staged.exists() and not (models / source.name).exists()
+
+    code, installed, stderr = cli_json(env, "model", "install", "--json", source)
+
+    assert code == 0, (installed, stderr)
+    assert installed == {"model": source.name, "path": str(models / source.name)}
+    assert sorted(p.name for p in models.iterdir()) == sorted([INSTALL_LOCK, source.name]), "the killed install's copy is left"
+    assert (models / source.name / "onnx" / "model.onnx").is_file()
+    tuned_models.check_content(models / source.name, source.name)
+    print(f"killed after copying {copied:,} of {(bundled / 'model.safetensors').stat().st_size:,} bytes of the weights")
