@@ -110,7 +110,8 @@ class Registry:
 
     def _answer(self, query: str) -> SearchResult:
         try:
-            matches = self._connections.run(lambda conn: search.search_provider_methods(conn, self._get_embedder, query))
+            # The pool lends a connection for each database step, none while the query is embedded.
+            matches = search.search_provider_methods(self._connections.run, self._get_embedder, query)
         except DatabaseUnavailable as error:
             raise SearchUnavailable(str(error), "database_unreachable") from error
         return {"matches": matches}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import psycopg
@@ -14,7 +16,9 @@ from . import errcodes
 from .connection import SelfPinned
 from .embedders import Embedder, EmbeddingUnavailable
 from .errors import CodedError, database_reason
-from .registry_model import embedder_for, registry_model
+from .registry_model import EmbeddingModel, embedder_for, registry_model
+
+T = TypeVar("T")
 
 
 class SearchError(CodedError):
@@ -166,8 +170,22 @@ def check_query(query: object) -> str:
     return query
 
 
+# How search gets a connection: connections(work) runs work(conn) on one and then lets it go. The
+# agent path takes one for the name path, lets it go while the query is embedded, and takes one
+# again for the vector search, so a slow or hanging embedding service never holds a connection (or
+# a pool slot) that exact names need. The Registry's pool (AgentPool.run) and the CLI's
+# one_connection_at_a_time give connections; holding(conn) keeps one the caller owns throughout.
+Connections = Callable[[Callable[[psycopg.Connection], T]], T]
+
+
+def holding(conn: psycopg.Connection) -> Connections:
+    """Every step on conn, held throughout: for a caller whose one connection is its own (the
+    backoffice's session, eval), which no agent waits for."""
+    return lambda work: work(conn)
+
+
 def search_provider_methods(
-    conn: psycopg.Connection,
+    connections: Connections,
     embedder_factory: Callable[[], Embedder],
     query: str,
     *,
@@ -175,36 +193,42 @@ def search_provider_methods(
     counted_draft: tuple[str, str] | None = None,
 ) -> list[Match]:
     """Asks the database first without a vector: the name path answers at once and never needs
-    the embedder. Only a query that needs one is embedded, with the registry's own model.
+    the embedder. Only a query that needs one is embedded, with the registry's own model, and with
+    no connection held (Connections): then a connection is taken again for the vector search.
 
     query_vector: the query's embedding (embed_queries with embedder_factory's embedder) when the
     caller already has it, as eval does for all its queries in one batch; it is not embedded again.
     counted_draft: (provider, method) of a draft to count as enabled (payrail.preview_search).
-    conn must be in autocommit mode: the first attempt may fail with PYE01.
+    Connections must be in autocommit mode: the first attempt may fail with PYE01.
     """
     check_query(query)
 
-    def run(vector, model):
+    def run(conn, vector, model):
         if counted_draft is None:
-            return conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()
-        return conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()
+            return [Match(*row) for row in conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()]
+        return [Match(*row) for row in conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()]
 
-    try:
+    def by_name(conn) -> list[Match] | _NeedsEmbedding:
         try:
-            return [Match(*row) for row in run(None, None)]
+            return run(conn, None, None)
         except psycopg.Error as error:
             if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
                 raise
-        model = registry_model(conn)
-        embedder = embedder_for(model, embedder_factory())
-        if model is not None and model.name != embedder.model_name:
+        return _NeedsEmbedding(registry_model(conn))
+
+    try:
+        answer = connections(by_name)
+        if not isinstance(answer, _NeedsEmbedding):
+            return answer
+        embedder = embedder_for(answer.model, embedder_factory())
+        if answer.model is not None and answer.model.name != embedder.model_name:
             raise SearchUnavailable(
-                f"the registry's vectors come from model {model.name}, but this client embeds with "
+                f"the registry's vectors come from model {answer.model.name}, but this client embeds with "
                 f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model",
                 "model_mismatch",
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
-        return [Match(*row) for row in run(vector, embedder.model_name)]
+        return connections(lambda conn: run(conn, vector, embedder.model_name))
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}", "embedding_service") from error
     except psycopg.Error as error:
@@ -213,3 +237,9 @@ def search_provider_methods(
             raise known(database_reason(error)) from error
         raise SearchUnavailable(f"database error: {database_reason(error, with_sqlstate=True)}") from error
 
+
+@dataclass(frozen=True)
+class _NeedsEmbedding:
+    """The name path's answer to a query it does not take: the registry's model to embed it with."""
+
+    model: EmbeddingModel | None
