@@ -228,6 +228,11 @@ def search_provider_methods(
                 "model_mismatch",
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
+        if answer.model is not None and vector.size != answer.model.dimensions:
+            # The database would refuse it (PYE02), and the log blame the database.
+            raise EmbeddingUnavailable(
+                f"{embedder.model_name} returned a {vector.size}-dimensional embedding, but the registry's model has {answer.model.dimensions} dimensions"
+            )
         return connections(lambda conn: run(conn, vector, embedder.model_name))
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}", "embedding_service") from error
