@@ -30,6 +30,7 @@ from payrail_embedder.api import Registry
 from payrail_embedder.embedders import EmbeddingUnavailable, OpenAIEmbedder
 from payrail_embedder.embedders.http import MAX_JSON_DEPTH, reply_limit
 from payrail_embedder.embedders.openai import MAX_DIMENSIONS
+from payrail_embedder.mcp_server import LANE_THREADS
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import (
     CATALOG,
@@ -42,6 +43,7 @@ from payrail_test_support.agent_helpers import (
 from payrail_test_support.backoffice import OPERATOR, PASSWORD, record_form, start_backoffice, use_operator_logins
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.interfaces import BackofficeOperator
+from payrail_test_support.logs import events_among
 from payrail_test_support.openai_fake import FAKE_MODEL, HUGE_REPLY_BYTES, LYING, FakeOpenAI, SwitchAt
 from payrail_test_support.waiting import wait_until
 
@@ -105,15 +107,17 @@ def test_a_reply_declaring_more_than_any_real_one_is_refused_before_its_body(ope
 
 
 def test_the_reply_limit_is_far_above_a_real_reply():
-    """The limit's arithmetic (docs/security.md), for OpenAI's text-embedding-3-small (1,536
-    dimensions): a real reply, base64 as the client asks, is under a fifth of it, and one written
-    out as floats at their longest under two thirds, for one query and for a full batch."""
-    assert reply_limit(1, 1536) == 1536 * 40 + 1024 + 1024 * 1024
-    for texts in (1, 2048):
-        limit = reply_limit(texts, 1536)
+    """The limits docs/security.md gives for OpenAI's text-embedding-3-small (1,536 dimensions,
+    replies in base64 as the client asks): 1.1 MB for a query, over 100 times its real reply, and
+    129 MB for a batch of 2,048, over 7 times; and replies written out as floats at their longest
+    are under two thirds of it."""
+    assert reply_limit(1, 1536) == 1536 * 40 + 1024 + 1024 * 1024 == 1_111_040
+    assert reply_limit(2048, 1536) == 128_974_848
+    for texts, times in ((1, 100), (2048, 7)):
         base64_reply = texts * (1536 * 4 * 4 // 3 + 200) + 200
         float_reply = texts * (1536 * len("-1.2345678918063641e-05, ") + 200) + 200
-        assert 5 * base64_reply < limit and 3 * float_reply < 2 * limit, (texts, limit, base64_reply, float_reply)
+        assert times * base64_reply < reply_limit(texts, 1536), texts
+        assert 3 * float_reply < 2 * reply_limit(texts, 1536), texts
 
 
 def test_a_redirect_is_refused_and_the_query_never_reaches_the_other_host(openai_fake):
@@ -365,3 +369,42 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
         error = json.loads(stdout)
         assert error["error"] == "search_unavailable" and error["detail"].startswith("embedding service failed: "), error
         assert "timed out" in error["detail"] and "Traceback" not in stderr
+
+
+@pytest.mark.slow
+def test_mcp_answers_exact_names_while_more_searches_than_its_threads_wait_on_a_hanging_service(cli_env, database_url, openai_fake, tmp_path):
+    """More semantic calls than the server has worker threads for them wait on the hanging
+    service; an exact name is answered meanwhile, before any of them has given up."""
+    import_catalog(database_url, openai_fake, tmp_path)
+    openai_fake.behaviour = "hang"
+    env = {**cli_env, "PAYRAIL_EMBEDDING_TIMEOUT": "8"}
+    semantic_calls = LANE_THREADS + 5
+    openai_fake.requests = []
+    outcomes: list[dict] = []
+
+    async def main():
+        with (tmp_path / "mcp.log").open("w") as errlog, anyio.fail_after(120):
+            async with mcp_client(env, errlog) as client:
+
+                async def semantic():
+                    outcomes.append(json.loads((await client.call_tool("search_provider_methods", {"query": SEMANTIC_QUERY})).content[0].text))
+
+                async with anyio.create_task_group() as group:
+                    for _ in range(semantic_calls):
+                        group.start_soon(semantic)
+                    while openai_fake.hanging < LANE_THREADS:
+                        await anyio.sleep(0.05)
+                    name = await client.call_tool("search_provider_methods", {"query": "Stripe"})
+                    answered_while_waiting = not outcomes
+                return name, answered_while_waiting
+
+    name, answered_while_waiting = anyio.run(main)
+
+    assert not name.is_error and name.structured_content == {"matches": expected_name_matches("Stripe")}, name
+    assert answered_while_waiting, "the name waited for a thread that waited on the embedding service"
+    assert len(openai_fake.requests) == semantic_calls
+    assert len(outcomes) == semantic_calls
+    for error in outcomes:
+        assert error["error"] == "search_unavailable" and error["detail"].startswith("embedding service failed: "), error
+    logged = events_among((tmp_path / "mcp.log").read_text(), "search_unavailable")
+    assert [event["cause"] for event in logged] == ["embedding_service"] * semantic_calls, logged

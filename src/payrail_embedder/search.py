@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -184,6 +185,14 @@ def holding(conn: psycopg.Connection) -> Connections:
     return lambda work: work(conn)
 
 
+def answer_by_name(connections: Connections, query: str) -> list[Match] | None:
+    """The name path's answer, or None when query is no provider or method name and needs an
+    embedding: one statement on one connection, never the embedder."""
+    check_query(query)
+    with _as_search_errors():
+        return connections(lambda conn: _name_path(conn, query, None))
+
+
 def search_provider_methods(
     connections: Connections,
     embedder_factory: Callable[[], Embedder],
@@ -203,20 +212,11 @@ def search_provider_methods(
     """
     check_query(query)
 
-    def run(conn, vector, model):
-        if counted_draft is None:
-            return [Match(*row) for row in conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()]
-        return [Match(*row) for row in conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()]
-
     def by_name(conn) -> list[Match] | _NeedsEmbedding:
-        try:
-            return run(conn, None, None)
-        except psycopg.Error as error:
-            if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
-                raise
-        return _NeedsEmbedding(registry_model(conn))
+        matches = _name_path(conn, query, counted_draft)
+        return matches if matches is not None else _NeedsEmbedding(registry_model(conn))
 
-    try:
+    with _as_search_errors():
         answer = connections(by_name)
         if not isinstance(answer, _NeedsEmbedding):
             return answer
@@ -233,7 +233,30 @@ def search_provider_methods(
             raise EmbeddingUnavailable(
                 f"{embedder.model_name} returned a {vector.size}-dimensional embedding, but the registry's model has {answer.model.dimensions} dimensions"
             )
-        return connections(lambda conn: run(conn, vector, embedder.model_name))
+        return connections(lambda conn: _matches(conn, query, vector, embedder.model_name, counted_draft))
+
+
+def _matches(conn: psycopg.Connection, query: str, vector, model: str | None, counted_draft: tuple[str, str] | None) -> list[Match]:
+    if counted_draft is None:
+        return [Match(*row) for row in conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()]
+    return [Match(*row) for row in conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()]
+
+
+def _name_path(conn: psycopg.Connection, query: str, counted_draft: tuple[str, str] | None) -> list[Match] | None:
+    """The name path's matches; None when the database says the query needs an embedding (PYE01)."""
+    try:
+        return _matches(conn, query, None, None, counted_draft)
+    except psycopg.Error as error:
+        if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
+            raise
+    return None
+
+
+@contextmanager
+def _as_search_errors() -> Iterator[None]:
+    """A failure of the embedding service or of a statement as the search error callers branch on."""
+    try:
+        yield
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}", "embedding_service") from error
     except psycopg.Error as error:
