@@ -25,14 +25,14 @@ from typing import TypeVar
 
 import httpx2
 
-from .protocol import EmbeddingUnavailable
 
 T = TypeVar("T")
 
 # A real reply nests 4 deep ({"data": [{"embedding": [...]}]}); errors' bodies 2 or 3.
 MAX_JSON_DEPTH = 16
-# The longest text of one float32 in a JSON array: "-1.2345678918063641e-05, " is 25 characters.
-BYTES_PER_VALUE = 32
+# Room for one number of a JSON array: a float32 at its longest, "-1.2345678918063641e-05, ", is 25
+# characters, and a server that indents its JSON puts each on a line of its own.
+BYTES_PER_VALUE = 40
 # Each embedding's object around its numbers ("object", "index", the key), generously.
 BYTES_PER_EMBEDDING = 1024
 # The rest of a reply: "model", "usage", an error's message.
@@ -52,8 +52,9 @@ _STRUCTURE = re.compile(rb'[\[\]{}"\\]')
 _OPEN, _CLOSE, _QUOTE, _BACKSLASH = frozenset(b"[{"), frozenset(b"]}"), ord('"'), ord("\\")
 
 
-class ReplyRefused(EmbeddingUnavailable):
-    """The service's reply breaks a limit; nothing of it is used."""
+class ReplyRefused(Exception):
+    """The service's reply breaks a limit; nothing of it is used. Raised inside the HTTP client
+    (which passes it through as it is), reported by the embedder as the service's failure."""
 
 
 class _JsonDepth:

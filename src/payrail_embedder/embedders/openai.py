@@ -89,7 +89,7 @@ class OpenAIEmbedder:
                 f"{self.model_name} via OpenAI API: timed out: no whole reply within {self.timeout:g} s "
                 "(PAYRAIL_EMBEDDING_TIMEOUT, retries included)"
             ) from error
-        except openai.OpenAIError as error:
+        except (openai.OpenAIError, http.ReplyRefused) as error:
             raise EmbeddingUnavailable(f"{self.model_name} via OpenAI API: {error}") from error
         # What the client's parsing of a reply that is not an embeddings reply raises.
         except (ValueError, TypeError, AttributeError, LookupError) as error:
@@ -178,7 +178,7 @@ def reply_vectors(response, count: int, model_name: str) -> list[list[float]]:
         index, embedding = getattr(item, "index", None), getattr(item, "embedding", None)
         if type(index) is not int or not 0 <= index < count or index in by_index:
             raise EmbeddingUnavailable(f"{model_name} via OpenAI API: malformed response: the embeddings' indexes are not 0 to {count - 1}, once each")
-        # JSON's true and false are not numbers, nor are strings of digits (numpy would take both).
+        # Strings of digits are not numbers (numpy would take them).
         if not isinstance(embedding, list) or not set(map(type, embedding)) <= {float, int}:
             raise EmbeddingUnavailable(f"{model_name} via OpenAI API: malformed response: an embedding is not a list of numbers")
         by_index[index] = embedding
