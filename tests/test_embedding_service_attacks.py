@@ -28,7 +28,7 @@ from psycopg import sql
 from payrail_embedder import SearchUnavailable
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import EmbeddingUnavailable, OpenAIEmbedder
-from payrail_embedder.embedders.http import MAX_JSON_DEPTH, reply_limit
+from payrail_embedder.embedders.http import MAX_JSON_DEPTH, ReplyRefused, _JsonDepth, reply_limit
 from payrail_embedder.embedders.openai import MAX_DIMENSIONS
 from payrail_embedder.mcp_server import LANE_THREADS
 from payrail_test_support import CLI, REPO
@@ -83,6 +83,23 @@ def test_a_lying_reply_is_refused_as_the_services_failure(lie, openai_fake):
     assert REFUSED_AS[lie] in refused.value.detail, refused.value.detail
     assert refused.value.detail.startswith(FAKE_MODEL)
     assert len(openai_fake.requests) == 1, "a lie is not asked again"
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 4096])
+def test_the_depth_is_counted_outside_strings_across_chunks(chunk_size):
+    """Brackets inside strings, escaped quotes and backslashes (also split between two chunks)
+    never count; real nesting past the limit does, wherever the chunks end."""
+    shallow = json.dumps({"error": {"message": 'a "quoted" [[[{{{ \\" ]]] path\\', "data": [[1, [2]]]}}).encode()
+    deep = b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1)
+    for reply, refused in ((shallow, False), (b'{"s": "' + b"[" * 100 + b'"}', False), (deep, True), (b'["\\\\", ' + deep + b"]", True)):
+        depth = _JsonDepth()
+        try:
+            for start in range(0, len(reply), chunk_size):
+                depth.feed(reply[start : start + chunk_size])
+        except ReplyRefused:
+            assert refused, reply
+        else:
+            assert not refused and depth.depth == 0, (reply, depth.depth)
 
 
 def test_a_reply_longer_than_any_real_one_is_refused_while_it_arrives(openai_fake):

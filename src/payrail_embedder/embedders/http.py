@@ -25,7 +25,6 @@ from typing import TypeVar
 
 import httpx2
 
-
 T = TypeVar("T")
 
 # A real reply nests 4 deep ({"data": [{"embedding": [...]}]}); errors' bodies 2 or 3.
