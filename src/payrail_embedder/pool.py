@@ -75,7 +75,8 @@ class AgentPool:
         try:
             return self._run_pooled(work)
         except psycopg.Error as error:
-            if error.sqlstate not in errcodes.PREPARED_STATEMENT_LOST or not self._prepared_statements:
+            # Also when another thread's search turned them off meanwhile: this one prepared before.
+            if error.sqlstate not in errcodes.PREPARED_STATEMENT_LOST:
                 raise
             self._stop_preparing(error)
         return self._run_pooled(work)
