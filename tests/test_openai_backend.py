@@ -28,7 +28,7 @@ from payrail_test_support.ports import unused_port
 
 MATCH_KEYS = {"provider", "method", "urls", "docsUrl", "guidance"}
 # The cli_env fixture's PAYRAIL_EMBEDDING_TIMEOUT and PAYRAIL_EMBEDDING_RETRIES.
-EMBEDDING_TIMEOUT = 2.0
+EMBEDDING_TIMEOUT = 5.0
 EMBEDDING_RETRIES = 1
 
 NAME_QUERY = "Stripe"
@@ -116,7 +116,8 @@ def test_import_batches_embedding_requests(cli_env, openai_fake, database_url, t
         }
         for number in range(count)
     ]
-    cli_import(cli_env, tmp_path / "many.jsonl", records)
+    # Batches of 2,048 texts: the fake's replies take seconds to make under load.
+    cli_import({**cli_env, "PAYRAIL_EMBEDDING_TIMEOUT": "60"}, tmp_path / "many.jsonl", records)
 
     sizes = [len(request["input"]) for request in openai_fake.requests]
     assert len(sizes) == math.ceil(count / OPENAI_MAX_BATCH)

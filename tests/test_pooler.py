@@ -63,7 +63,11 @@ def catalog_url(server, database_url, openai_fake, tmp_path) -> str:
 
 def pooled_environment(bouncer: PgBouncer, database_url: str, login: str, openai_fake, tmp_path: Path) -> dict[str, str]:
     bouncer.allow(login)
-    return cli_environment(bouncer.through(database_url, login), openai_fake, tmp_path) | {"PAYRAIL_PREPARED_STATEMENTS": "off"}
+    # Every interface at once loads the machine: the embedding deadline is not what these tests test.
+    return cli_environment(bouncer.through(database_url, login), openai_fake, tmp_path) | {
+        "PAYRAIL_PREPARED_STATEMENTS": "off",
+        "PAYRAIL_EMBEDDING_TIMEOUT": "60",
+    }
 
 
 def answer_json(registry: Registry, query: str) -> dict:
