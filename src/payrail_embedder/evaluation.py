@@ -187,7 +187,7 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, _, _ in records])
         query_vectors = embed_queries(candidate, [q.query for q in queries])
     except EmbeddingUnavailable as error:
-        raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}") from error
+        raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}", "embedding_service") from error
     semantic = [
         not conn.execute("select payrail.query_takes_name_path(%s)", (labelled.query,)).fetchone()[0] for labelled in queries
     ]

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import http
 from .protocol import EmbedderMisconfigured, EmbeddingUnavailable, batched, checked_vectors
 
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
@@ -57,6 +56,8 @@ class OpenAIEmbedder:
     ) -> None:
         import openai
 
+        from . import http  # with the openai client: imported by the first embedder, not by every command
+
         self.model_name = model_name
         self.dimensions = dimensions
         self.expected_dimensions = dimensions or OPENAI_MODEL_DIMENSIONS.get(model_name)
@@ -71,6 +72,8 @@ class OpenAIEmbedder:
             raise EmbedderMisconfigured(f"cannot set up the OpenAI client: {error}") from error
 
     def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
+        from . import http
+
         vectors: list[np.ndarray] = []
         for batch in batched(texts, self.batch_size):
             vectors += http.run(self._embed_batch(list(batch)))
@@ -78,6 +81,8 @@ class OpenAIEmbedder:
 
     async def _embed_batch(self, batch: list[str]) -> list[np.ndarray]:
         import openai
+
+        from . import http
 
         http.ReplyLimit.set(http.reply_limit(len(batch), self.expected_dimensions or MAX_DIMENSIONS))
         try:
