@@ -26,13 +26,19 @@ What it does:
   search, COMMIT), which the agent path's self-pinned statements are spared; "python api, no
   prepare" is the API with prepared statements off (PAYRAIL_PREPARED_STATEMENTS=off, for
   PgBouncer in transaction mode); "connect" is what every CLI command pays to open its
-  connection (database.connect: the registry's path and pgvector's types, looked up once).
+  connection (database.connect: the registry's path and pgvector's types, looked up once);
+- with --pgbouncer, the same Python API calls behind Debian's PgBouncer (1.18) in transaction mode
+  with one server connection, through two Registries taking turns (so a statement one prepared
+  there the other meets): "pgbouncer, prepare on" leaves PAYRAIL_PREPARED_STATEMENTS unset, as an
+  unconfigured deployment does, "pgbouncer, prepare off" sets it off; it counts the searches that
+  failed (search_unavailable) among every call made, warm-up included.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import random
 import shutil
@@ -47,7 +53,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from payrail_embedder import catalog, database, deploy
-from payrail_embedder.api import Registry
+from payrail_embedder.api import Registry, SearchUnavailable
 from payrail_embedder.search import SEARCH_SQL
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
 from payrail_embedder.records import read_lines
@@ -181,6 +187,37 @@ def api_samples(registry: Registry, calls: int) -> dict[str, list[float]]:
     return {"name": measure(call, [NAME_QUERY], calls), "semantic": measure(call, SEMANTIC_QUERIES, calls)}
 
 
+def pooled_samples(server, url: str, embedder: LocalEmbedder, calls: int) -> tuple[dict, dict[str, tuple[int, int]]]:
+    """The Python API behind PgBouncer in transaction mode, one server connection, two Registries
+    taking turns; with prepared statements unset and off. Returns the samples by interface and
+    path, and (failed searches, searches) by interface."""
+    from payrail_test_support.pgbouncer import start_pgbouncer
+
+    bouncer = start_pgbouncer(server.get_uri("postgres"), pool_mode="transaction", pool_size=1)
+    samples, failures = {}, {}
+    try:
+        for interface, prepared in (("pgbouncer, prepare on", None), ("pgbouncer, prepare off", False)):
+            with Registry(bouncer.through(url), embedder=embedder, prepared_statements=prepared) as first, Registry(
+                bouncer.through(url), embedder=embedder, prepared_statements=prepared
+            ) as second:
+                turns = itertools.cycle((first, second))
+                failed = made = 0
+
+                def call(query):
+                    nonlocal failed, made
+                    made += 1
+                    try:
+                        assert next(turns).search_provider_methods(query)["matches"]
+                    except SearchUnavailable:
+                        failed += 1
+
+                samples[interface] = {"name": measure(call, [NAME_QUERY], calls), "semantic": measure(call, SEMANTIC_QUERIES, calls)}
+                failures[interface] = (failed, made)
+    finally:
+        bouncer.stop()
+    return samples, failures
+
+
 def agent_env(**settings: str) -> dict[str, str]:
     """This process's environment without the registry's settings, plus `settings`."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))} | settings
@@ -235,6 +272,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="warm calls per interface, path and size")
     parser.add_argument("--sizes", default="1000,10000", help="enabled records, ascending, comma-separated")
+    parser.add_argument("--pgbouncer", action="store_true", help="also behind PgBouncer in transaction mode (Debian's pgbouncer)")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(","))
 
@@ -244,6 +282,7 @@ def main() -> None:
     root.chmod(0o755)  # the embedded server may run as another user
     server, url = start_server(root)
     rows = []
+    failures: dict[tuple[str, int], tuple[int, int]] = {}
     try:
         deploy.apply_schema(url)
         embedder = LocalEmbedder()
@@ -267,6 +306,12 @@ def main() -> None:
                 ):
                     for path, timings in samples.items():
                         rows.append((interface, path, size, statistics.median(timings), percentile(timings, 0.95)))
+                if args.pgbouncer:
+                    pooled, failed = pooled_samples(server, url, embedder, args.calls)
+                    for interface, samples in pooled.items():
+                        failures[(interface, size)] = failed[interface]
+                        for path, timings in samples.items():
+                            rows.append((interface, path, size, statistics.median(timings), percentile(timings, 0.95)))
     finally:
         server.cleanup()
         shutil.rmtree(root, ignore_errors=True)
@@ -279,6 +324,8 @@ def main() -> None:
     print(f"{'interface':<23} {'path':<11} {'records':>8} {'p50 ms':>8} {'p95 ms':>8}")
     for interface, path, size, p50, p95 in rows:
         print(f"{interface:<23} {path:<11} {size:>8,} {p50:>8.2f} {p95:>8.2f}")
+    for (interface, size), (failed, made) in failures.items():
+        print(f"{interface} at {size:,} records: {failed} of {made} searches failed ({failed / made:.0%})")
     semantic_p50 = {(interface, size): p50 for interface, path, size, p50, _ in rows if path == "semantic"}
     print("\nsemantic p50 over the SQL function's alone (target: at most +10 ms):")
     for size in sizes:

@@ -8,6 +8,11 @@ so no embedding service is involved), then, for each interface — a new `payrai
 measures a warm answer, the answer while the server is stopped, and the first answer after it
 is started again; and counts the lines each wrote on standard error meanwhile. Prints a table of
 medians (ms) over the runs. The tests check what the answers are; this measures how soon.
+
+Then the embedding service's outage: a warm Python API Registry (a pool of 4 connections) whose
+embedding service (the tests' fake OpenAI server, real HTTP) hangs, while 8 agents' semantic
+searches wait on it (PAYRAIL_EMBEDDING_TIMEOUT 5 s): how fast exact names answer meanwhile, and
+what the waiting searches answer in the end.
 """
 
 from __future__ import annotations
@@ -101,9 +106,55 @@ class McpAgent:
         self.process.wait(timeout=30)
 
 
+EMBEDDING_TIMEOUT = 5.0
+WAITING_AGENTS = 8
+
+
+def embedding_outage(url: str, calls: int) -> dict:
+    """Name-path latencies (ms) before and while WAITING_AGENTS semantic searches wait on a hanging
+    embedding service, and what those searches answered."""
+    import threading
+
+    from payrail_embedder.embedders import OpenAIEmbedder
+    from payrail_test_support.openai_fake import FakeOpenAI
+
+    fake = FakeOpenAI(dimensions=3).start()
+    embedder = OpenAIEmbedder("outage-benchmark", api_key="benchmark", base_url=fake.base_url, timeout=EMBEDDING_TIMEOUT, dimensions=3)
+    outcomes = []
+    with Registry(url, embedder=embedder, pool_size=4) as registry:
+
+        def search(query: str) -> str:
+            try:
+                registry.search_provider_methods(query)
+            except SearchUnavailable as error:
+                return f"{error.code} ({error.cause})"
+            return "ok"
+
+        assert search("a question for the semantic path") == "ok"
+        healthy = [timed(lambda: search(QUERY)) for _ in range(calls)]
+        fake.behaviour = "hang"
+
+        def wait_on_the_service():
+            outcomes.append(search("a question for the semantic path"))
+
+        agents = [threading.Thread(target=wait_on_the_service) for _ in range(WAITING_AGENTS)]
+        for thread in agents:
+            thread.start()
+        deadline = time.monotonic() + 2
+        while fake.hanging < WAITING_AGENTS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        reached = fake.hanging
+        hanging = [timed(lambda: search(QUERY)) for _ in range(calls)]
+        for thread in agents:
+            thread.join()
+    fake.stop()
+    return {"healthy": healthy, "hanging": hanging, "reached": reached, "outcomes": outcomes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20, help="name-path searches timed while the embedding service hangs")
     args = parser.parse_args()
     rows = {name: {"warm": [], "down": [], "back": [], "stderr lines": 0} for name in ("cli", "api", "mcp")}
     with throwaway_postgres() as server, tempfile.TemporaryFile("w+") as mcp_stderr:
@@ -139,6 +190,22 @@ def main() -> None:
 
         label = {"cli": "CLI, new process", "api": "Python API, warm", "mcp": "MCP stdio, warm"}[name]
         print(f"| {label} | {median('warm')} | {median('down')} | {answers('down')} | {median('back')} | {answers('back')} | {row['stderr lines']} |")
+
+    with throwaway_postgres() as server:
+        url = server.registry("embedding_outage")
+        seed(url)
+        outage = embedding_outage(url, args.calls)
+    print(
+        f"\nembedding service hanging: {WAITING_AGENTS} semantic searches waiting on it ({outage['reached']} reached it), "
+        f"a Python API with a pool of 4, PAYRAIL_EMBEDDING_TIMEOUT {EMBEDDING_TIMEOUT:g} s; {args.calls} name-path searches ({QUERY!r}) each"
+    )
+    print("| name-path searches | p50 ms | max ms | answers |")
+    print("|---|---:|---:|---|")
+    for phase in ("healthy", "hanging"):
+        timings = [ms for ms, _ in outage[phase]]
+        answers = ", ".join(sorted({answer for _, answer in outage[phase]}))
+        print(f"| {phase} service | {statistics.median(timings):.1f} | {max(timings):.1f} | {answers} |")
+    print(f"the {WAITING_AGENTS} waiting semantic searches answered: {', '.join(sorted(set(outage['outcomes'])))}")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder import SearchUnavailable, database
+from payrail_embedder import SearchUnavailable, database, errcodes
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.errors import PREPARED_STATEMENTS_HINT, database_reason
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
 from payrail_test_support.backoffice import HttpClient, post_sign_in, start_backoffice
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
@@ -62,7 +63,11 @@ def catalog_url(server, database_url, openai_fake, tmp_path) -> str:
 
 def pooled_environment(bouncer: PgBouncer, database_url: str, login: str, openai_fake, tmp_path: Path) -> dict[str, str]:
     bouncer.allow(login)
-    return cli_environment(bouncer.through(database_url, login), openai_fake, tmp_path) | {"PAYRAIL_PREPARED_STATEMENTS": "off"}
+    # Every interface at once loads the machine: the embedding deadline is not what these tests test.
+    return cli_environment(bouncer.through(database_url, login), openai_fake, tmp_path) | {
+        "PAYRAIL_PREPARED_STATEMENTS": "off",
+        "PAYRAIL_EMBEDDING_TIMEOUT": "60",
+    }
 
 
 def answer_json(registry: Registry, query: str) -> dict:
@@ -73,27 +78,51 @@ def fake_registry(url: str, openai_fake, **options) -> Registry:
     return Registry(url, embedder=OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url), **options)
 
 
-def test_prepared_statements_off_is_what_a_transaction_pool_needs(server, catalog_url, openai_fake):
-    # One server connection for every client: what one client prepared there, the next meets.
+ROUNDS_UNCONFIGURED = 12
+
+
+def test_an_unconfigured_registry_stops_preparing_behind_a_transaction_pool(server, catalog_url, openai_fake, caplog):
+    """Prepared statements left on (the default) behind PgBouncer 1.18 in transaction mode, one
+    server connection for two clients, so what one prepared there the next meets: no search
+    fails. Each Registry meets "prepared statement ... does not exist" (or "already exists") once,
+    turns them off for its pool, says so once naming PAYRAIL_PREPARED_STATEMENTS=off, and answers."""
     bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=1)
     try:
         url = bouncer.through(catalog_url)
-        failures = []
-        with fake_registry(url, openai_fake) as first, fake_registry(url, openai_fake) as second:
-            for _ in range(8):
-                for registry in (first, second):
-                    try:
-                        registry.search_provider_methods("Stripe")
-                    except SearchUnavailable as error:
-                        failures.append(error.detail)
-        assert failures and all("prepared statement" in failure for failure in failures), failures
-
         with fake_registry(catalog_url, openai_fake) as direct:
             expected = {query: answer_json(direct, query) for query in QUERIES}
-        with fake_registry(url, openai_fake, prepared_statements=False) as first, fake_registry(url, openai_fake, prepared_statements=False) as second:
-            for _ in range(8):
+        failures = []
+        with fake_registry(url, openai_fake) as first, fake_registry(url, openai_fake) as second:
+            for _ in range(ROUNDS_UNCONFIGURED):
                 for registry, query in itertools.product((first, second), QUERIES):
-                    assert answer_json(registry, query) == expected[query]
+                    try:
+                        assert answer_json(registry, query) == expected[query]
+                    except SearchUnavailable as error:
+                        failures.append(error.detail)
+        assert failures == []
+        turned_off = [record.fields for record in caplog.records if getattr(record, "event", None) == "prepared_statements_off"]
+        # Once for each Registry's pool that met one (the one that turned them off first may leave
+        # the other's statements alone on the server connection).
+        assert 1 <= len(turned_off) <= 2, turned_off
+        for event in turned_off:
+            assert "PAYRAIL_PREPARED_STATEMENTS=off" in event["reason"], event
+            assert "(SQLSTATE 26000)" in event["reason"] or "(SQLSTATE 42P05)" in event["reason"], event
+    finally:
+        bouncer.stop()
+
+
+def test_a_lost_prepared_statement_names_the_setting_that_avoids_it(server, catalog_url):
+    """Where nothing carries on for them (the CLI's commands), the error names the setting."""
+    bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=1)
+    try:
+        url = bouncer.through(catalog_url)
+        with psycopg.connect(url, autocommit=True, prepare_threshold=0) as first, psycopg.connect(url, autocommit=True, prepare_threshold=0) as second:
+            first.execute("select 1")  # prepares _pg3_0 on the one server connection
+            with pytest.raises(psycopg.Error) as raised:
+                second.execute("select 2")  # prepares its own _pg3_0 there: "already exists"
+        assert raised.value.sqlstate in errcodes.PREPARED_STATEMENT_LOST
+        assert database_reason(raised.value).endswith(f". {PREPARED_STATEMENTS_HINT}")
+        assert "PAYRAIL_PREPARED_STATEMENTS=off" in PREPARED_STATEMENTS_HINT
     finally:
         bouncer.stop()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -99,21 +100,30 @@ class Registry:
         (the database or the embedding service failed); never an empty or partial answer instead.
         Logs each search_unavailable with its cause, and the first answer after them (logs.py).
         """
+        # The pool lends a connection for each database step, none while the query is embedded.
+        return self._answer(query, lambda: search.search_provider_methods(self._connections.run, self._get_embedder, query))
+
+    def answer_by_name(self, query: str) -> SearchResult | None:
+        """search_provider_methods' answer when `query` is an exact provider or method name (one
+        statement, never the embedder), or None when it needs an embedding. Raises and logs as
+        search_provider_methods does. The MCP server asks this first, on threads of their own,
+        so exact names never wait for threads that wait on the embedding service."""
+        return self._answer(query, lambda: search.answer_by_name(self._connections.run, query))
+
+    def _answer(self, query: str, matches: Callable[[], list[Match] | None]) -> SearchResult | None:
         search.check_query(query)  # a bad query is invalid_query even while the database is down
         try:
-            answer = self._answer(query)
+            try:
+                found = matches()
+            except DatabaseUnavailable as error:
+                raise SearchUnavailable(str(error), "database_unreachable") from error
         except SearchUnavailable as error:
             self._outage.failed(error)
             raise
+        if found is None:  # not answered yet: the search that embeds the query answers, or fails
+            return None
         self._outage.answered()
-        return answer
-
-    def _answer(self, query: str) -> SearchResult:
-        try:
-            matches = self._connections.run(lambda conn: search.search_provider_methods(conn, self._get_embedder, query))
-        except DatabaseUnavailable as error:
-            raise SearchUnavailable(str(error), "database_unreachable") from error
-        return {"matches": matches}
+        return {"matches": found}
 
     def warm_up(self) -> None:
         """Opens the pool and, for the local backend, runs one semantic search (loading the model),

@@ -28,7 +28,7 @@ from .progress import progress
 from .records import RECORD_LINE, json_text, parse_lines
 from .registry_model import registry_model
 from .safe_text import escape_controls, one_line
-from .search import Match, SearchUnavailable, check_query, search_provider_methods
+from .search import Connections, Match, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
 from .write import Conflict, Refused, Saved
 
@@ -473,6 +473,18 @@ def connect_for_search(settings: Settings) -> psycopg.Connection:
         raise SearchUnavailable(f"cannot reach the database: {error}", "database_unreachable") from error
 
 
+def one_connection_at_a_time(settings: Settings) -> Connections:
+    """A connection for each of search's database steps, closed after it: none is held while the
+    query is embedded, so searches waiting on a slow embedding service never use up the
+    connections (a login's connection limit, a pooler's) that exact names need."""
+
+    def run(work):
+        with connect_for_search(settings) as conn:
+            return work(conn)
+
+    return run
+
+
 @cli.command("search")
 @QUERY_ARGUMENT
 @click.option("--json", "as_json", is_flag=True, help='Print {"matches": [...]} or {"error", "detail"}.')
@@ -484,8 +496,7 @@ def search(settings: Settings, query, as_json):
     invalid_query (fix the query) and 1 for search_unavailable (try again later).
     """
     query = check_query(read_query(query))  # invalid_query before any connection, even with the database down
-    with connect_for_search(settings) as conn:
-        matches = search_provider_methods(conn, settings.embedder, query)
+    matches = search_provider_methods(one_connection_at_a_time(settings), settings.embedder, query)
     echo_matches(matches, as_json)
 
 
@@ -591,9 +602,9 @@ def preview(settings: Settings, query, draft, as_json):
     needs a vector of its current content: run `payrail-embedder sync` first.
     """
     query = check_query(read_query(query))
-    with connect_for_search(settings) as conn:
-        row = stored.find_by_name(conn, [draft])
-        matches = search_provider_methods(conn, settings.embedder, query, counted_draft=(row["provider"], row["method"]))
+    connections = one_connection_at_a_time(settings)
+    row = connections(lambda conn: stored.find_by_name(conn, [draft]))
+    matches = search_provider_methods(connections, settings.embedder, query, counted_draft=(row["provider"], row["method"]))
     echo_matches(matches, as_json)
 
 

@@ -18,6 +18,11 @@ SERIALIZATION_FAILURE = "40001"
 DEADLOCK_DETECTED = "40P01"
 TRANSIENT = frozenset({SERIALIZATION_FAILURE, DEADLOCK_DETECTED})
 
+# PostgreSQL's own too: what a transaction pooler that cannot carry prepared statements makes of
+# one. The server connection it handed over lacks the statement (invalid_sql_statement_name) or
+# holds another client's of the same name (duplicate_prepared_statement).
+PREPARED_STATEMENT_LOST = frozenset({"26000", "42P05"})
+
 
 def refuses_input(sqlstate: str | None) -> bool:
     """Whether an error is the database refusing what was written (a data exception or an

@@ -70,7 +70,15 @@ def database_reason(error: psycopg.Error, *, with_sqlstate: bool = False) -> str
         reason += f" (SQLSTATE {error.sqlstate})"
     if diag.message_hint:
         reason += f". Hint: {diag.message_hint}"
+    if error.sqlstate in errcodes.PREPARED_STATEMENT_LOST:
+        reason += f". {PREPARED_STATEMENTS_HINT}"
     return one_line(reason)
+
+
+PREPARED_STATEMENTS_HINT = (
+    "Behind a transaction pooler that cannot carry prepared statements (PgBouncer in transaction mode "
+    "before 1.21, or without max_prepared_statements), set PAYRAIL_PREPARED_STATEMENTS=off"
+)
 
 
 def reason(error: BaseException | str) -> str:

@@ -22,7 +22,7 @@ from .errors import CodedError
 from .input_files import LineLimit, open_input
 from .records import RECORD_LINE
 from .registry_model import embedder_for, registry_model
-from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, search_provider_methods
+from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, holding, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
 
@@ -171,7 +171,7 @@ def evaluate(
     answers = []
     for labelled, vector in zip(queries, vectors):
         try:
-            matches = search_provider_methods(conn, lambda: embedder, labelled.query, query_vector=vector)
+            matches = search_provider_methods(holding(conn), lambda: embedder, labelled.query, query_vector=vector)
         except SearchError as error:
             raise type(error)(f"line {labelled.line}: {error.detail}") from error
         answers.append([(m["provider"], m["method"]) for m in matches])
@@ -199,7 +199,7 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, _, _ in records])
         query_vectors = embed_queries(candidate, [q.query for q in queries])
     except EmbeddingUnavailable as error:
-        raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}") from error
+        raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}", "embedding_service") from error
     semantic = [
         not conn.execute("select payrail.query_takes_name_path(%s)", (labelled.query,)).fetchone()[0] for labelled in queries
     ]
@@ -215,7 +215,7 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         if on_semantic_path:
             answers.append([records[i][:2] for i in next(nearest)])
         else:
-            matches = search_provider_methods(conn, lambda: candidate, labelled.query)
+            matches = search_provider_methods(holding(conn), lambda: candidate, labelled.query)
             answers.append([(m["provider"], m["method"]) for m in matches])
     return scored(conn, queries, answers)
 

@@ -27,6 +27,8 @@ from .search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, SearchError, 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
 HOST = "127.0.0.1"
+# Worker threads for each of a search's two steps (anyio's default for all a server's threads is 40).
+LANE_THREADS = 40
 
 TOOL_DESCRIPTION = """\
 Find at most three provider methods (third-party API operations) for a need described in plain
@@ -61,6 +63,8 @@ def failure_result(error: SearchError):
 
 def build_server(registry: Registry):
     """The MCPServer with its one tool, answering from `registry`."""
+    import anyio
+    import anyio.to_thread
     from mcp.server.mcpserver import MCPServer
     from mcp_types import ToolAnnotations
     from pydantic import Field
@@ -86,12 +90,24 @@ def build_server(registry: Registry):
 
     server = RegistryServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("payrail-agent-search"), log_level="WARNING")
 
-    # A sync tool runs on a worker thread, so a slow embedding never stalls the protocol.
-    def search_provider_methods(
+    lanes: dict[str, anyio.CapacityLimiter] = {}
+
+    def lane(name: str) -> anyio.CapacityLimiter:
+        """Worker threads of their own for each step (made on first use: a limiter belongs to the event loop)."""
+        if name not in lanes:
+            lanes[name] = anyio.CapacityLimiter(LANE_THREADS)
+        return lanes[name]
+
+    # Each step runs on a worker thread, so the database and a slow embedding never stall the
+    # protocol; the name path on threads of its own, so searches waiting on the embedding service,
+    # however many, never keep exact names waiting for a thread.
+    async def search_provider_methods(
         query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=QUERY_MAX_CHARACTERS)],
     ) -> Answer:
         try:
-            answer = registry.search_provider_methods(query)
+            answer = await anyio.to_thread.run_sync(registry.answer_by_name, query, limiter=lane("name"))
+            if answer is None:
+                answer = await anyio.to_thread.run_sync(registry.search_provider_methods, query, limiter=lane("embedding"))
         except SearchError as error:
             return failure_result(error)
         return {"matches": [match.to_json() for match in answer["matches"]]}

@@ -15,8 +15,9 @@ from typing import TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import connection
+from . import connection, errcodes, logs
 from .database import DatabaseUnavailable
+from .errors import database_reason
 
 APPLICATION_NAME = "payrail-agent-search"
 # How long a search waits for a pooled connection before it asks the server directly whether it is up.
@@ -69,7 +70,18 @@ class AgentPool:
         return self._pool
 
     def run(self, work: Callable[[psycopg.Connection], T]) -> T:
-        """work(connection) on a pooled connection."""
+        """work(connection) on a pooled connection. work only reads: it may be run twice, when a
+        transaction pooler lost the statements prepared for it (_stop_preparing)."""
+        try:
+            return self._run_pooled(work)
+        except psycopg.Error as error:
+            # Also when another thread's search turned them off meanwhile: this one prepared before.
+            if error.sqlstate not in errcodes.PREPARED_STATEMENT_LOST:
+                raise
+            self._stop_preparing(error)
+        return self._run_pooled(work)
+
+    def _run_pooled(self, work: Callable[[psycopg.Connection], T]) -> T:
         pool = self.open()
         try:
             return self._run(pool, work, FIRST_WAIT_SECONDS)
@@ -82,10 +94,23 @@ class AgentPool:
         except PoolTimeout as error:
             raise self._unreachable(pool.conninfo, error) from error
 
-    @staticmethod
-    def _run(pool: ConnectionPool, work: Callable[[psycopg.Connection], T], wait_seconds: float) -> T:
+    def _run(self, pool: ConnectionPool, work: Callable[[psycopg.Connection], T], wait_seconds: float) -> T:
         with pool.connection(timeout=wait_seconds) as conn:
+            if not self._prepared_statements:
+                conn.prepare_threshold = None  # also on the connections opened before _stop_preparing
             return work(conn)
+
+    def _stop_preparing(self, error: psycopg.Error) -> None:
+        """A transaction pooler (PgBouncer in transaction mode before 1.21, or without
+        max_prepared_statements) gave one of the pool's connections a server connection that lacks
+        a statement prepared on another, or has another client's of the same name: this pool
+        prepares no statement from now on, and says once which setting spares it the first error."""
+        with self._lock:
+            if not self._prepared_statements:
+                return
+            self._prepared_statements = False
+        # The reason ends with the fix: PAYRAIL_PREPARED_STATEMENTS=off (errors.database_reason).
+        logs.log("prepared_statements_off", logging.WARNING, reason=database_reason(error, with_sqlstate=True))
 
     def close(self) -> None:
         with self._lock:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import psycopg
@@ -14,7 +17,9 @@ from . import errcodes
 from .connection import SelfPinned
 from .embedders import Embedder, EmbeddingUnavailable
 from .errors import CodedError, database_reason
-from .registry_model import embedder_for, registry_model
+from .registry_model import EmbeddingModel, embedder_for, registry_model
+
+T = TypeVar("T")
 
 
 class SearchError(CodedError):
@@ -166,8 +171,30 @@ def check_query(query: object) -> str:
     return query
 
 
+# How search gets a connection: connections(work) runs work(conn) on one and then lets it go. The
+# agent path takes one for the name path, lets it go while the query is embedded, and takes one
+# again for the vector search, so a slow or hanging embedding service never holds a connection (or
+# a pool slot) that exact names need. The Registry's pool (AgentPool.run) and the CLI's
+# one_connection_at_a_time give connections; holding(conn) keeps one the caller owns throughout.
+Connections = Callable[[Callable[[psycopg.Connection], T]], T]
+
+
+def holding(conn: psycopg.Connection) -> Connections:
+    """Every step on conn, held throughout: for a caller whose one connection is its own (the
+    backoffice's session, eval), which no agent waits for."""
+    return lambda work: work(conn)
+
+
+def answer_by_name(connections: Connections, query: str) -> list[Match] | None:
+    """The name path's answer, or None when query is no provider or method name and needs an
+    embedding: one statement on one connection, never the embedder."""
+    check_query(query)
+    with _as_search_errors():
+        return connections(lambda conn: _name_path(conn, query, None))
+
+
 def search_provider_methods(
-    conn: psycopg.Connection,
+    connections: Connections,
     embedder_factory: Callable[[], Embedder],
     query: str,
     *,
@@ -175,36 +202,61 @@ def search_provider_methods(
     counted_draft: tuple[str, str] | None = None,
 ) -> list[Match]:
     """Asks the database first without a vector: the name path answers at once and never needs
-    the embedder. Only a query that needs one is embedded, with the registry's own model.
+    the embedder. Only a query that needs one is embedded, with the registry's own model, and with
+    no connection held (Connections): then a connection is taken again for the vector search.
 
     query_vector: the query's embedding (embed_queries with embedder_factory's embedder) when the
     caller already has it, as eval does for all its queries in one batch; it is not embedded again.
     counted_draft: (provider, method) of a draft to count as enabled (payrail.preview_search).
-    conn must be in autocommit mode: the first attempt may fail with PYE01.
+    Connections must be in autocommit mode: the first attempt may fail with PYE01.
     """
     check_query(query)
 
-    def run(vector, model):
-        if counted_draft is None:
-            return conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()
-        return conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()
+    def by_name(conn) -> list[Match] | _NeedsEmbedding:
+        matches = _name_path(conn, query, counted_draft)
+        return matches if matches is not None else _NeedsEmbedding(registry_model(conn))
 
-    try:
-        try:
-            return [Match(*row) for row in run(None, None)]
-        except psycopg.Error as error:
-            if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
-                raise
-        model = registry_model(conn)
-        embedder = embedder_for(model, embedder_factory())
-        if model is not None and model.name != embedder.model_name:
+    with _as_search_errors():
+        answer = connections(by_name)
+        if not isinstance(answer, _NeedsEmbedding):
+            return answer
+        embedder = embedder_for(answer.model, embedder_factory())
+        if answer.model is not None and answer.model.name != embedder.model_name:
             raise SearchUnavailable(
-                f"the registry's vectors come from model {model.name}, but this client embeds with "
+                f"the registry's vectors come from model {answer.model.name}, but this client embeds with "
                 f"{embedder.model_name}; set PAYRAIL_EMBEDDER / PAYRAIL_EMBEDDING_MODEL to the registry's model",
                 "model_mismatch",
             )
         vector = query_vector if query_vector is not None else embed_queries(embedder, [query])[0]
-        return [Match(*row) for row in run(vector, embedder.model_name)]
+        if answer.model is not None and vector.size != answer.model.dimensions:
+            # The database would refuse it (PYE02), and the log blame the database.
+            raise EmbeddingUnavailable(
+                f"{embedder.model_name} returned a {vector.size}-dimensional embedding, but the registry's model has {answer.model.dimensions} dimensions"
+            )
+        return connections(lambda conn: _matches(conn, query, vector, embedder.model_name, counted_draft))
+
+
+def _matches(conn: psycopg.Connection, query: str, vector, model: str | None, counted_draft: tuple[str, str] | None) -> list[Match]:
+    if counted_draft is None:
+        return [Match(*row) for row in conn.execute(SEARCH_SQL, (query, vector, model)).fetchall()]
+    return [Match(*row) for row in conn.execute(PREVIEW_SQL, (*counted_draft, query, vector, model)).fetchall()]
+
+
+def _name_path(conn: psycopg.Connection, query: str, counted_draft: tuple[str, str] | None) -> list[Match] | None:
+    """The name path's matches; None when the database says the query needs an embedding (PYE01)."""
+    try:
+        return _matches(conn, query, None, None, counted_draft)
+    except psycopg.Error as error:
+        if error.sqlstate != errcodes.QUERY_EMBEDDING_REQUIRED:
+            raise
+    return None
+
+
+@contextmanager
+def _as_search_errors() -> Iterator[None]:
+    """A failure of the embedding service or of a statement as the search error callers branch on."""
+    try:
+        yield
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding service failed: {error}", "embedding_service") from error
     except psycopg.Error as error:
@@ -213,3 +265,9 @@ def search_provider_methods(
             raise known(database_reason(error)) from error
         raise SearchUnavailable(f"database error: {database_reason(error, with_sqlstate=True)}") from error
 
+
+@dataclass(frozen=True)
+class _NeedsEmbedding:
+    """The name path's answer to a query it does not take: the registry's model to embed it with."""
+
+    model: EmbeddingModel | None

@@ -77,7 +77,7 @@ SETTINGS = (
         "PAYRAIL_EMBEDDING_TIMEOUT",
         click.FloatRange(min=0.1),
         10.0,
-        "Seconds to wait for one embedding request.",
+        "Seconds for one embedding request (a batch of texts; a search's query), from the first attempt to the reply's last byte: one deadline, every retry and its wait included.",
     ),
     Setting(
         "embedding_retries",
@@ -85,7 +85,7 @@ SETTINGS = (
         "PAYRAIL_EMBEDDING_RETRIES",
         click.IntRange(min=0, max=10),
         2,
-        "Retries of a failed embedding request (429, 5xx, connection errors), with backoff.",
+        "Retries of a failed embedding request (408, 409, 429, 5xx, connection errors), after a backoff or the service's Retry-After, within --embedding-timeout's deadline.",
     ),
     Setting(
         "embedding_dimensions",
@@ -101,7 +101,7 @@ SETTINGS = (
         "PAYRAIL_PREPARED_STATEMENTS",
         click.BOOL,
         True,
-        "on: a statement sent 5 times on one connection is prepared on the server. Set off behind PgBouncer in transaction mode before 1.21 (or without max_prepared_statements): docs/operations.md.",
+        "on: a statement sent 5 times on one connection is prepared on the server. Set off behind PgBouncer in transaction mode before 1.21 (or without max_prepared_statements); left on there, the Python API and MCP server turn it off at the first error it causes, and log it: docs/operations.md.",
     ),
     Setting(
         "log_format",

@@ -17,7 +17,7 @@ from ..embedders import Embedder, EmbeddingUnavailable
 from ..errors import database_reason
 from ..records import FIELD_LABELS, ProviderMethod, catalog_lines
 from ..registry_model import RegistryModelMismatch
-from ..search import SearchError, search_provider_methods
+from ..search import SearchError, holding, search_provider_methods
 from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, save_changes
 from . import views
 
@@ -157,7 +157,7 @@ def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: 
     draft = (row["provider"], row["method"])
     for answer, problem, counted_draft in (("agents", "agents_problem", None), ("counted", "counted_problem", draft)):
         try:
-            setattr(trial, answer, search_provider_methods(conn, embedder_factory, query, counted_draft=counted_draft))
+            setattr(trial, answer, search_provider_methods(holding(conn), embedder_factory, query, counted_draft=counted_draft))
         except SearchError as error:
             # E.g. a draft without a vector of its current content: the database says so, with a hint.
             setattr(trial, problem, error.describe())

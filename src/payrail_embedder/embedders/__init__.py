@@ -1,7 +1,8 @@
 """Embedding backends, what turns records and queries into vectors: make_embedder picks one.
 
 Each module here imports only those listed before it: protocol.py (the Embedder protocol, its
-errors, the record's text), openai.py (the OpenAI backend), local_model.py (a local model on ONNX
+errors, the record's text), http.py (an embedding service over HTTP: a deadline, bounded replies, no
+redirects), openai.py (the OpenAI backend), local_model.py (a local model on ONNX
 Runtime), tuned_models.py (the models `model tune` makes), local.py (the local backend).
 """
 

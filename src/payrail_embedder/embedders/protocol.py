@@ -47,7 +47,9 @@ def checked_vectors(vectors: Sequence, expected_count: int, model_name: str) -> 
     a save of another length is refused there, and the write path reports it as the service's failure."""
     if len(vectors) != expected_count:
         raise EmbeddingUnavailable(f"{model_name} returned {len(vectors)} embeddings for {expected_count} inputs")
-    arrays = [np.asarray(v, dtype=np.float32) for v in vectors]
+    # A value beyond float32's range becomes infinity here, refused below without numpy's warning.
+    with np.errstate(over="ignore"):
+        arrays = [np.asarray(v, dtype=np.float32) for v in vectors]
     dimensions = {a.shape for a in arrays}
     if len(dimensions) > 1 or any(a.ndim != 1 or a.size == 0 for a in arrays):
         raise EmbeddingUnavailable(f"{model_name} returned embeddings of differing or empty shapes: {sorted(dimensions)}")

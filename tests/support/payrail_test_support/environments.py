@@ -17,7 +17,9 @@ def cli_environment(database_url: str, openai_fake, tmp_path: Path) -> dict[str,
         PAYRAIL_DATA_DIR=str(tmp_path / "unused-embedded-data"),
         PAYRAIL_EMBEDDER="openai",
         PAYRAIL_EMBEDDING_MODEL=FAKE_MODEL,
-        PAYRAIL_EMBEDDING_TIMEOUT="2",
+        # One deadline for a whole request, retries included: room for the tests' small batches
+        # under CI's load, and short enough for the tests of a hanging service.
+        PAYRAIL_EMBEDDING_TIMEOUT="5",
         PAYRAIL_EMBEDDING_RETRIES="1",
         OPENAI_BASE_URL=openai_fake.base_url,
         OPENAI_API_KEY="test-key",
