@@ -7,7 +7,8 @@ create or replace function payrail.check_provider_method(
   p_method text,
   p_urls text[],
   p_docs_url text,
-  p_guidance text
+  p_guidance text,
+  p_mixed_scripts boolean default false
 )
 returns table (constraint_name text, fields text[], rule text, remedy text)
 language plpgsql
@@ -21,6 +22,8 @@ declare
   v_row payrail.provider_methods;
   v_constraint record;
   v_holds boolean;
+  v_field text;
+  v_other payrail.provider_methods;
 begin
   -- The record as it would be stored (the triggers store names canonical), as a draft.
   v_row.provider := payrail._canonical_name(p_provider);
@@ -30,6 +33,7 @@ begin
   v_row.guidance := p_guidance;
   v_row.enabled := false;
   v_row.version := 1;
+  v_row.mixed_scripts := coalesce(p_mixed_scripts, false);
   -- Each check constraint's own expression, so the table's constraints stay the one statement of
   -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it.
   for v_constraint in
@@ -42,7 +46,15 @@ begin
       into v_holds using v_row;
     if not coalesce(v_holds, true) then
       return query
-        select v_constraint.name, coalesce(r.fields, '{}'), coalesce(r.rule, 'breaks ' || v_constraint.name), coalesce(r.remedy, '')
+        select v_constraint.name, coalesce(r.fields, '{}'),
+               coalesce(r.rule, 'breaks ' || v_constraint.name)
+                 -- Which scripts, where the rule is about mixing them.
+                 operator(pg_catalog.||) case when v_constraint.name operator(pg_catalog.=) 'provider_methods_scripts_check'
+                                              then pg_catalog.format(' ("%s" is %s; "%s" is %s)',
+                                                                     v_row.provider, payrail._scripts_in_words(v_row.provider),
+                                                                     v_row.method, payrail._scripts_in_words(v_row.method))
+                                              else '' end,
+               coalesce(r.remedy, '')
         from (select) as one left join payrail.rules as r on r.constraint_name = v_constraint.name;
     end if;
   end loop;
@@ -56,13 +68,31 @@ begin
       select r.constraint_name, r.fields, r.rule, r.remedy
       from payrail.rules as r where r.constraint_name = 'provider_methods_provider_method_key';
   end if;
+  -- The lookalike rule (tg_provider_methods__refuse_lookalikes), naming the record imitated.
+  foreach v_field in array array['provider', 'method', 'docs_url'] loop
+    continue when v_field operator(pg_catalog.=) 'docs_url' and not coalesce(payrail._is_https_url(v_row.docs_url), false);
+    v_other := payrail._lookalike_of(v_field, case when v_field operator(pg_catalog.=) 'provider' then v_row.provider
+                                                   when v_field operator(pg_catalog.=) 'method' then v_row.method
+                                                   else v_row.docs_url end, p_id);
+    if v_other.id is not null then
+      return query
+        select r.constraint_name, r.fields,
+               payrail._lookalike_in_words(v_field, case when v_field operator(pg_catalog.=) 'provider' then v_row.provider
+                                                         when v_field operator(pg_catalog.=) 'method' then v_row.method
+                                                         else v_row.docs_url end, v_other),
+               r.remedy
+        from payrail.rules as r where r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(v_field);
+    end if;
+  end loop;
 end
 $$;
 
-comment on function payrail.check_provider_method(bigint, text, text, text[], text, text) is
+comment on function payrail.check_provider_method(bigint, text, text, text[], text, text, boolean) is
 $$Every rule a record would break, all at once: one row per broken rule, with its fields and its words (payrail.rules).
 
 p_id is the record the values would be saved as (NULL: a new record), so its own name does not
-count as taken. Judges the public fields as a draft would be stored; writes nothing. The write
+count as taken; p_mixed_scripts is the operator's word that the names mix scripts on purpose.
+Judges the public fields as a draft would be stored, and whether a name or docs host looks like
+another record's (naming it); writes nothing. The write
 path asks it when the database refused a save, so every wrong field is marked in one go:
 select * from payrail.check_provider_method(null, 'Acme', 'Geocode', '{http://x}', null, '');$$;
