@@ -91,6 +91,16 @@ def test_import_refuses_a_look_alike_in_words_naming_the_record_and_saves_nothin
     assert count(database_url) == before
 
 
+def test_an_import_refuses_a_line_that_looks_like_an_earlier_line_without_naming_a_record_it_never_saved(registry, tmp_path):
+    lines = [line(provider="Globex Pay"), line(provider="GIobex Pay", method="Refund")]
+    code, report, _ = cli_json(registry, "import", "--json", write_jsonl(tmp_path / "two.jsonl", lines))
+    assert code == 2 and report["created"] == 0, report
+    (refused,) = report["refused"]
+    assert (refused["line"], refused["reason"].split(", without")[0]) == (
+        2, 'provider: looks like the provider of a record saved earlier in the same change (an earlier line), "Globex Pay / Batch geocode"'
+    ), refused
+
+
 def test_import_stores_an_internationalized_host_in_its_ascii_form_and_export_shows_it(registry, database_url, tmp_path):
     record = line(provider="Bücher", method="Search", urls=["https://bücher.example/api?q=ä"], docsUrl="https://Bücher.example/docs")
     code, report, _ = cli_json(registry, "import", "--json", write_jsonl(tmp_path / "idn.jsonl", [record]))

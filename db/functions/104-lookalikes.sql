@@ -72,16 +72,39 @@ $$;
 comment on function payrail._lookalike_of(text, text, bigint) is
 $$The record (other than p_id) whose p_field ('provider', 'method' or 'docs_url') looks like p_value but is another name or host; all NULL when there is none.$$;
 
+create or replace function payrail._written_by_this_transaction(p_id bigint)
+returns boolean
+language sql
+stable
+security invoker
+set search_path from current
+-- A row another transaction has not committed is invisible, so a visible row whose writer is
+-- still in progress was written by this one (or one of its savepoints, whose ids come after
+-- its own): its id means nothing to a reader once this transaction is rolled back.
+return coalesce((
+  select pg_catalog.pg_xact_status(((t.top operator(pg_catalog.>>) 32 operator(pg_catalog.<<) 32)
+                                    operator(pg_catalog.|) pm.xmin::text::bigint)::text::pg_catalog.xid8)
+         operator(pg_catalog.=) 'in progress'
+  from payrail.provider_methods as pm
+  cross join (select pg_catalog.pg_current_xact_id_if_assigned()::text::bigint as top) as t
+  where pm.id operator(pg_catalog.=) p_id
+    and pm.xmin::text::bigint operator(pg_catalog.>=) (t.top operator(pg_catalog.%) 4294967296)), false);
+
+comment on function payrail._written_by_this_transaction(bigint) is
+$$True when record p_id was written by the current transaction and is not committed yet (a check that is rolled back, an earlier line of the same import).$$;
+
 create or replace function payrail._lookalike_in_words(p_field text, p_value text, p_other payrail.provider_methods)
 returns text
 language sql
-immutable
+stable
 security invoker
 set search_path from current
 return pg_catalog.format(
-  'looks like the %s of record %s, "%s / %s"%s, without being the same: they differ only in characters that look alike',
+  'looks like the %s of %s, "%s / %s"%s, without being the same: they differ only in characters that look alike',
   case when p_field operator(pg_catalog.=) 'docs_url' then 'docs host' else p_field end,
-  p_other.id, p_other.provider, p_other.method,
+  case when payrail._written_by_this_transaction(p_other.id) then 'a record saved earlier in the same change (an earlier line)'
+       else 'record ' operator(pg_catalog.||) p_other.id end,
+  p_other.provider, p_other.method,
   case when p_field operator(pg_catalog.=) 'docs_url'
        then pg_catalog.format(' (%s, and this one is %s)', payrail._url_host(p_other.docs_url), payrail._url_host(p_value))
        else '' end);

@@ -8,7 +8,7 @@ create or replace function payrail.check_provider_method(
   p_urls text[],
   p_docs_url text,
   p_guidance text,
-  p_mixed_scripts boolean default false
+  p_mixed_scripts boolean default null
 )
 returns table (constraint_name text, fields text[], rule text, remedy text)
 language plpgsql
@@ -33,7 +33,10 @@ begin
   v_row.guidance := p_guidance;
   v_row.enabled := false;
   v_row.version := 1;
-  v_row.mixed_scripts := coalesce(p_mixed_scripts, false);
+  -- NULL: the record's own word (a new record has none), as payrail.save_provider_method keeps it.
+  v_row.mixed_scripts := coalesce(p_mixed_scripts,
+                                  (select pm.mixed_scripts from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id),
+                                  false);
   -- Each check constraint's own expression, so the table's constraints stay the one statement of
   -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it.
   for v_constraint in

@@ -67,6 +67,7 @@ grant execute on function
   payrail._lookalike_of(text, text, bigint),
   payrail._lookalike_in_words(text, text, payrail.provider_methods),
   payrail._lookalike_constraint(text),
+  payrail._written_by_this_transaction(bigint),
   payrail.find_lookalikes()
   to payrail_operator;
 

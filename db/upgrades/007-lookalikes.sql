@@ -6,7 +6,7 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 -- saved before), and the write functions that take it replace their signatures without it, so no
 -- call resolves to the old ones. The rules then apply to every write; the mixed-scripts and
 -- ASCII-host constraints check the stored rows in db apply's follow-up, which names any record
--- that breaks them, and `payrail-embedder db lookalikes` lists stored records that look alike.
+-- that breaks them, and payrail.find_lookalikes() lists stored records that look alike.
 do $$
 declare
   v_table regclass;
