@@ -91,13 +91,15 @@ def test_import_refuses_a_look_alike_in_words_naming_the_record_and_saves_nothin
     assert count(database_url) == before
 
 
-def test_an_import_refuses_a_line_that_looks_like_an_earlier_line_without_naming_a_record_it_never_saved(registry, tmp_path):
+def test_an_import_refuses_one_of_two_lines_that_look_alike_without_naming_a_record_it_never_saved(registry, tmp_path):
     lines = [line(provider="Globex Pay"), line(provider="GIobex Pay", method="Refund")]
     code, report, _ = cli_json(registry, "import", "--json", write_jsonl(tmp_path / "two.jsonl", lines))
     assert code == 2 and report["created"] == 0, report
     (refused,) = report["refused"]
-    assert (refused["line"], refused["reason"].split(", without")[0]) == (
-        2, 'provider: looks like the provider of a record saved earlier in the same change (an earlier line), "Globex Pay / Batch geocode"'
+    other = lines[2 - refused["line"]]
+    assert refused["reason"].split(", without")[0] == (
+        "provider: looks like the provider of another record of this same change (another line of the same file), "
+        f'"{other["provider"]} / {other["method"]}"'
     ), refused
 
 

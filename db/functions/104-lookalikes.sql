@@ -7,67 +7,87 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 -- can read other rows); the words are payrail.rules' and these functions', in psql as in every
 -- interface (payrail.check_provider_method).
 
-create or replace function payrail._lookalike_of(p_field text, p_value text, p_id bigint)
+create or replace function payrail._lookalike_with(p_field text, p_key text, p_name text, p_id bigint)
 returns payrail.provider_methods
 language plpgsql
 stable
 security invoker
 set search_path from current
--- Each lookup reads the field's lookalike index (db/schema/030) from both sides of the name,
--- so the records of the same name (a provider's other methods) are never read one by one.
+-- Each lookup reads the field's lookalike index (db/schema/030) from both sides of the name as
+-- stored, so the records of the same name (a provider's other methods, every record of one docs
+-- host) are never read one by one; a name that differs only as the unique key ignores (case,
+-- compatibility forms) is the same name, read and passed over.
 set enable_seqscan = off
 as $$
 declare
   v_other payrail.provider_methods;
-  v_key text;
-  v_name text;
 begin
   if p_field operator(pg_catalog.=) 'docs_url' then
-    v_key := payrail._host_lookalike_key(p_value);
-    v_name := payrail._url_host(p_value);
     select * into v_other from (
       (select * from payrail.provider_methods as pm
-       where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) v_key
-         and payrail._url_host(pm.docs_url) operator(pg_catalog.<) v_name and pm.id is distinct from p_id
+       where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) p_key
+         and payrail._url_host(pm.docs_url) operator(pg_catalog.<) p_name and pm.id is distinct from p_id
        limit 1)
       union all
       (select * from payrail.provider_methods as pm
-       where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) v_key
-         and payrail._url_host(pm.docs_url) operator(pg_catalog.>) v_name and pm.id is distinct from p_id
+       where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) p_key
+         and payrail._url_host(pm.docs_url) operator(pg_catalog.>) p_name and pm.id is distinct from p_id
        limit 1)) as found
     limit 1;
   elsif p_field operator(pg_catalog.=) 'provider' then
-    v_key := payrail._lookalike_key(p_value);
-    v_name := payrail._normalize_name(p_value);
     select * into v_other from (
       (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) v_key
-         and payrail._normalize_name(pm.provider) operator(pg_catalog.<) v_name and pm.id is distinct from p_id
+       where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) p_key and pm.provider operator(pg_catalog.<) p_name
+         and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
        limit 1)
       union all
       (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) v_key
-         and payrail._normalize_name(pm.provider) operator(pg_catalog.>) v_name and pm.id is distinct from p_id
+       where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) p_key and pm.provider operator(pg_catalog.>) p_name
+         and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
        limit 1)) as found
     limit 1;
   else
-    v_key := payrail._lookalike_key(p_value);
-    v_name := payrail._normalize_name(p_value);
     select * into v_other from (
       (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.method) operator(pg_catalog.=) v_key
-         and payrail._normalize_name(pm.method) operator(pg_catalog.<) v_name and pm.id is distinct from p_id
+       where payrail._lookalike_key(pm.method) operator(pg_catalog.=) p_key and pm.method operator(pg_catalog.<) p_name
+         and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
        limit 1)
       union all
       (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.method) operator(pg_catalog.=) v_key
-         and payrail._normalize_name(pm.method) operator(pg_catalog.>) v_name and pm.id is distinct from p_id
+       where payrail._lookalike_key(pm.method) operator(pg_catalog.=) p_key and pm.method operator(pg_catalog.>) p_name
+         and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
        limit 1)) as found
     limit 1;
   end if;
   return v_other;
 end
 $$;
+
+comment on function payrail._lookalike_with(text, text, text, bigint) is
+$$The record (other than p_id) whose p_field ('provider', 'method' or 'docs_url') has the look p_key (payrail._lookalike_key, payrail._host_lookalike_key) under another name than p_name (as the unique key compares names) or another host (payrail._url_host); all NULL when there is none.$$;
+
+create or replace function payrail._lookalike_key_of(p_field text, p_value text)
+returns text[]
+language sql
+immutable strict parallel safe
+security invoker
+set search_path from current
+-- [look, name]: what the lookalike rule compares a field's value by.
+return case when p_field operator(pg_catalog.=) 'docs_url'
+            then array[payrail._host_lookalike_key(p_value), payrail._url_host(p_value)]
+            else array[payrail._lookalike_key(p_value), p_value] end;
+
+comment on function payrail._lookalike_key_of(text, text) is
+$$What the lookalike rule compares a value of p_field by: its look and the name itself (for a docs URL, its host's look and the host).$$;
+
+create or replace function payrail._lookalike_of(p_field text, p_value text, p_id bigint)
+returns payrail.provider_methods
+language sql
+stable
+security invoker
+set search_path from current
+return (select payrail._lookalike_with(p_field, k.key[1], k.key[2], p_id)
+        from (select payrail._lookalike_key_of(p_field, p_value) as key) as k);
 
 comment on function payrail._lookalike_of(text, text, bigint) is
 $$The record (other than p_id) whose p_field ('provider', 'method' or 'docs_url') looks like p_value but is another name or host; all NULL when there is none.$$;
@@ -102,7 +122,7 @@ set search_path from current
 return pg_catalog.format(
   'looks like the %s of %s, "%s / %s"%s, without being the same: they differ only in characters that look alike',
   case when p_field operator(pg_catalog.=) 'docs_url' then 'docs host' else p_field end,
-  case when payrail._written_by_this_transaction(p_other.id) then 'a record saved earlier in the same change (an earlier line)'
+  case when payrail._written_by_this_transaction(p_other.id) then 'another record of this same change (another line of the same file)'
        else 'record ' operator(pg_catalog.||) p_other.id end,
   p_other.provider, p_other.method,
   case when p_field operator(pg_catalog.=) 'docs_url'
@@ -134,6 +154,7 @@ declare
   v_field text;
   v_value text;
   v_old_value text;
+  v_key text[];
   v_other payrail.provider_methods;
 begin
   -- After canonicalize_names (triggers fire in name order): the names as they are stored.
@@ -144,11 +165,10 @@ begin
     continue when v_value is null or v_value is not distinct from v_old_value;
     -- Two writers of different names that look alike wait for each other, so the second sees
     -- the first's once it commits: the lock is the look's, taken in this fixed order of fields.
+    v_key := payrail._lookalike_key_of(v_field, v_value);
     perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
-      'payrail lookalike ' operator(pg_catalog.||) v_field operator(pg_catalog.||) ' '
-      operator(pg_catalog.||) coalesce(case when v_field operator(pg_catalog.=) 'docs_url' then payrail._host_lookalike_key(v_value)
-                                            else payrail._lookalike_key(v_value) end, ''), 0));
-    v_other := payrail._lookalike_of(v_field, v_value, new.id);
+      'payrail lookalike ' operator(pg_catalog.||) v_field operator(pg_catalog.||) ' ' operator(pg_catalog.||) coalesce(v_key[1], ''), 0));
+    v_other := payrail._lookalike_with(v_field, v_key[1], v_key[2], new.id);
     if v_other.id is not null then
       raise exception using
         errcode = 'check_violation',

@@ -53,6 +53,7 @@ grant execute on function
   payrail._script_set(text),
   payrail._mixes_scripts(text),
   payrail._scripts_in_words(text),
+  payrail._url_authority(text),
   payrail._url_host(text),
   payrail._has_ascii_host(text),
   payrail._have_ascii_hosts(text[]),
@@ -65,6 +66,8 @@ grant execute on function
 -- look-alikes for a registry that held some before the rule.
 grant execute on function
   payrail._lookalike_of(text, text, bigint),
+  payrail._lookalike_with(text, text, text, bigint),
+  payrail._lookalike_key_of(text, text),
   payrail._lookalike_in_words(text, text, payrail.provider_methods),
   payrail._lookalike_constraint(text),
   payrail._written_by_this_transaction(bigint),

@@ -63,9 +63,18 @@ set search_path from current
 -- The skeleton of the name as written (so a capital I is an l, and "PayPaI" is "PayPal"), then
 -- case-folded, as names compare: "Strіpe", "PAYPAl" and "PayPaI" each look like a record named
 -- "stripe" or "PayPal". Compatibility forms, invisible characters and white space count as
--- payrail._normalize_name counts them.
+-- payrail._normalize_name counts them. Text of ASCII only (nearly every name) has no invisible
+-- character and is its own NFKC: it skips both.
 as $$
 begin
+  if p_name operator(pg_catalog.!~) '[^\u0001-\u007f]' then
+    -- The prototypes of ASCII characters have no case but ASCII letters' (tests/test_unicode_security.py).
+    return pg_catalog.translate(
+      payrail._skeleton(pg_catalog.btrim(
+        pg_catalog.regexp_replace(p_name, '[' operator(pg_catalog.||) payrail._white_space_characters() operator(pg_catalog.||) ']+', ' ', 'g'),
+        ' ')),
+      'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
+  end if;
   return payrail._fold_case(payrail._skeleton(pg_catalog.btrim(
     pg_catalog.regexp_replace(
       pg_catalog.normalize(
@@ -173,45 +182,87 @@ return (select pg_catalog.string_agg(n.name, ', ' order by n.first_at)
 comment on function payrail._scripts_in_words(text) is
 $$The scripts of a name's letters, by name, in the order they first occur ("Latin, Cyrillic"): what a refusal of mixed scripts says.$$;
 
-create or replace function payrail._url_host(p_url text)
+create or replace function payrail._url_authority(p_url text)
 returns text
 language sql
 immutable strict parallel safe
 security invoker
 set search_path from current
--- The authority of an https URL without its port, lower-cased (ASCII hosts only: the ASCII-host
--- rule refuses others); an IPv6 address keeps its brackets.
-return pg_catalog.translate(
-  pg_catalog.substring(p_url, '^[Hh][Tt][Tt][Pp][Ss]://(\[[^]/?#@]*\]|[^/?#@:]*)'),
-  'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
+-- What follows https:// up to the path, query or fragment (host, port, any user info). String
+-- functions, not a regular expression with a group: computed in an index entry of every write.
+return case when pg_catalog.lower(pg_catalog.left(p_url, 8)) operator(pg_catalog.=) 'https://'
+            then pg_catalog.split_part(pg_catalog.split_part(pg_catalog.split_part(pg_catalog.substr(p_url, 9), '/', 1), '?', 1), '#', 1)
+       end;
+
+comment on function payrail._url_authority(text) is
+$$The authority of an https URL (host, port, user info): what follows https:// up to the path, query or fragment; NULL for another scheme.$$;
+
+create or replace function payrail._url_host(p_url text)
+returns text
+language plpgsql
+immutable strict parallel safe
+security invoker
+set search_path from current
+-- ASCII hosts only (the ASCII-host rule refuses others), so lower() of the ASCII letters is all
+-- the case there is; an IPv6 address keeps its brackets.
+as $$
+declare
+  v_authority constant text := payrail._url_authority(p_url);
+begin
+  if pg_catalog.left(v_authority, 1) operator(pg_catalog.=) '[' then
+    return pg_catalog.translate(pg_catalog.split_part(v_authority, ']', 1) operator(pg_catalog.||) ']',
+                                'ABCDEF', 'abcdef');
+  end if;
+  return pg_catalog.translate(pg_catalog.split_part(v_authority, ':', 1),
+                              'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
+end
+$$;
 
 comment on function payrail._url_host(text) is
-$$The host of an https URL, lower-cased and without its port; NULL when it has none.$$;
+$$The host of an https URL, lower-cased and without its port; NULL for another scheme.$$;
 
 create or replace function payrail._has_ascii_host(p_url text)
 returns boolean
-language sql
+language plpgsql
 immutable strict parallel safe
 security invoker
 set search_path from current
 -- Letters, digits, hyphens and dots (internationalized labels as xn--), or an IPv6 address in
 -- brackets: no percent-escapes either, which browsers decode into the host before showing it.
 -- A URL that is no valid https URL is the https rule's to refuse, not this one's.
-return not payrail._is_https_url(p_url)
-       or pg_catalog.substring(p_url, '^[Hh][Tt][Tt][Pp][Ss]://([^/?#@]*)')
-          operator(pg_catalog.~) '^([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]*)?$';
+as $$
+declare
+  v_authority constant text := payrail._url_authority(p_url);
+begin
+  return v_authority operator(pg_catalog.!~) '[^A-Za-z0-9._:-]'
+         and v_authority operator(pg_catalog.~) '^[A-Za-z0-9._-]+(:[0-9]*)?$'
+      or v_authority operator(pg_catalog.~) '^\[[0-9A-Fa-f:.]+\](:[0-9]*)?$'
+      or not payrail._is_https_url(p_url);
+end
+$$;
 
 comment on function payrail._has_ascii_host(text) is
 $$True for an https URL whose host is written in ASCII: letters, digits, hyphens and dots (an internationalized name in its xn-- form, IDNA), or an IPv6 address.$$;
 
 create or replace function payrail._have_ascii_hosts(p_urls text[])
 returns boolean
-language sql
+language plpgsql
 immutable strict parallel safe
 security invoker
 set search_path from current
--- A NULL element is the https rule's to refuse.
-return not exists (select from pg_catalog.unnest(p_urls) as u(url) where not payrail._has_ascii_host(u.url));
+as $$
+declare
+  v_url text;
+begin
+  foreach v_url in array p_urls loop
+    -- A NULL element is the https rule's to refuse.
+    if v_url is not null and not payrail._has_ascii_host(v_url) then
+      return false;
+    end if;
+  end loop;
+  return true;
+end
+$$;
 
 comment on function payrail._have_ascii_hosts(text[]) is
 $$True when every URL of the array has an ASCII host (payrail._has_ascii_host).$$;
@@ -318,11 +369,22 @@ $$A host with its internationalized labels (xn--...) decoded: what a reader sees
 
 create or replace function payrail._host_lookalike_key(p_url text)
 returns text
-language sql
+language plpgsql
 immutable strict parallel safe
 security invoker
 set search_path from current
-return payrail._lookalike_key(payrail._unicode_host(payrail._url_host(p_url)));
+-- PL/pgSQL, not a SQL body: computed in an index entry and a trigger for every write of a docs
+-- URL, where a host without Punycode labels (nearly every one) is its own Unicode form.
+as $$
+declare
+  v_host constant text := payrail._url_host(p_url);
+begin
+  if pg_catalog.strpos(v_host, 'xn--') operator(pg_catalog.=) 0 then
+    return payrail._lookalike_key(v_host);
+  end if;
+  return payrail._lookalike_key(payrail._unicode_host(v_host));
+end
+$$;
 
 comment on function payrail._host_lookalike_key(text) is
 $$What an https URL's host looks like (payrail._lookalike_key of its Unicode form): two hosts with the same key look alike.$$;

@@ -81,11 +81,12 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
 -- The lookalike rule (tg_provider_methods__refuse_lookalikes) looks up another name with the same
--- look: by these keys, skipping the records of the same name (the name is the second column).
+-- look: by these keys, skipping the records of the same name as stored (the second column), so a
+-- provider's other methods are never read one by one.
 create index if not exists provider_methods_provider_lookalike_idx
-  on payrail.provider_methods (payrail._lookalike_key(provider), payrail._normalize_name(provider));
+  on payrail.provider_methods (payrail._lookalike_key(provider), provider);
 create index if not exists provider_methods_method_lookalike_idx
-  on payrail.provider_methods (payrail._lookalike_key(method), payrail._normalize_name(method));
+  on payrail.provider_methods (payrail._lookalike_key(method), method);
 create index if not exists provider_methods_docs_host_lookalike_idx
   on payrail.provider_methods (payrail._host_lookalike_key(docs_url), payrail._url_host(docs_url))
   where docs_url is not null;
@@ -113,9 +114,9 @@ Operators edit the public fields (provider, method, urls, docs_url, guidance) an
 Everything else is internal. Only enabled rows are searchable, and an enabled row always
 carries an embedding of its current provider, method and guidance made by the registry's model.$$;
 comment on column payrail.provider_methods.id is 'Internal key.';
-comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case (Unicode case folding), compatibility forms (NFKC) and runs of white space.';
-comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC.';
-comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates.';
+comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case (Unicode case folding), compatibility forms (NFKC) and runs of white space. Looks like no other record''s provider (UTS #39 skeleton) and mixes no scripts unless mixed_scripts.';
+comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Looks like no other record''s method (UTS #39 skeleton) and mixes no scripts unless mixed_scripts.';
+comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates, hosts in ASCII (IDNA).';
 comment on column payrail.provider_methods.docs_url is
 $$The official documentation URL (https://), or NULL.
 
