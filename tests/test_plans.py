@@ -138,9 +138,9 @@ SQL_PATHS = {
     "get_provider_method_history": ("select * from payrail.get_provider_method_history(%s, %s)", [*name(40)]),
     # The lookalike rule's lookups (tg_provider_methods__refuse_lookalikes, check_provider_method):
     # "Provider OOO12" with letters O for the digits looks like the stored "Provider 00012".
-    "a look-alike of a provider": ("select (payrail._lookalike_of('provider', %s, null)).id", ["Provider OOO12"]),
-    "a look-alike of a method": ("select (payrail._lookalike_of('method', %s, null)).id", ["Method OOO5O"]),
-    "a look-alike of a docs host": ("select (payrail._lookalike_of('docs_url', %s, null)).id", ["https://examp1e.com/"]),
+    "the look-alikes of a provider, a method and a docs host": (
+        "select l.field, (l.other).id from payrail._lookalikes(null, %s, %s, %s) as l",
+        ["Provider OOO12", "Method OOO5O", "https://examp1e.com/"]),
     "check_provider_method of a look-alike": (
         "select * from payrail.check_provider_method(null, %s, %s, '{}', 'https://examp1e.com/', %s)",
         ["Provider OOO12", "Method OOO5O", GUIDANCE]),

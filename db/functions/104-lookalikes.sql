@@ -7,90 +7,94 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 -- can read other rows); the words are payrail.rules' and these functions', in psql as in every
 -- interface (payrail.check_provider_method).
 
-create or replace function payrail._lookalike_with(p_field text, p_key text, p_name text, p_id bigint)
-returns payrail.provider_methods
+create or replace function payrail._lookalikes_by_key(
+  p_id bigint,
+  p_provider_key text, p_provider text,
+  p_method_key text, p_method text,
+  p_docs_key text, p_docs_host text
+)
+returns table (field text, other payrail.provider_methods)
 language plpgsql
 stable
 security invoker
 set search_path from current
--- Each lookup reads the field's lookalike index (db/schema/030) from both sides of the name as
--- stored, so the records of the same name (a provider's other methods, every record of one docs
--- host) are never read one by one; a name that differs only as the unique key ignores (case,
--- compatibility forms) is the same name, read and passed over.
+-- One statement, planned once a session (a SQL function's body is planned on every
+-- call); each probe reads its field's lookalike index (db/schema/030) from one side of the name
+-- as stored, so the records of the same name (a provider's other methods, every record of one
+-- docs host) are never read one by one; a name the unique key calls the same (another case, a
+-- compatibility form) is read and passed over.
 set enable_seqscan = off
 as $$
 declare
-  v_other payrail.provider_methods;
+  v_provider_key constant text := p_provider_key;
+  v_provider_name constant text := p_provider;
+  v_method_key constant text := p_method_key;
+  v_method_name constant text := p_method;
+  v_docs_key constant text := p_docs_key;
+  v_docs_name constant text := p_docs_host;
 begin
-  if p_field operator(pg_catalog.=) 'docs_url' then
-    select * into v_other from (
-      (select * from payrail.provider_methods as pm
-       where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) p_key
-         and payrail._url_host(pm.docs_url) operator(pg_catalog.<) p_name and pm.id is distinct from p_id
-       limit 1)
-      union all
-      (select * from payrail.provider_methods as pm
-       where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) p_key
-         and payrail._url_host(pm.docs_url) operator(pg_catalog.>) p_name and pm.id is distinct from p_id
-       limit 1)) as found
-    limit 1;
-  elsif p_field operator(pg_catalog.=) 'provider' then
-    select * into v_other from (
-      (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) p_key and pm.provider operator(pg_catalog.<) p_name
-         and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
-       limit 1)
-      union all
-      (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) p_key and pm.provider operator(pg_catalog.>) p_name
-         and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
-       limit 1)) as found
-    limit 1;
-  else
-    select * into v_other from (
-      (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.method) operator(pg_catalog.=) p_key and pm.method operator(pg_catalog.<) p_name
-         and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
-       limit 1)
-      union all
-      (select * from payrail.provider_methods as pm
-       where payrail._lookalike_key(pm.method) operator(pg_catalog.=) p_key and pm.method operator(pg_catalog.>) p_name
-         and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(p_name) and pm.id is distinct from p_id
-       limit 1)) as found
-    limit 1;
-  end if;
-  return v_other;
+  return query
+    (select 'provider', f.pm from (
+         (select pm from payrail.provider_methods as pm
+          where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) v_provider_key and pm.provider operator(pg_catalog.<) v_provider_name
+            and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(v_provider_name)
+            and pm.id is distinct from p_id
+          limit 1)
+         union all
+         (select pm from payrail.provider_methods as pm
+          where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) v_provider_key and pm.provider operator(pg_catalog.>) v_provider_name
+            and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(v_provider_name)
+            and pm.id is distinct from p_id
+          limit 1)
+       ) as f where v_provider_key is not null limit 1)
+    union all
+    (select 'method', f.pm from (
+         (select pm from payrail.provider_methods as pm
+          where payrail._lookalike_key(pm.method) operator(pg_catalog.=) v_method_key and pm.method operator(pg_catalog.<) v_method_name
+            and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(v_method_name)
+            and pm.id is distinct from p_id
+          limit 1)
+         union all
+         (select pm from payrail.provider_methods as pm
+          where payrail._lookalike_key(pm.method) operator(pg_catalog.=) v_method_key and pm.method operator(pg_catalog.>) v_method_name
+            and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(v_method_name)
+            and pm.id is distinct from p_id
+          limit 1)
+       ) as f where v_method_key is not null limit 1)
+    union all
+    (select 'docs_url', f.pm from (
+         (select pm from payrail.provider_methods as pm
+          where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) v_docs_key and payrail._url_host(pm.docs_url) operator(pg_catalog.<) v_docs_name
+            and pm.id is distinct from p_id
+          limit 1)
+         union all
+         (select pm from payrail.provider_methods as pm
+          where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) v_docs_key and payrail._url_host(pm.docs_url) operator(pg_catalog.>) v_docs_name
+            and pm.id is distinct from p_id
+          limit 1)
+       ) as f where v_docs_key is not null limit 1);
 end
 $$;
 
-comment on function payrail._lookalike_with(text, text, text, bigint) is
-$$The record (other than p_id) whose p_field ('provider', 'method' or 'docs_url') has the look p_key (payrail._lookalike_key, payrail._host_lookalike_key) under another name than p_name (as the unique key compares names) or another host (payrail._url_host); all NULL when there is none.$$;
+comment on function payrail._lookalikes_by_key(bigint, text, text, text, text, text, text) is
+$$payrail._lookalikes for keys already computed: each field's look (NULL: not asked) and its name as stored (for a docs URL, its host).$$;
 
-create or replace function payrail._lookalike_key_of(p_field text, p_value text)
-returns text[]
-language sql
-immutable strict parallel safe
-security invoker
-set search_path from current
--- [look, name]: what the lookalike rule compares a field's value by.
-return case when p_field operator(pg_catalog.=) 'docs_url'
-            then array[payrail._host_lookalike_key(p_value), payrail._url_host(p_value)]
-            else array[payrail._lookalike_key(p_value), p_value] end;
-
-comment on function payrail._lookalike_key_of(text, text) is
-$$What the lookalike rule compares a value of p_field by: its look and the name itself (for a docs URL, its host's look and the host).$$;
-
-create or replace function payrail._lookalike_of(p_field text, p_value text, p_id bigint)
-returns payrail.provider_methods
-language sql
+create or replace function payrail._lookalikes(p_id bigint, p_provider text, p_method text, p_docs_url text)
+returns table (field text, other payrail.provider_methods)
+language plpgsql
 stable
 security invoker
 set search_path from current
-return (select payrail._lookalike_with(p_field, k.key[1], k.key[2], p_id)
-        from (select payrail._lookalike_key_of(p_field, p_value) as key) as k);
+as $$
+begin
+  return query select * from payrail._lookalikes_by_key(
+    p_id, payrail._lookalike_key(p_provider), p_provider, payrail._lookalike_key(p_method), p_method,
+    payrail._host_lookalike_key(p_docs_url), payrail._url_host(p_docs_url));
+end
+$$;
 
-comment on function payrail._lookalike_of(text, text, bigint) is
-$$The record (other than p_id) whose p_field ('provider', 'method' or 'docs_url') looks like p_value but is another name or host; all NULL when there is none.$$;
+comment on function payrail._lookalikes(bigint, text, text, text) is
+$$For each of the provider, method and docs URL given (NULL: not asked), the record other than p_id it looks like without being the same name (as the unique key compares names) or host (payrail._url_host), in that order; a field that imitates nobody gives no row.$$;
 
 create or replace function payrail._written_by_this_transaction(p_id bigint)
 returns boolean
@@ -151,35 +155,41 @@ security invoker
 set search_path from current
 as $$
 declare
-  v_field text;
-  v_value text;
-  v_old_value text;
-  v_key text[];
-  v_other payrail.provider_methods;
+  -- The fields this write sets anew (NULL: unchanged), as stored: after canonicalize_names
+  -- (triggers fire in name order).
+  v_provider constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.provider is distinct from old.provider then new.provider end;
+  v_method constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.method is distinct from old.method then new.method end;
+  v_docs_url constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.docs_url is distinct from old.docs_url then new.docs_url end;
+  v_provider_key constant text := payrail._lookalike_key(v_provider);
+  v_method_key constant text := payrail._lookalike_key(v_method);
+  v_docs_key constant text := payrail._host_lookalike_key(v_docs_url);
+  v_found record;
 begin
-  -- After canonicalize_names (triggers fire in name order): the names as they are stored.
-  foreach v_field in array array['provider', 'method', 'docs_url'] loop
-    v_value := case v_field when 'provider' then new.provider when 'method' then new.method else new.docs_url end;
-    v_old_value := case when tg_op operator(pg_catalog.=) 'UPDATE' then
-                     case v_field when 'provider' then old.provider when 'method' then old.method else old.docs_url end end;
-    continue when v_value is null or v_value is not distinct from v_old_value;
-    -- Two writers of different names that look alike wait for each other, so the second sees
-    -- the first's once it commits: the lock is the look's, taken in this fixed order of fields.
-    v_key := payrail._lookalike_key_of(v_field, v_value);
-    perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
-      'payrail lookalike ' operator(pg_catalog.||) v_field operator(pg_catalog.||) ' ' operator(pg_catalog.||) coalesce(v_key[1], ''), 0));
-    v_other := payrail._lookalike_with(v_field, v_key[1], v_key[2], new.id);
-    if v_other.id is not null then
-      raise exception using
-        errcode = 'check_violation',
-        constraint = payrail._lookalike_constraint(v_field),
-        schema = 'payrail',
-        table = 'provider_methods',
-        column = v_field,
-        message = pg_catalog.format('%s "%s" %s', v_field, v_value, payrail._lookalike_in_words(v_field, v_value, v_other)),
-        hint = (select r.remedy from payrail.rules as r where r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(v_field));
-    end if;
-  end loop;
+  if v_provider is null and v_method is null and v_docs_url is null then
+    return new;
+  end if;
+  -- Two writers of different names that look alike wait for each other, so the second sees the
+  -- first's once it commits: the lock is the look's, taken in this fixed order of fields.
+  perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('payrail lookalike provider ' operator(pg_catalog.||) v_provider_key, 0)),
+          pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('payrail lookalike method ' operator(pg_catalog.||) v_method_key, 0)),
+          pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('payrail lookalike docs_url ' operator(pg_catalog.||) v_docs_key, 0));
+  select l.field, l.other into v_found
+  from payrail._lookalikes_by_key(new.id, v_provider_key, v_provider, v_method_key, v_method, v_docs_key, payrail._url_host(v_docs_url)) as l
+  limit 1;
+  if v_found.field is not null then
+    raise exception using
+      errcode = 'check_violation',
+      constraint = payrail._lookalike_constraint(v_found.field),
+      schema = 'payrail',
+      table = 'provider_methods',
+      column = v_found.field,
+      message = pg_catalog.format('%s "%s" %s', v_found.field,
+                                  case v_found.field when 'provider' then v_provider when 'method' then v_method else v_docs_url end,
+                                  payrail._lookalike_in_words(v_found.field,
+                                    case v_found.field when 'provider' then v_provider when 'method' then v_method else v_docs_url end,
+                                    v_found.other)),
+      hint = (select r.remedy from payrail.rules as r where r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(v_found.field));
+  end if;
   return new;
 end
 $$;
@@ -199,12 +209,11 @@ security invoker
 set search_path from current
 -- Every record compared, once: for registries that held look-alikes before the rule (db/upgrades/007).
 as $$
-  select pm.id, f.field, f.value, (f.other).id, payrail._lookalike_in_words(f.field, f.value, f.other)
+  select pm.id, l.field, v.value, (l.other).id, payrail._lookalike_in_words(l.field, v.value, l.other)
   from payrail.provider_methods as pm
-  cross join lateral (values ('provider', pm.provider), ('method', pm.method), ('docs_url', pm.docs_url)) as v(field, value)
-  cross join lateral (select v.field, v.value, payrail._lookalike_of(v.field, v.value, pm.id) as other) as f
-  where v.value is not null and (f.other).id is not null
-  order by pm.id, f.field
+  cross join lateral payrail._lookalikes(pm.id, pm.provider, pm.method, pm.docs_url) as l
+  cross join lateral (select case l.field when 'provider' then pm.provider when 'method' then pm.method else pm.docs_url end) as v(value)
+  order by pm.id, l.field
 $$;
 
 comment on function payrail.find_lookalikes() is

@@ -22,8 +22,6 @@ declare
   v_row payrail.provider_methods;
   v_constraint record;
   v_holds boolean;
-  v_field text;
-  v_other payrail.provider_methods;
 begin
   -- The record as it would be stored (the triggers store names canonical), as a draft.
   v_row.provider := payrail._canonical_name(p_provider);
@@ -72,21 +70,15 @@ begin
       from payrail.rules as r where r.constraint_name = 'provider_methods_provider_method_key';
   end if;
   -- The lookalike rule (tg_provider_methods__refuse_lookalikes), naming the record imitated.
-  foreach v_field in array array['provider', 'method', 'docs_url'] loop
-    continue when v_field operator(pg_catalog.=) 'docs_url' and not coalesce(payrail._is_https_url(v_row.docs_url), false);
-    v_other := payrail._lookalike_of(v_field, case when v_field operator(pg_catalog.=) 'provider' then v_row.provider
-                                                   when v_field operator(pg_catalog.=) 'method' then v_row.method
-                                                   else v_row.docs_url end, p_id);
-    if v_other.id is not null then
-      return query
-        select r.constraint_name, r.fields,
-               payrail._lookalike_in_words(v_field, case when v_field operator(pg_catalog.=) 'provider' then v_row.provider
-                                                         when v_field operator(pg_catalog.=) 'method' then v_row.method
-                                                         else v_row.docs_url end, v_other),
-               r.remedy
-        from payrail.rules as r where r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(v_field);
-    end if;
-  end loop;
+  return query
+    select r.constraint_name, r.fields,
+           payrail._lookalike_in_words(l.field, case l.field when 'provider' then v_row.provider when 'method' then v_row.method
+                                                 else v_row.docs_url end, l.other),
+           r.remedy
+    from payrail._lookalikes(p_id, v_row.provider, v_row.method,
+                             case when payrail._is_https_url(v_row.docs_url) then v_row.docs_url end) as l
+    join payrail.rules as r on r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(l.field)
+    order by l.field;
 end
 $$;
 

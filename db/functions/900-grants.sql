@@ -65,9 +65,8 @@ grant execute on function
 -- The lookalike rule (tg_provider_methods__refuse_lookalikes), its words, and the list of stored
 -- look-alikes for a registry that held some before the rule.
 grant execute on function
-  payrail._lookalike_of(text, text, bigint),
-  payrail._lookalike_with(text, text, text, bigint),
-  payrail._lookalike_key_of(text, text),
+  payrail._lookalikes(bigint, text, text, text),
+  payrail._lookalikes_by_key(bigint, text, text, text, text, text, text),
   payrail._lookalike_in_words(text, text, payrail.provider_methods),
   payrail._lookalike_constraint(text),
   payrail._written_by_this_transaction(bigint),
