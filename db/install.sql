@@ -15,8 +15,11 @@ set client_min_messages = warning;
 \ir upgrades/004-stamp_version_trigger.sql
 \ir upgrades/005-name_path_matches_counted_draft.sql
 \ir upgrades/006-saved_by.sql
+\ir upgrades/007-lookalikes.sql
 \ir schema/015-text_rules.sql
+\ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql
+\ir schema/018-lookalikes.sql
 \ir schema/020-embedding_model.sql
 \ir schema/030-provider_methods.sql
 \ir schema/035-provider_method_half_vectors.sql
@@ -26,6 +29,7 @@ set client_min_messages = warning;
 \ir schema/060-rules.sql
 \ir schema/070-provider_method_states.sql
 \ir functions/100-provider_methods_triggers.sql
+\ir functions/104-lookalikes.sql
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql

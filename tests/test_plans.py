@@ -136,6 +136,17 @@ SQL_PATHS = {
         "select * from payrail.save_provider_method(null, null, %s, %s, array['https://example.com/new'], null, %s)",
         [*name(20), GUIDANCE]),
     "get_provider_method_history": ("select * from payrail.get_provider_method_history(%s, %s)", [*name(40)]),
+    # The lookalike rule's lookups (tg_provider_methods__refuse_lookalikes, check_provider_method):
+    # "Provider OOO12" with letters O for the digits looks like the stored "Provider 00012".
+    "the look-alikes of a provider, a method and a docs host": (
+        "select l.field, (l.other).id from payrail._lookalikes(null, %s, %s, %s) as l",
+        ["Provider OOO12", "Method OOO5O", "https://examp1e.com/"]),
+    "check_provider_method of a look-alike": (
+        "select * from payrail.check_provider_method(null, %s, %s, '{}', 'https://examp1e.com/', %s)",
+        ["Provider OOO12", "Method OOO5O", GUIDANCE]),
+    "save_provider_method of a new name, looked up for look-alikes": (
+        "select * from payrail.save_provider_method(null, null, %s, %s, '{}', 'https://docs.example.com/', %s)",
+        ["Provider 99999", "New method", GUIDANCE]),
 }
 
 

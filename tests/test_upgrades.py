@@ -165,7 +165,7 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
         assert catalog_of(url) == catalog_of(fresh)
 
         # Current now: the next apply changes nothing, and operators go on editing, with history.
-        assert json.loads(run_cli(env, "db", "apply", "--json").stdout)["changed"] is False
+        assert json.loads(run_cli(env, "db", "apply", "--json").stdout)["changed"] is False, run_cli(env, "db", "status", "--json").stdout
         with psycopg.connect(login_url(url, f"{name}_op2"), autocommit=True) as operator:
             operator.execute("update payrail.provider_methods set urls = '{}' where provider = 'Globex' and method = 'Send SMS'")
             assert operator.execute(
@@ -177,3 +177,65 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
                 admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(database)))
             for login in logins:
                 admin.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login)))
+
+
+# The release before the look-alike rules (db/upgrades/007-lookalikes).
+BEFORE_LOOKALIKES = "3d13ea2"
+
+
+def test_a_registry_that_held_look_alikes_gets_the_rules_and_is_told_what_breaks_them(
+    server, database_url, openai_fake, tmp_path
+):
+    """A registry of the release before: look-alike providers, a name of mixed scripts and a
+    Unicode docs host, as that release accepted them. The apply brings the rules (new writes obey
+    them at once), its follow-up names the constraint the stored rows break, find_lookalikes()
+    lists the pair; once the operator says so and the host is written in ASCII, it completes."""
+    # A database of its own, empty: the test database is a copy of a template holding today's schema.
+    url = replace_database(database_url, f"before_lookalikes_{urlsplit(database_url).path.lstrip('/')}")
+    with psycopg.connect(server.admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {} template template0").format(sql.Identifier(urlsplit(url).path.lstrip("/"))))
+    try:
+        registry_that_held_look_alikes(url, openai_fake, tmp_path)
+    finally:
+        with psycopg.connect(server.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(urlsplit(url).path.lstrip("/"))))
+
+
+def registry_that_held_look_alikes(database_url: str, openai_fake, tmp_path: Path) -> None:
+    env = cli_environment(database_url, openai_fake, tmp_path)
+    old = [
+        {"provider": "Stripe", "method": "Charge", "urls": [], "docsUrl": "https://docs.stripe.com", "guidance": "G.", "enabled": True},
+        {"provider": "Str\u0456pe", "method": "Refund", "urls": [], "docsUrl": "https://b\u00fccher.example/docs", "guidance": "G."},
+    ]
+    release = code_tree(tmp_path / BEFORE_LOOKALIKES, BEFORE_LOOKALIKES)
+    for args in (("db", "apply"), ("import", write_jsonl(tmp_path / "old.jsonl", old))):
+        result = run_cli_of(release, env, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    result = run_cli(env, "db", "apply")
+    # The first of the two the stored rows break, in the follow-up's order, names itself.
+    assert result.returncode != 0 and "provider_methods_docs_url_ascii_host_check" in result.stderr, result.stdout + result.stderr
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("select ran from payrail.applied_upgrades where name = '007-lookalikes'").fetchone() == (True,)
+        stripe, imitation = (conn.execute("select id from payrail.provider_methods where provider = %s", (name,)).fetchone()[0]
+                             for name in ("Stripe", "Str\u0456pe"))
+        # Each of the two, with the other.
+        assert conn.execute("select record_id, field, looks_like_record_id from payrail.find_lookalikes()").fetchall() == sorted(
+            [(stripe, "provider", imitation), (imitation, "provider", stripe)])
+        with pytest.raises(psycopg.errors.CheckViolation, match=f"looks like the provider of record ({stripe}|{imitation})"):
+            conn.execute("insert into payrail.provider_methods (provider, method, guidance, mixed_scripts) "
+                         "values ('Str\u0456pe', 'Payout', 'G.', true)")
+        # A stored row that breaks a rule not yet validated is written again only whole: its
+        # host as it is, the word given alone, is refused.
+        with pytest.raises(psycopg.errors.CheckViolation, match="provider_methods_docs_url_ascii_host_check"):
+            conn.execute("update payrail.provider_methods set mixed_scripts = true where id = %s", (imitation,))
+    # The operator's word and the host in its ASCII form, in one save: what import writes now.
+    fixed = [dict(old[1], mixedScripts=True)]
+    result = run_cli(env, "import", write_jsonl(tmp_path / "fixed.jsonl", fixed))
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_cli(env, "db", "apply", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select docs_url from payrail.provider_methods where id = %s", (imitation,)).fetchone() == (
+            "https://xn--bcher-kva.example/docs",)
+        assert conn.execute("select constraints_not_validated from payrail.get_schema_version()").fetchone() == ([],)

@@ -132,8 +132,8 @@ begin
     new.created_at := pg_catalog.clock_timestamp();
     new.updated_at := new.created_at;
     new.saved_by := payrail._acting_role();
-  elsif (new.provider, new.method, new.urls, new.docs_url, new.guidance, new.enabled)
-        is distinct from (old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled) then
+  elsif (new.provider, new.method, new.urls, new.docs_url, new.guidance, new.enabled, new.mixed_scripts)
+        is distinct from (old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled, old.mixed_scripts) then
     new.version := old.version + 1;
     new.created_at := old.created_at;
     new.updated_at := pg_catalog.clock_timestamp();

@@ -16,10 +16,10 @@ begin
   end if;
   insert into payrail.provider_method_history
     (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version, version_saved_at,
-     version_saved_by, changed_at, changed_by, changed_by_session_user)
+     version_saved_by, mixed_scripts, changed_at, changed_by, changed_by_session_user)
   values
     (old.id, pg_catalog.lower(tg_op), old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled,
-     old.version, old.updated_at, old.saved_by,
+     old.version, old.updated_at, old.saved_by, old.mixed_scripts,
      -- Replaced when the next version was saved; deleted now.
      case when tg_op = 'UPDATE' then new.updated_at else pg_catalog.clock_timestamp() end,
      payrail._acting_role(),
@@ -94,8 +94,9 @@ begin
   select * into v_current from payrail.provider_methods where id = v_version.provider_method_id for update;
   if not found then
     -- A deleted record comes back as a new draft: it has no vector yet.
-    insert into payrail.provider_methods (provider, method, urls, docs_url, guidance, enabled)
-    values (v_version.provider, v_version.method, v_version.urls, v_version.docs_url, v_version.guidance, false)
+    insert into payrail.provider_methods (provider, method, urls, docs_url, guidance, enabled, mixed_scripts)
+    values (v_version.provider, v_version.method, v_version.urls, v_version.docs_url, v_version.guidance, false,
+            v_version.mixed_scripts)
     returning id into v_id;
     return v_id;
   end if;
@@ -125,6 +126,7 @@ begin
       urls = v_version.urls,
       docs_url = v_version.docs_url,
       guidance = v_version.guidance,
+      mixed_scripts = v_version.mixed_scripts,
       enabled = enabled and not p_as_draft
   where id = v_current.id;
   return v_current.id;

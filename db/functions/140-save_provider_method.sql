@@ -70,7 +70,8 @@ create or replace function payrail.save_provider_method(
   p_guidance text,
   p_enabled boolean default null,
   p_embedding vector default null,
-  p_embedding_model text default null
+  p_embedding_model text default null,
+  p_mixed_scripts boolean default null
 )
 returns table (record_id bigint, record_version integer, outcome text)
 language plpgsql
@@ -113,10 +114,10 @@ begin
 
   if v_current.id is null then
     insert into payrail.provider_methods as pm
-      (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash)
+      (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash, mixed_scripts)
     values
       (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false),
-       p_embedding, p_embedding_model, v_embedding_content_hash)
+       p_embedding, p_embedding_model, v_embedding_content_hash, coalesce(p_mixed_scripts, false))
     returning pm.id, pm.version into record_id, record_version;
     outcome := 'created';
     return next;
@@ -124,9 +125,11 @@ begin
   end if;
 
   if p_embedding is null
-     and (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, v_current.enabled))
+     and (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, v_current.enabled),
+          coalesce(p_mixed_scripts, v_current.mixed_scripts))
          is not distinct from
-         (v_current.provider, v_current.method, v_current.urls, v_current.docs_url, v_current.guidance, v_current.enabled) then
+         (v_current.provider, v_current.method, v_current.urls, v_current.docs_url, v_current.guidance, v_current.enabled,
+          v_current.mixed_scripts) then
     return query select v_current.id, v_current.version, 'unchanged'::text;
     return;
   end if;
@@ -136,13 +139,13 @@ begin
   if p_embedding is null then
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
-        enabled = coalesce(p_enabled, pm.enabled)
+        enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts)
     where pm.id = v_current.id
     returning pm.id, pm.version into record_id, record_version;
   else
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
-        enabled = coalesce(p_enabled, pm.enabled),
+        enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts),
         embedding = p_embedding, embedding_model = p_embedding_model, embedding_content_hash = v_embedding_content_hash
     where pm.id = v_current.id
     returning pm.id, pm.version into record_id, record_version;
@@ -152,7 +155,7 @@ begin
 end
 $$;
 
-comment on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text) is
+comment on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean) is
 $$Saves one record's public fields and enabled, with the vector of its content when one is given; one statement.
 
 The write path of import, `payrail-embedder edit` and the backoffice. p_id names the record;
@@ -164,5 +167,7 @@ new record starts disabled). p_embedding must be the embedding of p_provider, p_
 p_guidance (as payrail._canonical_name stores the names) by the registry's model p_embedding_model;
 without one, the vector rules apply as to any edit: URL-only edits and enabling keep the
 current vector, a content edit of an enabled record is refused and a draft's is cleared.
+p_mixed_scripts: the operator's word that the names mix scripts on purpose (NULL keeps the
+record's; a new record starts without it).
 Returns the record's id, its version after the save, and created, updated or unchanged
 (nothing differed, so nothing was written and no version was made).$$;

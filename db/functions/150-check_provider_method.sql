@@ -7,7 +7,8 @@ create or replace function payrail.check_provider_method(
   p_method text,
   p_urls text[],
   p_docs_url text,
-  p_guidance text
+  p_guidance text,
+  p_mixed_scripts boolean default null
 )
 returns table (constraint_name text, fields text[], rule text, remedy text)
 language plpgsql
@@ -30,6 +31,10 @@ begin
   v_row.guidance := p_guidance;
   v_row.enabled := false;
   v_row.version := 1;
+  -- NULL: the record's own word (a new record has none), as payrail.save_provider_method keeps it.
+  v_row.mixed_scripts := coalesce(p_mixed_scripts,
+                                  (select pm.mixed_scripts from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id),
+                                  false);
   -- Each check constraint's own expression, so the table's constraints stay the one statement of
   -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it.
   for v_constraint in
@@ -42,7 +47,15 @@ begin
       into v_holds using v_row;
     if not coalesce(v_holds, true) then
       return query
-        select v_constraint.name, coalesce(r.fields, '{}'), coalesce(r.rule, 'breaks ' || v_constraint.name), coalesce(r.remedy, '')
+        select v_constraint.name, coalesce(r.fields, '{}'),
+               coalesce(r.rule, 'breaks ' || v_constraint.name)
+                 -- Which scripts, where the rule is about mixing them.
+                 operator(pg_catalog.||) case when v_constraint.name operator(pg_catalog.=) 'provider_methods_scripts_check'
+                                              then pg_catalog.format(' ("%s" is %s; "%s" is %s)',
+                                                                     v_row.provider, payrail._scripts_in_words(v_row.provider),
+                                                                     v_row.method, payrail._scripts_in_words(v_row.method))
+                                              else '' end,
+               coalesce(r.remedy, '')
         from (select) as one left join payrail.rules as r on r.constraint_name = v_constraint.name;
     end if;
   end loop;
@@ -56,13 +69,25 @@ begin
       select r.constraint_name, r.fields, r.rule, r.remedy
       from payrail.rules as r where r.constraint_name = 'provider_methods_provider_method_key';
   end if;
+  -- The lookalike rule (tg_provider_methods__refuse_lookalikes), naming the record imitated.
+  return query
+    select r.constraint_name, r.fields,
+           payrail._lookalike_in_words(l.field, case l.field when 'provider' then v_row.provider when 'method' then v_row.method
+                                                 else v_row.docs_url end, l.other),
+           r.remedy
+    from payrail._lookalikes(p_id, v_row.provider, v_row.method,
+                             case when payrail._is_https_url(v_row.docs_url) then v_row.docs_url end) as l
+    join payrail.rules as r on r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(l.field)
+    order by l.field;
 end
 $$;
 
-comment on function payrail.check_provider_method(bigint, text, text, text[], text, text) is
+comment on function payrail.check_provider_method(bigint, text, text, text[], text, text, boolean) is
 $$Every rule a record would break, all at once: one row per broken rule, with its fields and its words (payrail.rules).
 
 p_id is the record the values would be saved as (NULL: a new record), so its own name does not
-count as taken. Judges the public fields as a draft would be stored; writes nothing. The write
+count as taken; p_mixed_scripts is the operator's word that the names mix scripts on purpose.
+Judges the public fields as a draft would be stored, and whether a name or docs host looks like
+another record's (naming it); writes nothing. The write
 path asks it when the database refused a save, so every wrong field is marked in one go:
 select * from payrail.check_provider_method(null, 'Acme', 'Geocode', '{http://x}', null, '');$$;

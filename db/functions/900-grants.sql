@@ -38,15 +38,47 @@ grant execute on function
   payrail._are_https_urls(text[]),
   payrail._has_duplicates(text[]),
   payrail._is_storable_vector_length(vector),
-  payrail._acting_role()
+  payrail._acting_role(),
+  -- What names and hosts look like (db/schema/016-unicode_security.sql, 018-lookalikes.sql).
+  payrail._unicode_security_source(),
+  payrail._confusable_prototypes(),
+  payrail._confusable_ascii_sources(),
+  payrail._skeleton(text),
+  payrail._lookalike_key(text),
+  payrail._script_range_starts(),
+  payrail._script_range_sets(),
+  payrail._script_sets(),
+  payrail._script_names(),
+  payrail._latin_or_common_characters(),
+  payrail._script_set(text),
+  payrail._mixes_scripts(text),
+  payrail._scripts_in_words(text),
+  payrail._url_authority(text),
+  payrail._url_host(text),
+  payrail._has_ascii_host(text),
+  payrail._have_ascii_hosts(text[]),
+  payrail._punycode_decoded(text),
+  payrail._unicode_host(text),
+  payrail._host_lookalike_key(text)
   to payrail_operator, payrail_embedder;
+
+-- The lookalike rule (tg_provider_methods__refuse_lookalikes), its words, and the list of stored
+-- look-alikes for a registry that held some before the rule.
+grant execute on function
+  payrail._lookalikes(bigint, text, text, text),
+  payrail._lookalikes_by_key(bigint, text, text, text, text, text, text),
+  payrail._lookalike_in_words(text, text, payrail.provider_methods),
+  payrail._lookalike_constraint(text),
+  payrail._written_by_this_transaction(bigint),
+  payrail.find_lookalikes()
+  to payrail_operator;
 
 -- Operators: the public fields and enabled; never the vector columns. The records list reads the
 -- list entries (counts, filters); only the trigger tg_provider_methods__keep_list_entry writes them.
 grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
                 payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_operator;
-grant insert (provider, method, urls, docs_url, guidance, enabled),
-      update (provider, method, urls, docs_url, guidance, enabled),
+grant insert (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),
+      update (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),
       delete
   on payrail.provider_methods to payrail_operator;
 
@@ -65,7 +97,7 @@ grant execute on function payrail.set_embedding_model(text, integer) to payrail_
 -- roles), and the delete, each refusing an edit conflict.
 grant execute on function
   payrail.plan_provider_method_changes(bigint[], text[], text[], text[], boolean[], integer[]),
-  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text),
+  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean),
   payrail.delete_provider_method(bigint, integer),
   payrail._edit_conflict(bigint, payrail.provider_methods, integer),
   payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer)
@@ -74,7 +106,7 @@ grant execute on function
 -- The rules in words: every writer reads them to say why a value was refused, and asks
 -- check_provider_method for all the rules a record breaks at once.
 grant select on payrail.rules to payrail_operator, payrail_embedder;
-grant execute on function payrail.check_provider_method(bigint, text, text, text[], text, text) to payrail_operator;
+grant execute on function payrail.check_provider_method(bigint, text, text, text[], text, text, boolean) to payrail_operator;
 
 -- History: operators read it and restore from it. Only the security-definer trigger
 -- tg_provider_methods__record_history writes it: no role inserts, updates or deletes an entry.

@@ -234,14 +234,18 @@ return pg_catalog.cardinality(p_values) <> (select pg_catalog.count(distinct v) 
 comment on function payrail._has_duplicates(text[]) is
 $$True when the array holds the same value twice.$$;
 
--- Rebuild the indexes whose keys these functions compute, and check again the rows of the
--- constraints that call them, if this run changed any of them.
-do $$
+create or replace function payrail._rebuild_text_rule_dependents()
+returns void
+language plpgsql
+volatile
+security invoker
+set search_path from current
+as $$
 declare
   v_index pg_catalog.regclass;
   v_constraint record;
 begin
-  if payrail._text_rules_fingerprint() = pg_catalog.current_setting('payrail.text_rules_before') then
+  if payrail._text_rules_fingerprint() operator(pg_catalog.=) coalesce(pg_catalog.current_setting('payrail.text_rules_before', true), '') then
     return;
   end if;
   for v_index in
@@ -271,5 +275,16 @@ begin
     perform payrail._replace_check_constraint(v_constraint.table_name, v_constraint.conname, v_constraint.definition,
       pg_catalog.format('the name rules changed, so constraint %s checks every row again', v_constraint.conname));
   end loop;
+  perform pg_catalog.set_config('payrail.text_rules_before', payrail._text_rules_fingerprint(), false);
 end
 $$;
+
+comment on function payrail._rebuild_text_rule_dependents() is
+$$Rebuilds the indexes whose keys the registry's immutable functions compute, and checks again the rows of the constraints that call them, when those functions changed since payrail.text_rules_before was noted.
+
+Called at the end of each file that defines such functions (015-text_rules.sql,
+018-lookalikes.sql, after 016-unicode_security.sql's data).$$;
+
+-- Rebuild the indexes whose keys these functions compute, and check again the rows of the
+-- constraints that call them, if this run changed any of them.
+do $$ begin perform payrail._rebuild_text_rule_dependents(); end $$;

@@ -20,7 +20,10 @@ create table if not exists payrail.provider_methods (
   version integer not null default 1,
   -- Who saved this version (tg_provider_methods__stamp_version); NULL for versions saved before
   -- it was kept. Last, where db/upgrades/006 adds it to registries created before it.
-  saved_by text
+  saved_by text,
+  -- The operator's word that provider and method mix scripts on purpose (provider_methods_scripts_check).
+  -- Last, where db/upgrades/007 adds it to registries created before it.
+  mixed_scripts boolean not null default false
 );
 
 -- Search reads exact vectors in its second pass (a few rows per query), and in its first pass
@@ -56,6 +59,16 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
   'check (not payrail._has_duplicates(urls))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_docs_url_check',
   'check (docs_url is null or payrail._is_https_url(docs_url))');
+-- Hosts as every reader compares them: ASCII, internationalized names in their xn-- form (IDNA),
+-- which the write path converts to; a look-alike of another record's host shows in its letters.
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_ascii_host_check',
+  'check (payrail._have_ascii_hosts(urls))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_docs_url_ascii_host_check',
+  'check (docs_url is null or payrail._has_ascii_host(docs_url))');
+-- Letters of one script among another's are how a name imitates another ("Strіpe" with a
+-- Cyrillic і): refused unless the operator says the name mixes scripts on purpose.
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_scripts_check',
+  'check (mixed_scripts or not (payrail._mixes_scripts(provider) or payrail._mixes_scripts(method)))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_enabled_needs_embedding_check',
   'check (not enabled or embedding is not null)');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_content_check',
@@ -67,6 +80,16 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
 
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
+-- The lookalike rule (tg_provider_methods__refuse_lookalikes) looks up another name with the same
+-- look: by these keys, skipping the records of the same name as stored (the second column), so a
+-- provider's other methods are never read one by one.
+create index if not exists provider_methods_provider_lookalike_idx
+  on payrail.provider_methods (payrail._lookalike_key(provider), provider);
+create index if not exists provider_methods_method_lookalike_idx
+  on payrail.provider_methods (payrail._lookalike_key(method), method);
+create index if not exists provider_methods_docs_host_lookalike_idx
+  on payrail.provider_methods (payrail._host_lookalike_key(docs_url), payrail._url_host(docs_url))
+  where docs_url is not null;
 -- The records list (backoffice, `payrail-embedder list`) pages through records in this order,
 -- by provider and method ignoring case (payrail_embedder.stored.LIST_ORDER_KEY): a page is a
 -- short read of this index, not a sort of every record.
@@ -91,10 +114,13 @@ Operators edit the public fields (provider, method, urls, docs_url, guidance) an
 Everything else is internal. Only enabled rows are searchable, and an enabled row always
 carries an embedding of its current provider, method and guidance made by the registry's model.$$;
 comment on column payrail.provider_methods.id is 'Internal key.';
-comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case (Unicode case folding), compatibility forms (NFKC) and runs of white space.';
-comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC.';
-comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates.';
-comment on column payrail.provider_methods.docs_url is 'The official documentation URL (https://), or NULL.';
+comment on column payrail.provider_methods.provider is 'Provider name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Unique with method, ignoring case (Unicode case folding), compatibility forms (NFKC) and runs of white space. Looks like no other record''s provider (UTS #39 skeleton) and mixes no scripts unless mixed_scripts.';
+comment on column payrail.provider_methods.method is 'Method name, 1..120 characters, no control or invisible characters; stored trimmed and in Unicode NFC. Looks like no other record''s method (UTS #39 skeleton) and mixes no scripts unless mixed_scripts.';
+comment on column payrail.provider_methods.urls is 'Useful absolute https:// URLs (API base, endpoint, pricing): 0..10, each at most 2,048 characters, no duplicates, hosts in ASCII (IDNA).';
+comment on column payrail.provider_methods.docs_url is
+$$The official documentation URL (https://), or NULL.
+
+Its host is written in ASCII (an internationalized name as xn--) and looks like no other record's docs host.$$;
 comment on column payrail.provider_methods.guidance is
 $$Operating guidance for agents: plain text, 1..8,000 characters, Purpose / Instructions / Notes.
 
@@ -115,6 +141,11 @@ $$When this version was saved: the last change of a public field or enabled; vec
 
 The clock time at which the row was written (clock_timestamp()), not its transaction's start, so
 the records of one import each show their own time; they become visible when it commits.$$;
+comment on column payrail.provider_methods.mixed_scripts is
+$$The operator's word that the provider and method names mix scripts on purpose (楽天 Pay is Han and Latin, say).
+
+Without it, a name that mixes scripts below UTS #39's Highly Restrictive level (Latin with
+Cyrillic or Greek) is refused (provider_methods_scripts_check). Part of the record's versions.$$;
 comment on column payrail.provider_methods.saved_by is
 $$Who saved this version: the role set with SET ROLE, else the login (as the history's changed_by).
 

@@ -14,11 +14,13 @@ return format('new row for relation "provider_methods" violates check constraint
 select results_eq(
   $$select conname::text collate "default" from pg_constraint
     where conrelid = 'payrail.provider_methods'::regclass and contype = 'c' order by 1$$,
-  $$values ('provider_methods_docs_url_check'), ('provider_methods_embedding_content_check'),
+  $$values ('provider_methods_docs_url_ascii_host_check'), ('provider_methods_docs_url_check'),
+           ('provider_methods_embedding_content_check'),
            ('provider_methods_embedding_model_check'), ('provider_methods_embedding_nonzero_check'),
            ('provider_methods_enabled_needs_embedding_check'), ('provider_methods_guidance_characters_check'),
            ('provider_methods_guidance_length_check'), ('provider_methods_method_check'),
-           ('provider_methods_provider_check'), ('provider_methods_urls_count_check'),
+           ('provider_methods_provider_check'), ('provider_methods_scripts_check'),
+           ('provider_methods_urls_ascii_host_check'), ('provider_methods_urls_count_check'),
            ('provider_methods_urls_https_check'), ('provider_methods_urls_unique_check'),
            ('provider_methods_version_check')$$,
   'provider_methods has one named check constraint per rule');

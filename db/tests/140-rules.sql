@@ -3,13 +3,14 @@
 begin;
 select plan(10);
 
--- Every constraint and the unique index of provider_methods has its words, and no words name
--- a rule that does not exist.
+-- Every constraint, the unique index and the lookalike trigger's rules of provider_methods have
+-- their words, and no words name a rule that does not exist.
 select set_eq(
   $$select constraint_name from payrail.rules$$,
   $$select c.conname::text from pg_catalog.pg_constraint as c
     where c.conrelid = 'payrail.provider_methods'::regclass and c.contype = 'c'
-    union all select 'provider_methods_provider_method_key'$$,
+    union all select 'provider_methods_provider_method_key'
+    union all select payrail._lookalike_constraint(f) from unnest(array['provider', 'method', 'docs_url']) as f$$,
   'rules: one row of words for each rule of provider_methods');
 select is_empty(
   $$select constraint_name from payrail.rules where rule = '' or remedy = '' or rule ~ 'violates'$$,

@@ -13,6 +13,7 @@ from psycopg.rows import dict_row
 from .embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable
 from .errors import CodedError, reason
 from .records import Line, ProviderMethod, Refusal, json_text
+from .stored import record_of
 from .registry_model import RegistryModelMismatch
 from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, save_changes
 
@@ -184,11 +185,10 @@ def export_records(conn: psycopg.Connection) -> Iterable[str]:
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         """
-        select provider, method, urls, docs_url, guidance, enabled
+        select provider, method, urls, docs_url, guidance, enabled, mixed_scripts
         from payrail.provider_methods
         order by payrail._normalize_name(provider), payrail._normalize_name(method)
         """
     )
     for row in cursor:
-        record = ProviderMethod(row["provider"], row["method"], row["urls"], row["docs_url"], row["guidance"], row["enabled"])
-        yield json_text(record.to_json())
+        yield json_text(record_of(row).to_json())

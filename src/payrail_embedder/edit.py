@@ -36,10 +36,20 @@ from .write import Change, Conflict, Refused, Saved, save_changes
 COMMENT = "#"
 # Header names, as the editor shows them; "URL" comes once per URL.
 PROVIDER, METHOD, URL, DOCS_URL, ENABLED = "Provider", "Method", "URL", "Docs URL", "Enabled"
-HEADER_NAMES = (PROVIDER, METHOD, URL, DOCS_URL, ENABLED)
+# Shown only where the record has it: the operator's word that its names mix scripts on purpose.
+MIXED_SCRIPTS = "Mixed scripts"
+HEADER_NAMES = (PROVIDER, METHOD, URL, DOCS_URL, ENABLED, MIXED_SCRIPTS)
 YES, NO = ("yes", "true"), ("no", "false")
 # How a refusal names each field: by its header name.
-HEADER_OF_FIELD = {"provider": PROVIDER, "method": METHOD, "urls": URL, "docsUrl": DOCS_URL, "guidance": "Guidance", "enabled": ENABLED}
+HEADER_OF_FIELD = {
+    "provider": PROVIDER,
+    "method": METHOD,
+    "urls": URL,
+    "docsUrl": DOCS_URL,
+    "guidance": "Guidance",
+    "enabled": ENABLED,
+    "mixedScripts": MIXED_SCRIPTS,
+}
 
 
 class LeftUnsaved(CodedError):
@@ -55,6 +65,7 @@ def editable_text(record: ProviderMethod) -> str:
     lines = [f"{PROVIDER}: {record.provider}", f"{METHOD}: {record.method}"]
     lines += [f"{URL}: {url}" for url in record.urls]
     lines += [f"{DOCS_URL}: {record.docs_url or ''}", f"{ENABLED}: {'yes' if record.enabled else 'no'}"]
+    lines += [f"{MIXED_SCRIPTS}: yes"] if record.mixed_scripts else []
     return "\n".join(lines) + "\n\n" + record.guidance + "\n"
 
 
@@ -98,17 +109,23 @@ def parse_editor_text(text: str) -> ProviderMethod:
     missing = [name for name in (PROVIDER, METHOD, ENABLED) if name not in fields]
     if missing:
         raise ValueError(f"the header has no {' and no '.join(missing)} line")
-    enabled = fields[ENABLED].lower()
-    if enabled not in YES + NO:
-        raise ValueError(f'"{ENABLED}: {fields[ENABLED]}": write {ENABLED}: yes or {ENABLED}: no')
+    yes = {name: _yes_or_no(name, fields[name]) for name in (ENABLED, MIXED_SCRIPTS) if name in fields}
     return ProviderMethod(
         provider=fields[PROVIDER],
         method=fields[METHOD],
         urls=[url for url in urls if url],
         docs_url=fields.get(DOCS_URL) or None,
         guidance=guidance.removesuffix("\n"),
-        enabled=enabled in YES,
+        enabled=yes[ENABLED],
+        # Left out: the record keeps its word (a new one has it not).
+        mixed_scripts=yes.get(MIXED_SCRIPTS),
     )
+
+
+def _yes_or_no(name: str, value: str) -> bool:
+    if value.lower() not in YES + NO:
+        raise ValueError(f'"{name}: {value}": write {name}: yes or {name}: no')
+    return value.lower() in YES
 
 
 def describe(row: dict | None) -> str:
@@ -124,7 +141,8 @@ def instructions(row: dict | None) -> list[str]:
         "Save and close to apply; close without saving, or empty the file, to leave it as it is.",
         "Content changes are embedded before they are saved, and an enabled record stays enabled.",
         f"One header line per field ({URL}: once per URL, up to 10; {DOCS_URL}: empty for none;",
-        f"{ENABLED}: yes or no), then a blank line, then the guidance as plain text to the end.",
+        f"{ENABLED}: yes or no; {MIXED_SCRIPTS}: yes for names that mix scripts on purpose),",
+        "then a blank line, then the guidance as plain text to the end.",
         "Lines starting with # up here are ignored.",
     ]
 

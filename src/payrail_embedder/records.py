@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
 from .input_files import LineLimit, NumberedLine, json_lines, open_input
 from .safe_text import JSON_ESCAPES
 
-FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled")
+import idna
+
+FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled", "mixedScripts")
 REQUIRED = ("provider", "method", "guidance")
 # The JSON name of each column of payrail.provider_methods that a record carries.
 JSON_NAME_OF_COLUMN = {
@@ -22,6 +24,7 @@ JSON_NAME_OF_COLUMN = {
     "docs_url": "docsUrl",
     "guidance": "guidance",
     "enabled": "enabled",
+    "mixed_scripts": "mixedScripts",
 }
 # Each field's name for people, by JSON name: the backoffice form's labels (the accessible names
 # DESIGN.md fixes), and how `edit` and the refusals name fields.
@@ -32,6 +35,7 @@ FIELD_LABELS = {
     "docsUrl": "Docs URL",
     "guidance": "Guidance",
     "enabled": "Enabled",
+    "mixedScripts": "Mixed scripts",
 }
 
 
@@ -70,8 +74,13 @@ class ProviderMethod:
     guidance: str
     # None: keep an existing record's state; a new record starts disabled.
     enabled: bool | None = None
+    # The operator's word that provider and method mix scripts on purpose (payrail's
+    # provider_methods_scripts_check). None: keep an existing record's; a new record has it not.
+    mixed_scripts: bool | None = None
 
     def to_json(self) -> dict:
+        """The catalog line's fields; mixedScripts only where it is said (true), so the lines of
+        every other record read as they always have."""
         return {
             "provider": self.provider,
             "method": self.method,
@@ -79,7 +88,7 @@ class ProviderMethod:
             "docsUrl": self.docs_url,
             "guidance": self.guidance,
             "enabled": self.enabled,
-        }
+        } | ({"mixedScripts": True} if self.mixed_scripts else {})
 
 
 # What a new record starts as, in the editor and the backoffice's form: a draft with guidance's three headings.
@@ -132,7 +141,10 @@ def parse_record(data: object) -> ProviderMethod:
     enabled = data.get("enabled")
     if enabled is not None and not isinstance(enabled, bool):
         raise ValueError("enabled must be true or false")
-    record = ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled)
+    mixed_scripts = data.get("mixedScripts")
+    if mixed_scripts is not None and not isinstance(mixed_scripts, bool):
+        raise ValueError("mixedScripts must be true or false")
+    record = ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled, mixed_scripts)
     problems = unstorable_fields(record)
     if problems:
         raise ValueError(problems[0][1])
@@ -161,6 +173,34 @@ def unstorable_fields(record: ProviderMethod) -> list[tuple[str, str]]:
                 (name, f"{name} contains a lone surrogate (\\u{ord(value[error.start]):04x}), which is not a Unicode character")
             )
     return problems
+
+
+# An https URL's host, after the scheme and before the port, path, query or fragment; user info
+# (refused by the database) keeps the URL from matching.
+URL_HOST = re.compile(r"^(https://)([^/?#@:\[\]]+)(.*)$", re.IGNORECASE | re.DOTALL)
+
+
+def ascii_host_url(url: str) -> str:
+    """url with an internationalized host in its ASCII form (IDNA, UTS #46: bücher.example is
+    xn--bcher-kva.example), as the registry stores, shows and compares hosts. A host IDNA refuses
+    is left as written, for the database's ASCII-host rule to refuse in words."""
+    match = URL_HOST.match(url)
+    if match is None or match.group(2).isascii():
+        return url
+    try:
+        host = idna.encode(match.group(2), uts46=True).decode("ascii")
+    except idna.IDNAError:
+        return url
+    return match.group(1) + host + match.group(3)
+
+
+def with_ascii_hosts(record: ProviderMethod) -> ProviderMethod:
+    """The record with every URL's host in its ASCII form (ascii_host_url)."""
+    return replace(
+        record,
+        urls=[ascii_host_url(url) for url in record.urls],
+        docs_url=None if record.docs_url is None else ascii_host_url(record.docs_url),
+    )
 
 
 def refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:

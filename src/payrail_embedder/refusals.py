@@ -50,7 +50,7 @@ def unstorable(problems: list[tuple[str, str]]) -> tuple[BrokenRule, ...]:
     return tuple(BrokenRule((field,), text.removeprefix(f"{field} "), "Remove it.") for field, text in problems)
 
 
-CHECK = "select constraint_name, fields, rule, remedy from payrail.check_provider_method(%s, %s, %s, %s, %s, %s)"
+CHECK = "select constraint_name, fields, rule, remedy from payrail.check_provider_method(%s, %s, %s, %s, %s, %s, %s)"
 RULE_OF_CONSTRAINT = "select fields, rule, remedy from payrail.rules where constraint_name = %s"
 
 
@@ -70,7 +70,8 @@ def broken_rules(
     """
     if not conn.broken:
         rows = conn.execute(
-            CHECK, (record_id, record.provider, record.method, list(record.urls), record.docs_url, record.guidance)
+            CHECK,
+            (record_id, record.provider, record.method, list(record.urls), record.docs_url, record.guidance, record.mixed_scripts),
         ).fetchall()
         found = tuple(BrokenRule(_json_names(fields), rule, remedy, name) for name, fields, rule, remedy in rows)
         if found:

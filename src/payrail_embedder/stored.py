@@ -30,7 +30,7 @@ RECORDS = "payrail.provider_method_states"
 LIST_ENTRIES = "payrail.provider_method_list_entry_states"
 RECORD_COLUMNS = """
   pm.id, pm.version, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled, pm.updated_at, pm.saved_by,
-  pm.has_current_vector as embedded
+  pm.mixed_scripts, pm.has_current_vector as embedded
 """
 
 
@@ -46,7 +46,9 @@ def as_json(row: dict) -> dict:
 
 
 def record_of(row: dict) -> ProviderMethod:
-    return ProviderMethod(row["provider"], row["method"], list(row["urls"]), row["docs_url"], row["guidance"], row["enabled"])
+    return ProviderMethod(
+        row["provider"], row["method"], list(row["urls"]), row["docs_url"], row["guidance"], row["enabled"], row["mixed_scripts"]
+    )
 
 
 def get(conn: psycopg.Connection, record_id: int) -> dict | None:

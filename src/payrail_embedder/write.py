@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg.rows import dict_row
@@ -33,7 +33,7 @@ from psycopg.rows import dict_row
 from . import database, errcodes, refusals
 from .embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors, record_text
 from .errors import CodedError, database_reason
-from .records import ProviderMethod, unstorable_fields
+from .records import ProviderMethod, unstorable_fields, with_ascii_hosts
 from .registry_model import adopt_embedder_model, require_embedder_model
 
 # How often one change is planned and saved again when another writer changes its record meanwhile.
@@ -129,7 +129,7 @@ from payrail.plan_provider_method_changes(%s, %s, %s, %s, %s, %s)
 
 SAVE = """
 select record_id, record_version, outcome
-from payrail.save_provider_method(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+from payrail.save_provider_method(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 
 
@@ -193,6 +193,7 @@ def _save_arguments(plan: _Plan, as_draft_check: bool) -> tuple:
         False if as_draft_check else record.enabled,
         vector,
         plan.embedder.model_name if vector is not None else None,
+        record.mixed_scripts,
     )
 
 
@@ -441,9 +442,16 @@ def check_changes(
     same record as an earlier one is refused), positions what Refused.same_as reports for each
     change (default: its index).
     """
-    plans = _plan(conn, changes)
+    plans = _plan(conn, _with_ascii_hosts(changes))
     _check_rules(conn, plans, seen, positions)
     return [p.outcome for p in plans]
+
+
+def _with_ascii_hosts(changes: Sequence[Change]) -> list[Change]:
+    """Each change with its URLs' hosts as the registry stores them: internationalized ones in
+    their ASCII form (records.with_ascii_hosts). Text PostgreSQL cannot hold stays for the check
+    that names it."""
+    return [c if unstorable_fields(c.record) else replace(c, record=with_ascii_hosts(c.record)) for c in changes]
 
 
 def save_changes(
@@ -471,7 +479,7 @@ def save_changes(
     if not conn.autocommit:
         raise ValueError("save_changes needs a connection in autocommit mode")
     embedder_factory = functools.cache(embedder_factory)  # one embedder (one model load) per save
-    plans = _plan(conn, changes)
+    plans = _plan(conn, _with_ascii_hosts(changes))
     if not checked:
         # The checks in a transaction rolled back spare a refused change its embedding request;
         # a save that embeds nothing is checked by its own statements (a URL-only edit).

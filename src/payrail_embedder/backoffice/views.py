@@ -35,6 +35,7 @@ def record_from_form(form: Mapping[str, str]) -> ProviderMethod:
         docs_url=_text(form, "docsUrl").strip(TYPED_SPACE) or None,
         guidance=_text(form, "guidance"),
         enabled="enabled" in form,
+        mixed_scripts="mixedScripts" in form,
     )
 
 
@@ -91,11 +92,13 @@ class Version:
 
 
 def _shown(record: ProviderMethod, name: str) -> str:
-    value = record.to_json()[name]
+    value = record.to_json().get(name)
     if name == "urls":
         return "\n".join(value)
     if name == "enabled":
         return "enabled" if value else "draft"
+    if name == "mixedScripts":
+        return "yes" if value else "no"
     return value or ""
 
 
