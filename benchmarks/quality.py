@@ -269,9 +269,7 @@ def main() -> None:
             unnamed = [i for i, q in enumerate(queries) if not names_a_relevant_provider(q)]
             product_unnamed = evaluation.evaluate(conn, lambda: embedder, [queries[i] for i in unnamed])
             records = stored_records(conn)
-            names = evaluation.NormalizedNames(
-                conn, sorted({n for r in records for n in (r["provider"], r["method"])} | {n for q in queries for pair in q.relevant for n in pair})
-            )
+            names = evaluation.NormalizedNames(conn, [*((r["provider"], r["method"]) for r in records), *(pair for q in queries for pair in q.relevant)])
 
     print(f"records: {len(records)} ({records_path}); dev queries: {len(queries)} ({queries_path})")
     print(f"model: {embedder.model_name} on the {embedder.runtime} runtime, {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)")

@@ -16,6 +16,7 @@ set client_min_messages = warning;
 \ir upgrades/005-name_path_matches_counted_draft.sql
 \ir upgrades/006-saved_by.sql
 \ir upgrades/007-lookalikes.sql
+\ir upgrades/008-delete_provider_method_golden_queries.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql
@@ -28,6 +29,7 @@ set client_min_messages = warning;
 \ir schema/050-provider_method_history.sql
 \ir schema/060-rules.sql
 \ir schema/070-provider_method_states.sql
+\ir schema/080-golden_queries.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/104-lookalikes.sql
 \ir functions/110-embedding_model.sql
@@ -38,6 +40,7 @@ set client_min_messages = warning;
 \ir functions/142-delete_provider_method.sql
 \ir functions/144-plan_provider_method_changes.sql
 \ir functions/150-check_provider_method.sql
+\ir functions/160-golden_queries.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

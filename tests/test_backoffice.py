@@ -522,6 +522,20 @@ def test_a_stale_delete_deletes_nothing(browser, backoffice, page, database_url)
     other.context.close()
 
 
+def test_deleting_a_record_golden_queries_name_is_refused_naming_them(page, registry, database_url):
+    added = run_cli(registry, "golden", "add", "turn coordinates into an address", "--relevant", name(DRAFT))
+    assert added.returncode == 0, added.stderr
+    open_record(page, DRAFT)
+    page.get_by_role("link", name="Delete this record").click()
+    page.get_by_role("button", name="Delete").click()
+
+    expect(page.get_by_role("alert")).to_contain_text(
+        f'Not deleted: provider method "{name(DRAFT)}" is not deleted: 1 golden query names it: "turn coordinates into an address"'
+    )
+    assert stored(database_url, DRAFT["provider"], DRAFT["method"]) is not None
+    assert run_cli(registry, "golden", "list").stdout.endswith("1 golden query\n")
+
+
 def test_a_new_operator_fixes_a_word_and_agents_answers_change(browser, cli_env, operator_logins, tmp_path):
     """The issue's proof, on the sample catalog; also takes the screenshots of docs/operators.md and the README."""
     result = run_cli(cli_env, "import", str(REPO / "catalog" / "sample.jsonl"))

@@ -59,7 +59,10 @@ def failure(result) -> dict:
         (("preview", "--json", "", "--draft", "Acme Maps / Reverse geocode"), "invalid_query", "query is empty"),
         (("preview", "--json", "coordinates", "--draft", "Acme Maps / Reverse geocode"), "draft_not_embedded", "sync"),
         (("import", "--json", "/nonexistent/catalog.jsonl"), "invalid_input", "does not exist"),
-        (("eval", "--json"), "invalid_input", "Missing argument"),
+        (("eval", "--json"), "invalid_input", "the registry has no golden queries to measure"),
+        (("golden", "add", "--json", "find a hotel", "--relevant", "Nobody / Nothing"), "unknown_record", "Nobody / Nothing"),
+        (("golden", "remove", "--json", "never added"), "invalid_input", 'there is no golden query "never added"'),
+        (("golden", "import", "--json", "/nonexistent/golden.jsonl"), "invalid_input", "does not exist"),
         (("sync", "--json", "--batch-size", "0"), "invalid_input", "--batch-size"),
         (("model", "switch", "--json"), "invalid_input", "Missing argument 'NEW_MODEL'"),
     ],
@@ -123,6 +126,8 @@ def test_json_keys_are_camel_case_on_every_report(registry, database_url):
     reports = [json.loads(run_cli(registry, *args).stdout) for args in (
         ("sync", "--dry-run", "--json"), ("sync", "--json"), ("model", "show", "--json"), ("history", "--json", "Acme Maps / Reverse geocode"),
         ("db", "status", "--json"), ("db", "roles", "--json"),
+        ("golden", "add", "--json", "turn an address into coordinates", "--relevant", "Acme Maps / Geocode an address"),
+        ("golden", "list", "--json"), ("golden", "remove", "--json", "turn an address into coordinates"),
     )]  # fmt: skip
 
     def keys(value):

@@ -48,6 +48,9 @@ SETUP = "./scripts/setup && "
 pytestmark = pytest.mark.slow  # a new embedded server, the sample catalog embedded, a dozen processes
 
 RUN, HELP, SERVE, NOT_RUN = "run", "help", "serve", "not run"
+GOLDEN_QUERY = "send an SMS text message to a customer's phone"
+GOLDEN_ADD = f'payrail-embedder golden add "{GOLDEN_QUERY}" --relevant "Twilio / Programmable Messaging: Send an SMS"'
+GOLDEN_REMOVE = f'payrail-embedder golden remove "{GOLDEN_QUERY}"'
 # Every command line of the docs' sh blocks (comments dropped), and how it is run.
 COMMANDS = {
     SETUP + ACTIVATE + ' && payrail-embedder db apply && payrail-embedder import catalog/sample.jsonl && payrail-embedder search "find live hotel availability through a paid API"': RUN,
@@ -68,6 +71,14 @@ COMMANDS = {
     "payrail-embedder export -o catalog.jsonl": RUN,
     "payrail-embedder import catalog.jsonl": RUN,
     "payrail-embedder model show": RUN,
+    # The golden queries' loop (docs/operators.md), on the sample catalog.
+    GOLDEN_ADD: RUN,
+    "payrail-embedder golden list": RUN,
+    "payrail-embedder eval": RUN,
+    "payrail-embedder eval --min-hit-at-3 0.8 --min-mrr 0.6": RUN,
+    "payrail-embedder golden export golden.jsonl": RUN,
+    GOLDEN_REMOVE: RUN,
+    "payrail-embedder golden import golden.jsonl": RUN,
     "payrail-embedder --embedder openai model switch text-embedding-3-large": HELP,
     # Tuning takes minutes and labelled queries of the registry's own: tests/test_tune.py runs it.
     "payrail-embedder model tune golden.jsonl": HELP,
@@ -184,6 +195,21 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
         assert ok(env, "payrail-embedder import catalog.jsonl").startswith(f"0 created, 0 updated, {records} unchanged")
     finally:
         (REPO / "catalog.jsonl").unlink(missing_ok=True)
+    # Golden queries: added, listed, measured and gated through search, exported, removed, imported again.
+    assert ok(env, GOLDEN_ADD).startswith("added golden query 1: " + GOLDEN_QUERY)
+    listed = ok(env, "payrail-embedder golden list")
+    assert "relevant: Twilio / Programmable Messaging: Send an SMS\n" in listed and listed.endswith("1 golden query\n"), listed
+    assert "1 queries\nhit@1            1.000\nhit@3            1.000\n" in ok(env, "payrail-embedder eval")
+    assert "0 missed" in ok(env, "payrail-embedder eval --min-hit-at-3 0.8 --min-mrr 0.6")
+    try:
+        ok(env, "payrail-embedder golden export golden.jsonl")
+        exported = (REPO / "golden.jsonl").read_bytes()
+        assert exported.decode().startswith(json.dumps({"query": GOLDEN_QUERY}, ensure_ascii=False)[:-1]), exported
+        assert ok(env, GOLDEN_REMOVE).startswith("removed golden query 1: ")
+        assert ok(env, "payrail-embedder golden import golden.jsonl") == "1 golden query added, 0 unchanged\n"
+        assert shell(env, "payrail-embedder golden export").stdout.encode() == exported
+    finally:
+        (REPO / "golden.jsonl").unlink(missing_ok=True)
     assert ok(env, "payrail-embedder model show").startswith("all-MiniLM-L6-v2 (384 dimensions)")
     assert ok(env, "payrail-embedder model list") == f"no tuned models in {env['HOME']}/.local/share/payrail-agent-search/models\n"
 

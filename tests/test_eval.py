@@ -7,6 +7,7 @@ the metric definitions written out again below, never copied from a run.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import psycopg
@@ -146,3 +147,106 @@ def test_compare_ranks_a_candidate_in_memory_exactly_as_the_registry_ranks(cli_e
     assert text.returncode == 0, text.stderr
     assert re.search(rf"^hit@3 +{report['metrics']['hit@3']:.3f} +{report['metrics']['hit@3']:.3f} +\+0\.000$", text.stdout, flags=re.M)
     assert text.stdout.count(f"{len(report['misses'])} missed by {FAKE_MODEL}") == 2
+
+
+# The registry's own golden queries: LABELLED imported, then eval without a file.
+
+
+@pytest.fixture
+def golden_registry(cli_env, registry):
+    """The registry of `registry`, holding LABELLED as its golden queries (ids 1, 2, ... in order)."""
+    code, report, stderr = cli_json(cli_env, "golden", "import", "--json", registry)
+    assert (code, report["added"]) == (0, len(LABELLED)), (report, stderr)
+    return cli_env
+
+
+def test_eval_without_a_file_measures_the_registry_golden_queries_through_search(golden_registry, openai_fake):
+    metrics, missed_lines = expected_report()
+    golden_ids = [g["goldenQueryId"] for g in cli_json(golden_registry, "golden", "list", "--json")[1]["goldenQueries"]]
+    requests_before = len(openai_fake.requests)
+
+    code, report, stderr = cli_json(golden_registry, "eval", "--json")
+
+    assert code == 0, (report, stderr)
+    assert report["queries"] == len(LABELLED)
+    assert report["metrics"] == pytest.approx(metrics, abs=1e-9)
+    assert report["belowFloors"] == []
+    # Each miss: the golden query, its records as named now, and the three that came instead.
+    assert [miss["goldenQueryId"] for miss in report["misses"]] == [golden_ids[line - 1] for line in missed_lines]
+    for miss in report["misses"]:
+        labelled = LABELLED[golden_ids.index(miss["goldenQueryId"])]
+        assert "line" not in miss and miss["query"] == labelled["query"]
+        assert [(normalized(p), normalized(m)) for p, m in miss["relevant"]] == [(normalized(p), normalized(m)) for p, m in labelled["relevant"]]
+        assert [tuple(pair) for pair in miss["returned"]] == expected_top3(labelled["query"]) and len(miss["returned"]) == 3
+    # The draft named as relevant, warned about by golden query.
+    assert report["labelWarnings"] == [
+        {"goldenQueryId": golden_ids[number], "provider": "Amadeus", "method": "Hotel Search", "problem": "a draft: search never returns it"}
+        for number, labelled in enumerate(LABELLED)
+        if ["Amadeus", "Hotel Search"] in labelled["relevant"]
+    ]
+    new_requests = openai_fake.requests[requests_before:]
+    assert [len(r["input"]) for r in new_requests] == [len(LABELLED)], "the queries embedded in one batch"
+
+    text = run_cli(golden_registry, "eval")
+    assert text.returncode == 0, text.stderr
+    assert f"hit@3            {metrics['hit@3']:.3f}" in text.stdout and f"mrr@3            {metrics['mrr@3']:.3f}" in text.stdout
+    first_miss = LABELLED[missed_lines[0] - 1]
+    assert f"golden query {golden_ids[missed_lines[0] - 1]}: {first_miss['query']}\n   relevant: " in text.stdout
+    assert "   returned: " + "; ".join(f"{p} / {m}" for p, m in expected_top3(first_miss["query"])) in text.stdout
+    assert "warning: golden query" in text.stderr
+
+
+def test_eval_of_the_golden_queries_and_of_their_export_agree(golden_registry, tmp_path):
+    exported = tmp_path / "golden.jsonl"
+    assert run_cli(golden_registry, "golden", "export", exported).returncode == 0
+    from_registry = cli_json(golden_registry, "eval", "--json")[1]
+    from_file = cli_json(golden_registry, "eval", "--json", exported)[1]
+    assert from_file["metrics"] == from_registry["metrics"]
+    assert [miss["returned"] for miss in from_file["misses"]] == [miss["returned"] for miss in from_registry["misses"]]
+
+
+@pytest.mark.parametrize("option, metric", [("--min-hit-at-3", "hit@3"), ("--min-mrr", "mrr@3")])
+def test_a_floor_above_the_metric_exits_3_naming_it_and_one_at_it_passes(golden_registry, option, metric):
+    value = expected_report()[0][metric]
+    floor = round(value + 0.01, 3)
+
+    below = run_cli(golden_registry, "eval", option, str(floor))
+
+    assert below.returncode == 3, below.stderr
+    assert f"below the floor: {metric} {value:.3f} < {floor:.3f}" in below.stderr
+    assert f"{metric:<16} {value:.3f}" in below.stdout, "the report is printed all the same"
+    code, report, _ = cli_json(golden_registry, "eval", "--json", option, str(floor))
+    assert code == 3 and report["belowFloors"] == [{"metric": metric, "floor": floor, "value": pytest.approx(value)}]
+    assert report["metrics"][metric] == pytest.approx(value)
+
+    at = run_cli(golden_registry, "eval", option, str(math.floor(value * 1000) / 1000))
+    assert at.returncode == 0 and "below the floor" not in at.stderr, at.stderr
+
+
+def test_both_floors_are_checked_and_a_file_takes_them_too(registry, cli_env):
+    metrics = expected_report()[0]
+    code, report, _ = cli_json(cli_env, "eval", "--json", registry, "--min-hit-at-3", "1", "--min-mrr", "1")
+    assert code == 3
+    assert [failed["metric"] for failed in report["belowFloors"]] == ["hit@3", "mrr@3"]
+    assert cli_json(cli_env, "eval", "--json", registry, "--min-hit-at-3", "0", "--min-mrr", str(metrics["mrr@3"] - 0.001))[0] == 0
+
+
+@pytest.mark.parametrize("floor", ["1.5", "-0.1", "high"])
+def test_a_floor_outside_0_to_1_is_a_usage_error(registry, cli_env, floor):
+    code, failure, _ = cli_json(cli_env, "eval", "--json", registry, "--min-hit-at-3", floor)
+    assert (code, failure["error"]) == (2, "invalid_input") and "--min-hit-at-3" in failure["detail"], failure
+
+
+def test_eval_of_a_registry_without_golden_queries_says_so_and_exits_2(registry, cli_env):
+    code, failure, _ = cli_json(cli_env, "eval", "--json", "--min-hit-at-3", "0")
+    assert (code, failure["error"]) == (2, "invalid_input"), failure
+    assert "the registry has no golden queries to measure" in failure["detail"], failure
+    text = run_cli(cli_env, "eval")
+    assert text.returncode == 2 and "golden import FILE" in text.stderr, text.stderr
+
+
+def test_golden_queries_change_no_answer_of_search(cli_env, registry):
+    queries = [labelled["query"] for labelled in LABELLED]
+    before = [run_cli(cli_env, "search", "--json", query).stdout for query in queries]
+    assert run_cli(cli_env, "golden", "import", registry).returncode == 0
+    assert [run_cli(cli_env, "search", "--json", query).stdout for query in queries] == before

@@ -75,8 +75,8 @@ def record(records: list[dict], provider: str) -> dict:
 def fill(cluster: Cluster, openai_fake, directory: Path) -> tuple[str, list[dict]]:
     """A registry after some life, in a new database of cluster: the agent catalog imported
     (enabled records and a draft, with vectors), then two operator logins edit in SQL, as in
-    psql: a URL edit, a new draft without a vector, a draft's guidance, a deletion. Returns its
-    URL and the records as they stand."""
+    psql: a URL edit, a new draft without a vector, golden queries (one naming the draft), a
+    draft's guidance, a deletion. Returns its URL and the records as they stand."""
     with psycopg.connect(cluster.url(), autocommit=True) as admin:
         admin.execute("create database registry")
     url = cluster.url("registry")
@@ -107,6 +107,12 @@ def fill(cluster: Cluster, openai_fake, directory: Path) -> tuple[str, list[dict
             "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)",
             (maps["provider"], maps["method"], maps["guidance"]),
         )
+        for query, providers in (("give a customer their money back", ["Stripe"]), ("a hotel room for tonight", ["Duffel", "Amadeus"])):
+            conn.execute(
+                """select payrail.add_golden_query(%s, array(select id from payrail.provider_methods
+                   where provider = any(%s) and (provider <> 'Stripe' or method = 'Create a refund') order by provider desc))""",
+                (query, providers),
+            )
     amadeus = record(records, "Amadeus")
     amadeus["guidance"] = (
         "Purpose: Find live hotel availability and prices through a paid API.\n"
@@ -207,6 +213,10 @@ def assert_carried_over_and_working(
             "select id, provider from payrail.provider_method_history where id > %s order by id", (last_history_id,)
         ).fetchall()
     assert sorted(provider for _, provider in history) == ["Acme Maps", "Amadeus", "Duffel", "Twilio"]
+    # The golden queries' rules came through: a record they name is not deleted while they do.
+    with psycopg.connect(url) as conn:
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match='"Stripe / Create a refund" is not deleted: 1 golden query names it'):
+            conn.execute("delete from payrail.provider_methods where method = 'Create a refund'")
 
 
 @pytest.mark.slow
@@ -216,6 +226,7 @@ def test_a_backup_restores_on_a_new_server_with_the_documented_commands(version,
     url, records = fill(source, openai_fake, tmp_path)
     before = state(url, embedder)
     assert before["answers"] == expected_answers(records)
+    assert len(before["rows"]["payrail.golden_query_records"]) == 3, "golden queries to carry over"
     directory = tmp_path / "backups"
     directory.mkdir()
     env = {
@@ -258,6 +269,7 @@ def test_pg_upgrade_from_16_to_18_with_the_documented_commands_keeps_the_registr
     url, records = fill(old, openai_fake, tmp_path)
     before = state(url, embedder, across_versions=True)
     assert before["answers"] == expected_answers(records)
+    assert len(before["rows"]["payrail.golden_query_records"]) == 3, "golden queries to carry over"
     # An empty data directory the servers' user owns, for the documented initdb to fill.
     new = clusters(18, "new")
     directory = tmp_path / "upgrade"

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from payrail_embedder import stored
+from payrail_embedder import evaluation, golden, stored
 from payrail_embedder.records import ProviderMethod
 from payrail_embedder.write import Change, check_changes, save_changes
 from payrail_test_support.stored import content_hash
@@ -192,3 +192,21 @@ def test_the_records_list_filters_without_reading_every_record_before_any_analyz
     for _ in range(2):
         assert_uses_indexes(unanalyzed, lambda: stored.list_records(unanalyzed, text, state, limit=100))
         assert lookups(unanalyzed, lambda: stored.counts(unanalyzed))["sequential scans"] == {}
+
+
+def test_eval_and_golden_queries_find_records_by_their_keys_before_any_analyze(unanalyzed):
+    """eval's labels and answers to records, golden queries added, listed, and going with a deleted record."""
+    numbers = range(0, 600, 30)
+    pairs = [name(number) for number in numbers]
+    ids = [stored.find_by_name(unanalyzed, list(pair))["id"] for pair in pairs]
+    assert_uses_indexes(unanalyzed, lambda: evaluation.NormalizedNames(unanalyzed, pairs), 10 * len(pairs))
+
+    def golden_queries_of_a_registry():
+        for number, record_id in enumerate(ids):
+            relevant = [record_id] if number == 0 else [record_id, ids[0]]
+            unanalyzed.execute("select payrail.add_golden_query(%s, %s)", (f"question {number}", relevant))
+        assert [len(g.relevant) for g in golden.golden_queries(unanalyzed)] == [1] + [2] * (len(ids) - 1)
+        unanalyzed.execute("select payrail.delete_provider_method(%s, null, true)", (ids[0],))
+        assert [len(g.relevant) for g in golden.golden_queries(unanalyzed)] == [1] * (len(ids) - 1)
+
+    assert_uses_indexes(unanalyzed, golden_queries_of_a_registry)

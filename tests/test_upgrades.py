@@ -171,6 +171,16 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
             assert operator.execute(
                 "select changed_by, version from payrail.provider_method_history order by id desc limit 1").fetchone() == (
                 f"{name}_op2", 1)
+            # The upgraded registry has golden queries: an operator adds one, its record is kept from
+            # deletion, and the next apply (every file again) keeps it.
+            operator.execute("""select payrail.add_golden_query('text my customer',
+                                array(select id from payrail.provider_methods where provider = 'Globex' and method = 'Send SMS'))""")
+            with pytest.raises(psycopg.errors.ForeignKeyViolation, match="1 golden query names it"):
+                operator.execute("delete from payrail.provider_methods where provider = 'Globex' and method = 'Send SMS'")
+        golden = run_cli(env, "golden", "export")
+        assert golden.stdout == '{"query": "text my customer", "relevant": [["Globex", "Send SMS"]]}\n', golden.stderr
+        assert json.loads(run_cli(env, "db", "apply", "--force", "--json").stdout)["changed"] is True
+        assert run_cli(env, "golden", "export").stdout == golden.stdout
     finally:
         with psycopg.connect(server.admin_url, autocommit=True) as admin:
             for database in (name, f"{name}_fresh"):

@@ -98,7 +98,7 @@ grant execute on function payrail.set_embedding_model(text, integer) to payrail_
 grant execute on function
   payrail.plan_provider_method_changes(bigint[], text[], text[], text[], boolean[], integer[]),
   payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean),
-  payrail.delete_provider_method(bigint, integer),
+  payrail.delete_provider_method(bigint, integer, boolean),
   payrail._edit_conflict(bigint, payrail.provider_methods, integer),
   payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer)
   to payrail_operator;
@@ -133,6 +133,20 @@ begin
   end if;
 end
 $$;
+
+-- Golden queries: evaluation and training data, never search's. Operators read and write them (the
+-- rules are the tables' own, so psql writes obey them too); the embedder reads them (eval, model
+-- tune); agents nothing. Who added one and when are the trigger's to write, never the writer's.
+grant select on payrail.golden_queries, payrail.golden_query_records to payrail_operator, payrail_embedder;
+grant insert (query), delete on payrail.golden_queries to payrail_operator;
+grant insert (golden_query_id, record_id, ordinal), delete on payrail.golden_query_records to payrail_operator;
+grant execute on function
+  payrail.add_golden_query(text, bigint[]),
+  payrail.remove_golden_query(text),
+  payrail._golden_query_named(text),
+  payrail._refuse_golden_query_without_records(text)
+  to payrail_operator;
+grant execute on function payrail._golden_query_named(text) to payrail_embedder;
 
 -- Model switch: the embedder stages the next model's vectors and switches.
 grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;

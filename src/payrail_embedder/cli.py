@@ -19,6 +19,7 @@ import psycopg
 
 from . import catalog, database, deploy, embedded, evaluation, input_files, logins, logs, model_switch, stored, tuning
 from . import edit as edit_module
+from . import golden as golden_module
 from . import history as history_module
 from . import status as status_module
 from . import sync as sync_module
@@ -339,16 +340,21 @@ def import_(settings: Settings, files, skip_invalid, as_json):
                 "import", conn, started, failed=bool(report.refused), created=report.created, updated=report.updated,
                 unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
             )  # fmt: skip
-    if as_json:
-        click.echo(json_text(report.to_json()))
-    else:
-        for refusal in report.refused:
-            click.echo(f"refused {refusal}", err=True)
-        click.echo(report.summary())
-        if report.not_imported:
-            click.echo("Fix the refused lines and import again, or import with --skip-invalid to save the valid lines alone.", err=True)
+    echo_import_report(report, as_json)
+    if report.not_imported and not as_json:
+        click.echo("Fix the refused lines and import again, or import with --skip-invalid to save the valid lines alone.", err=True)
     if report.refused:
         sys.exit(EXIT_STATUS["invalid_input"])
+
+
+def echo_import_report(report: catalog.ImportReport | golden_module.ImportReport, as_json: bool) -> None:
+    """An import's report: its JSON, or each refused line on standard error and the summary."""
+    if as_json:
+        click.echo(json_text(report.to_json()))
+        return
+    for refusal in report.refused:
+        click.echo(f"refused {refusal}", err=True)
+    click.echo(report.summary())
 
 
 @cli.command("export")
@@ -515,8 +521,22 @@ def echo_matches(matches: list[Match], as_json: bool) -> None:
             click.echo(f"   {line}")
 
 
+# eval's exit status when a metric is below its floor (--min-hit-at-3, --min-mrr): the report is
+# printed all the same; 1 and 2 keep their meaning (errors.EXIT_STATUS), so a pipeline can tell
+# "search got worse" from "eval could not run".
+BELOW_FLOOR = 3
+
+
+def floor_option(name: str, metric: str):
+    return click.option(
+        name,
+        type=click.FloatRange(0, 1),
+        help=f"Exit {BELOW_FLOOR} when {metric} is below this (0 to 1): a deployment pipeline refuses a change that makes search worse.",
+    )
+
+
 @cli.command("eval")
-@click.argument("queries_file", metavar="QUERIES.jsonl", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
+@click.argument("queries_file", metavar="[QUERIES.jsonl]", required=False, type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
 @click.option(
     "--compare",
     "candidate_model",
@@ -524,45 +544,71 @@ def echo_matches(matches: list[Match], as_json: bool) -> None:
     help="Also score MODEL (on the --embedder backend; a tuned model's name, say) side by side, as if it were the "
     "registry's: every enabled record embedded by it in memory; nothing is switched or written.",
 )
+@floor_option("--min-hit-at-3", "hit@3")
+@floor_option("--min-mrr", "mrr@3")
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"queries", "metrics", "misses", "labelWarnings"}, and with --compare "compare": {"model", "metrics", "misses"}.',
+    help='Print {"queries", "metrics", "misses", "labelWarnings", "belowFloors"}, and with --compare "compare": {"model", "metrics", "misses"}.',
 )
 @click.pass_obj
-def eval_(settings: Settings, queries_file, candidate_model, as_json):
+def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_mrr, as_json):
     """Measure retrieval quality: run labelled queries through search and score the answers.
 
-    Each line of QUERIES.jsonl (- reads standard input): {"query": "...", "relevant": [[provider, method], ...]}. Every
-    query goes through the same search path as `search`, against the configured registry (the
-    queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
-    recall@3 and MRR@3, and the queries with no relevant method in the top 3. Labels naming a
-    record the registry lacks, or holds only as a draft, are warned about.
+    Without QUERIES.jsonl, the registry's own golden queries (`golden list`); a registry that has
+    none is an error (exit 2), so a pipeline never passes on nothing measured. Each line of
+    QUERIES.jsonl ("-": standard input): {"query": "...", "relevant": [[provider, method], ...]}.
+    Every query goes through the same search path as `search`, against the configured registry
+    (the queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
+    recall@3 and MRR@3, and the queries with no relevant method in the top 3, each with the three
+    that came instead. Labels naming a record the registry lacks, or holds only as a draft, are
+    warned about. Exits 3 when a metric is below its floor (--min-hit-at-3, --min-mrr), naming
+    it; 1 when search is unavailable; 2 for bad input.
     """
-    queries = evaluation.read_labelled_queries(queries_file)
+    floors = {metric: floor for metric, floor in (("hit@3", min_hit_at_3), ("mrr@3", min_mrr)) if floor is not None}
+    queries = evaluation.read_labelled_queries(queries_file) if queries_file else None
     with connect_for_search(settings) as conn:
+        if queries is None:
+            queries = golden_module.labelled_queries(conn)
+            if not queries:
+                raise Failure(
+                    "invalid_input",
+                    "the registry has no golden queries to measure: add some (`payrail-embedder golden add` or "
+                    "`golden import FILE`), or give eval a QUERIES.jsonl file",
+                )
         report = evaluation.evaluate(conn, settings.embedder, queries)
         model = registry_model(conn)
         compared = None
         if candidate_model:
             candidate = replace(settings, model=candidate_model).embedder()
             compared = evaluation.evaluate_candidate(conn, candidate, queries)
+    below = report.below(floors)
     if as_json:
-        answer = report.to_json()
+        answer = {**report.to_json(), "belowFloors": below}
         if compared is not None:
             answer["compare"] = {"model": candidate_model, "metrics": compared.metrics, "misses": compared.misses}
         click.echo(json_text(answer))
-        return
+    else:
+        echo_report(report, compared, model.name if model else "no model", candidate_model)
+    for failed in below:
+        click.echo(f"below the floor: {failed['metric']} {failed['value']:.3f} < {failed['floor']:.3f}", err=True)
+    if below:
+        sys.exit(BELOW_FLOOR)
+
+
+def echo_report(report: evaluation.EvaluationReport, compared: evaluation.EvaluationReport | None, name: str, candidate_model: str | None) -> None:
+    """eval's report for people: its label warnings on standard error, the metrics and the misses."""
     for warning in report.label_warnings:
-        click.echo(f"warning: line {warning['line']}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True)
+        click.echo(
+            f"warning: {evaluation.origin_text(warning)}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True
+        )
     click.echo(f"{report.queries} queries")
     if compared is None:
-        for name, value in report.metrics.items():
-            click.echo(f"{name:<16} {value:.3f}")
+        for metric, value in report.metrics.items():
+            click.echo(f"{metric:<16} {value:.3f}")
         echo_misses(report.misses, "")
         return
-    name = model.name if model else "no model"
     echo_side_by_side([f"{name} (registry)", candidate_model], [report.metrics, compared.metrics])
     echo_misses(report.misses, f" by {name}")
     echo_misses(compared.misses, f" by {candidate_model}")
@@ -571,7 +617,7 @@ def eval_(settings: Settings, queries_file, candidate_model, as_json):
 def echo_misses(misses: list[dict], by: str) -> None:
     click.echo(f"{len(misses)} missed{by} (no relevant method in the top 3):")
     for miss in misses:
-        click.echo(f"line {miss['line']}: {miss['query']}")
+        click.echo(f"{evaluation.origin_text(miss)}: {miss['query']}")
         click.echo("   relevant: " + "; ".join(f"{p} / {m}" for p, m in miss["relevant"]))
         click.echo("   returned: " + ("; ".join(f"{p} / {m}" for p, m in miss["returned"]) or "-"))
 
@@ -583,6 +629,135 @@ def echo_side_by_side(headers: list[str], metrics: list[dict[str, float]]) -> No
     for name in evaluation.METRICS:
         values = [m[name] for m in metrics]
         click.echo(f"{name:<16} " + " ".join(f"{v:{width}.3f}" for v in values) + f"  {values[-1] - values[0]:+.3f}")
+
+
+@cli.group()
+def golden():
+    """Keep the registry's golden queries: questions and the records they should find, which eval measures.
+
+    Evaluation and training data beside the records, never ranking input: search reads none, and
+    agents cannot. Operators write them; operators and the embedder read them.
+    """
+
+
+def echo_golden_query(query: golden_module.GoldenQuery, verb: str = "golden query") -> None:
+    click.echo(f"{verb} {query.golden_query_id}: {query.query}")
+    click.echo("   relevant: " + "; ".join(f"{r.provider} / {r.method}" + ("" if r.enabled else " (draft)") for r in query.relevant))
+    click.echo(f"   added {query.added_at.isoformat()} by {query.added_by}")
+
+
+@golden.command("list")
+@JSON_OPTION
+@click.pass_obj
+def golden_list(settings: Settings, as_json):
+    """List the golden queries in the order they were added, each with its records as they are named now.
+
+    With --json: {"goldenQueries": [{"goldenQueryId", "query", "relevant": [{"recordId",
+    "provider", "method", "enabled"}, ...], "addedBy", "addedAt"}, ...]}.
+    """
+    with settings.connect() as conn:
+        queries = golden_module.golden_queries(conn)
+    if as_json:
+        click.echo(json_text({"goldenQueries": [query.to_json() for query in queries]}))
+        return
+    for query in queries:
+        echo_golden_query(query)
+    click.echo(f"{len(queries)} golden quer{'y' if len(queries) == 1 else 'ies'}")
+
+
+@golden.command("add")
+@QUERY_ARGUMENT
+@click.option(
+    "--relevant",
+    "names",
+    multiple=True,
+    required=True,
+    metavar='"PROVIDER / METHOD"',
+    help='A record QUERY should find, "Provider / Method" or "Provider Method"; repeat it for each, in the order they should come.',
+)
+@JSON_OPTION
+@click.pass_obj
+def golden_add(settings: Settings, query, names, as_json):
+    """Add a golden query: QUERY ("-": read it from standard input), as an agent would ask it, and the records it should find.
+
+    The query obeys search's rules; the same query (ignoring case, compatibility forms, invisible
+    characters and runs of white space) cannot be added twice: `golden remove` it first to label
+    it anew. Drafts may be named (eval warns that search never returns them).
+    """
+    query = check_query(read_query(query))
+    started = time.monotonic()
+    with settings.connect() as conn:
+        added = golden_module.add_golden_query(conn, query, names)
+        log_change("golden_add", conn, started, golden_query=added.golden_query_id, relevant=len(added.relevant))
+    if as_json:
+        click.echo(json_text(added.to_json()))
+    else:
+        echo_golden_query(added, "added golden query")
+
+
+@golden.command("remove")
+@click.argument("queries", nargs=-1, required=True, metavar="QUERY...")
+@JSON_OPTION
+@click.pass_obj
+def golden_remove(settings: Settings, queries, as_json):
+    """Remove golden queries, each named by its query (compared as `golden add` compares them); all or none.
+
+    The records they named are not touched. With --json: {"removed": [...]}, as `golden list --json` lists them.
+    """
+    started = time.monotonic()
+    with settings.connect() as conn:
+        removed = golden_module.remove_golden_queries(conn, queries)
+        log_change("golden_remove", conn, started, removed=len(removed))
+    if as_json:
+        click.echo(json_text({"removed": [query.to_json() for query in removed]}))
+        return
+    for query in removed:
+        echo_golden_query(query, "removed golden query")
+
+
+@golden.command("import")
+@click.argument("file", metavar="FILE", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
+@JSON_OPTION
+@click.pass_obj
+def golden_import(settings: Settings, file, as_json):
+    """Add the golden queries of FILE, eval's format, all or none.
+
+    Each line: {"query": "...", "relevant": [[provider, method], ...]}, naming records the registry
+    holds (drafts too) as names compare; no other field. Every line is checked first, and every
+    refused line printed with its number: a record no record goes by, one named twice, a query
+    an earlier line has, or one the registry holds with other records (`golden remove` it first).
+    One refused line adds nothing (exit 2). A query the registry holds with the same records is
+    left as it is, so importing the same file again changes nothing.
+    """
+    started = time.monotonic()
+    queries = evaluation.read_labelled_queries(file, only_known_fields=True)
+    with settings.connect() as conn:
+        report = golden_module.import_golden_queries(conn, queries, str(file))
+        log_change(
+            "golden_import", conn, started, failed=not report.saved, added=report.added, unchanged=report.unchanged,
+            refused=len(report.refused),
+        )  # fmt: skip
+    echo_import_report(report, as_json)
+    if not report.saved:
+        sys.exit(EXIT_STATUS["invalid_input"])
+
+
+@golden.command("export")
+@click.argument("file", metavar="[FILE]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_obj
+def golden_export(settings: Settings, file):
+    """Write every golden query as a line of eval's format to FILE ("-" or none: standard output).
+
+    In the order they were added; each line {"query", "relevant"} in that order, the records in
+    the order they were given, each by the names it has now. `golden import` of the file into a
+    registry holding the same records, then `golden export`, gives the same bytes.
+    """
+    with settings.connect() as conn:
+        data = "".join(line + "\n" for line in golden_module.export_lines(conn)).encode("utf-8")
+    if file is None or str(file) == "-":
+        click.get_binary_stream("stdout").write(data)
+    else:
+        file.write_bytes(data)
 
 
 @cli.command("preview")

@@ -37,7 +37,8 @@ from .errors import CodedError
 
 # The tables a change may lock, in the order a search takes them (payrail._search: the name path's
 # provider_methods, the model, the derived table), then those searches never read, the list
-# entries first (a save's triggers, which fire in name order, write them after the half vectors).
+# entries first (a save's triggers, which fire in name order, write them after the half vectors),
+# the golden queries last (a record's delete reads them after locking the record).
 LOCK_ORDER = (
     "payrail.provider_methods",
     "payrail.embedding_model",
@@ -45,6 +46,8 @@ LOCK_ORDER = (
     "payrail.provider_method_list_entries",
     "payrail.embedding_staging",
     "payrail.provider_method_history",
+    "payrail.golden_queries",
+    "payrail.golden_query_records",
 )
 # Serializes applies: a lock on a table no role but the deployer (its owner) may lock.
 DEPLOY_LOCK_TABLE = "payrail.deployments"

@@ -1,8 +1,11 @@
 """Retrieval quality: labelled queries run through the product's own search path, and their metrics.
 
-A labelled query is {"query": "...", "relevant": [[provider, method], ...]}. Metrics, per query
-and then averaged (the definitions of the benchmark's SOURCE.md), with rel the relevant pairs
-and top_k the first k results:
+A labelled query is {"query": "...", "relevant": [[provider, method], ...]}: a line of a file
+(`eval FILE`, `golden import`, `model tune FILE`: one parser, parse_labelled_lines), or a golden
+query of the registry (golden.py). run_queries puts each through search as an agent's question
+and returns what came back for it (QueryResult: the rank of each relevant record, the records
+that came instead); evaluate scores them. Metrics, per query and then averaged (the definitions
+of the benchmark's SOURCE.md), with rel the relevant pairs and top_k the first k results:
 recall@k = |rel ∩ top_k| / |rel|; capped recall@3 = |rel ∩ top_3| / min(|rel|, 3);
 hit@k = 1 if rel ∩ top_k is not empty; MRR@3 = 1 / rank of the first relevant result, or 0.
 """
@@ -10,7 +13,7 @@ hit@k = 1 if rel ∩ top_k is not empty; MRR@3 = 1 / rank of the first relevant 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,12 +22,14 @@ import psycopg
 
 from .embedders import Embedder, EmbeddingUnavailable, record_text
 from .errors import CodedError
-from .input_files import LineLimit, open_input
-from .records import RECORD_LINE
+from .input_files import LineLimit, NumberedLine, open_input
+from .records import RECORD_LINE, refuse_duplicate_keys
 from .registry_model import embedder_for, registry_model
 from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, holding, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
+# A labelled query's fields; a file may carry others (the benchmark's "source"), which golden import refuses.
+LABELLED_FIELDS = ("query", "relevant")
 
 Pair = tuple[str, str]
 
@@ -37,9 +42,24 @@ class EvaluationError(CodedError):
 
 @dataclass(frozen=True)
 class LabelledQuery:
-    line: int
+    # The file's line it was read from; None for a golden query of the registry.
+    line: int | None
     query: str
     relevant: tuple[Pair, ...]
+    # The golden query's id (payrail.golden_queries.id); None for a file's.
+    golden_query_id: int | None = None
+
+    def origin(self) -> dict:
+        """Where it comes from, as JSON: {"line": N} for a file's query, {"goldenQueryId": ID} for the registry's."""
+        return {"line": self.line} if self.golden_query_id is None else {"goldenQueryId": self.golden_query_id}
+
+    def describe_origin(self) -> str:
+        return origin_text(self.origin())
+
+
+def origin_text(item: dict) -> str:
+    """Where a query of a report (a miss, a label warning) comes from, for people: "line N" or "golden query ID"."""
+    return f"line {item['line']}" if "line" in item else f"golden query {item['goldenQueryId']}"
 
 
 # A labelled query's line may be as long as a catalog line (records.RECORD_LINE): a query of
@@ -47,42 +67,84 @@ class LabelledQuery:
 LABELLED_QUERY_LINE = LineLimit(RECORD_LINE.bytes, "more than a labelled query line may take (docs/embeddings.md, Tuning the local model)")
 
 
-def read_labelled_queries(path: Path | str) -> list[LabelledQuery]:
-    """The labelled queries of a file (any input open_input takes, "-" included); the first line
-    that is not one is refused, naming the file and the line."""
-    queries = []
+def read_labelled_queries(path: Path | str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
+    """The labelled queries of a file (any input open_input takes, "-" included), each with its
+    line (parse_labelled_lines)."""
     with open_input(path, line_limit=LABELLED_QUERY_LINE) as opened:
-        for line in opened.lines():
-            where = f"{opened.source}:{line.number}"
-            try:
-                if line.problem is not None:
-                    raise ValueError(line.problem)
-                data = json.loads(line.text)
-                query, relevant = data["query"], data["relevant"]
-                if not isinstance(query, str):
-                    raise ValueError("query must be a string")
-                if not (
-                    isinstance(relevant, list)
-                    and relevant
-                    and all(
-                        isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, str) for n in pair)
-                        for pair in relevant
-                    )
-                ):
-                    raise ValueError("relevant must be a non-empty array of [provider, method] pairs")
-            except RecursionError:
-                raise EvaluationError(f"{where}: malformed JSON: nested too deeply") from None
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-                reason = f"missing field {error}" if isinstance(error, KeyError) else str(error)
-                raise EvaluationError(f"{where}: {reason}") from error
-            try:
-                check_query(query)  # invalid_query before the database or the embedder is asked
-            except InvalidQuery as error:
-                raise InvalidQuery(f"{where}: {error.detail}") from None
-            queries.append(LabelledQuery(line.number, query, tuple((p, m) for p, m in relevant)))
-        if not queries:
-            raise EvaluationError(f"{opened.source}: no labelled queries")
+        return parse_labelled_lines(opened.lines(), opened.source, only_known_fields=only_known_fields)
+
+
+def parse_labelled_lines(lines: Iterable[NumberedLine], source: str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
+    """The one reader of labelled queries, for `eval FILE`, `golden import` and `model tune FILE`.
+
+    Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}; the first line
+    that is not is refused, naming source and line: EvaluationError (invalid_input), or
+    InvalidQuery (invalid_query) for a query search would refuse, before the database or the
+    embedder is asked. only_known_fields: refuse fields other than query and relevant (golden
+    import keeps those two alone, so nothing else a line says is dropped unseen); otherwise they
+    are ignored. None at all is refused too.
+    """
+    queries = []
+    for line in lines:
+        where = f"{source}:{line.number}"
+        if line.problem is not None:
+            raise EvaluationError(f"{where}: {line.problem}")
+        try:
+            query, relevant = _labelled_fields(line.text, only_known_fields)
+        except (json.JSONDecodeError, ValueError, RecursionError) as error:
+            raise EvaluationError(f"{where}: {_problem(error)}") from None
+        try:
+            check_query(query)  # invalid_query before the database or the embedder is asked
+        except InvalidQuery as error:
+            raise InvalidQuery(f"{where}: {error.detail}") from None
+        queries.append(LabelledQuery(line.number, query, relevant))
+    if not queries:
+        raise EvaluationError(f"{source}: no labelled queries")
     return queries
+
+
+def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pair, ...]]:
+    data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
+    if not isinstance(data, dict):
+        raise ValueError("a line must be a JSON object")
+    missing = [name for name in LABELLED_FIELDS if name not in data]
+    if missing:
+        raise ValueError(f"missing field {', '.join(missing)}")
+    unknown = sorted(set(data) - set(LABELLED_FIELDS))
+    if only_known_fields and unknown:
+        raise ValueError(
+            f"unknown field(s) {', '.join(unknown)}: a golden query is its query and relevant records alone; "
+            "keep those two, e.g. with jq -c '{query, relevant}'"
+        )
+    query, relevant = data["query"], data["relevant"]
+    if not isinstance(query, str):
+        raise ValueError("query must be a string")
+    if not (
+        isinstance(relevant, list)
+        and relevant
+        and all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, str) for n in pair) for pair in relevant)
+    ):
+        raise ValueError("relevant must be a non-empty array of [provider, method] pairs")
+    for name in (name for pair in relevant for name in pair):
+        if "\x00" in name or _has_lone_surrogate(name):
+            raise ValueError(f"relevant names {name!r}, which PostgreSQL text cannot hold (a NUL or a lone surrogate)")
+    return query, tuple((provider, method) for provider, method in relevant)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _problem(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"malformed JSON: {error.msg} at column {error.colno}"
+    if isinstance(error, RecursionError):
+        return "malformed JSON: nested too deeply"
+    return str(error)
 
 
 def query_metrics(relevant: Sequence[Pair], returned: Sequence[Pair]) -> dict[str, float]:
@@ -100,55 +162,146 @@ def query_metrics(relevant: Sequence[Pair], returned: Sequence[Pair]) -> dict[st
     }
 
 
+@dataclass(frozen=True)
+class RankedRecord:
+    """A record in one query's result: as a label names it or as search returned it."""
+
+    provider: str
+    method: str
+    # The record these names are (payrail.provider_methods.id); None when no record goes by them.
+    record_id: int | None
+    # Whether that record is enabled (search may return it); None when there is none.
+    enabled: bool | None
+    # Where search placed it: 1 to 3; None when it was not among the (at most) three it returned.
+    rank: int | None
+
+    def to_json(self) -> dict:
+        return {"provider": self.provider, "method": self.method, "recordId": self.record_id, "enabled": self.enabled, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """What search answered one labelled query, as an agent would have got it."""
+
+    labelled: LabelledQuery
+    # Each relevant record as labelled (a golden query's: as named now), with its rank.
+    relevant: tuple[RankedRecord, ...]
+    # The records search returned, in order (ranks 1 to 3): on a miss, the ones that came instead.
+    returned: tuple[RankedRecord, ...]
+    metrics: dict[str, float]
+
+    @property
+    def missed(self) -> bool:
+        """No relevant record among the three search returned."""
+        return not self.metrics["hit@3"]
+
+    def to_json(self) -> dict:
+        return {
+            **self.labelled.origin(),
+            "query": self.labelled.query,
+            "relevant": [record.to_json() for record in self.relevant],
+            "returned": [record.to_json() for record in self.returned],
+            "metrics": self.metrics,
+        }
+
+    def miss_json(self) -> dict:
+        """The miss as eval --json lists it: where it comes from, the query, the labels and what came instead."""
+        return {
+            **self.labelled.origin(),
+            "query": self.labelled.query,
+            "relevant": [[r.provider, r.method] for r in self.relevant],
+            "returned": [[r.provider, r.method] for r in self.returned],
+        }
+
+
 @dataclass
 class EvaluationReport:
     queries: int
     metrics: dict[str, float]
-    # Queries with no relevant pair in the top 3: line, query, relevant and returned pairs.
+    # Queries with no relevant pair in the top 3: where each comes from, query, relevant and returned pairs.
     misses: list[dict] = field(default_factory=list)
-    # Labels that search can never return: {line, provider, method, problem}.
+    # Labels that search can never return: {line or goldenQueryId, provider, method, problem}.
     label_warnings: list[dict] = field(default_factory=list)
-    # The metrics of each query, in the file's order (for paired comparisons; not in the JSON).
-    per_query: list[dict[str, float]] = field(default_factory=list, repr=False)
+    # Each query's result, in the queries' order (for paired comparisons and pages; not in the JSON).
+    results: list[QueryResult] = field(default_factory=list, repr=False)
+
+    @property
+    def per_query(self) -> list[dict[str, float]]:
+        """The metrics of each query, in the queries' order."""
+        return [result.metrics for result in self.results]
+
+    def below(self, floors: dict[str, float]) -> list[dict]:
+        """The floors (metric: lowest acceptable value) a metric fell below: [{"metric", "floor", "value"}]."""
+        return [
+            {"metric": metric, "floor": floor, "value": self.metrics[metric]}
+            for metric, floor in floors.items()
+            if self.metrics[metric] < floor
+        ]
 
     def to_json(self) -> dict:
         return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses, "labelWarnings": self.label_warnings}
 
 
 class NormalizedNames:
-    """Pairs normalized by the database (payrail._normalize_name), the way search compares names."""
+    """(provider, method) pairs as the registry compares them (payrail._normalize_name, the key of
+    provider_methods_provider_method_key), each with the record it names, if any: one statement
+    for all of them, a lookup of the unique key's index for each."""
 
-    def __init__(self, conn: psycopg.Connection, names: Sequence[str]) -> None:
+    def __init__(self, conn: psycopg.Connection, pairs: Iterable[Pair]) -> None:
+        pairs = list(dict.fromkeys(pairs))
         rows = conn.execute(
-            "select payrail._normalize_name(n) from unnest(%s::text[]) with ordinality as u(n, i) order by i", (list(names),)
+            """
+            select payrail._normalize_name(u.provider), payrail._normalize_name(u.method), r.id, r.enabled
+            from unnest(%s::text[], %s::text[]) with ordinality as u(provider, method, i)
+            left join lateral (
+              select pm.id, pm.enabled from payrail.provider_methods as pm
+              where payrail._normalize_name(pm.provider) = payrail._normalize_name(u.provider)
+                and payrail._normalize_name(pm.method) = payrail._normalize_name(u.method)
+              offset 0
+            ) as r on true
+            order by u.i
+            """,
+            ([provider for provider, _ in pairs], [method for _, method in pairs]),
         ).fetchall()
-        self._key = {name: key for name, (key,) in zip(names, rows)}
+        self._key = {pair: (provider, method) for pair, (provider, method, _, _) in zip(pairs, rows)}
+        self._record = {pair: (record_id, enabled) for pair, (_, _, record_id, enabled) in zip(pairs, rows) if record_id is not None}
 
     def pair(self, provider: str, method: str) -> Pair:
-        return self._key[provider], self._key[method]
+        """The comparison key of the pair."""
+        return self._key[(provider, method)]
+
+    def record(self, provider: str, method: str) -> tuple[int, bool] | None:
+        """(id, enabled) of the record the pair names, or None when the registry has none."""
+        return self._record.get((provider, method))
 
 
-def label_warnings(conn: psycopg.Connection, queries: Sequence[LabelledQuery], names: NormalizedNames) -> list[dict]:
+def label_problem(record: tuple[int, bool] | None) -> str | None:
+    """Why search can never return a labelled record ((id, enabled), None: there is none), or None."""
+    if record is None:
+        return "not in the registry"
+    return None if record[1] else "a draft: search never returns it"
+
+
+def label_warnings(queries: Sequence[LabelledQuery], names: NormalizedNames) -> list[dict]:
     """Labels naming a record the registry does not have, or has only as a draft: they count as misses."""
-    labels = [names.pair(provider, method) for q in queries for provider, method in q.relevant]
-    rows = conn.execute(
-        """
-        select payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method), pm.enabled
-        from payrail.provider_methods as pm
-        where (payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method))
-              in (select * from unnest(%s::text[], %s::text[]))
-        """,
-        ([p for p, _ in labels], [m for _, m in labels]),
-    ).fetchall()
-    states = {(provider, method): enabled for provider, method, enabled in rows}
-    warnings = []
-    for labelled in queries:
-        for provider, method in labelled.relevant:
-            enabled = states.get(names.pair(provider, method))
-            if enabled is not True:
-                problem = "not in the registry" if enabled is None else "a draft: search never returns it"
-                warnings.append({"line": labelled.line, "provider": provider, "method": method, "problem": problem})
-    return warnings
+    return [
+        {**labelled.origin(), "provider": provider, "method": method, "problem": problem}
+        for labelled in queries
+        for provider, method in labelled.relevant
+        if (problem := label_problem(names.record(provider, method))) is not None
+    ]
+
+
+def run_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[QueryResult]:
+    """Runs every query through search_provider_methods, as an agent's search would, and returns
+    what came back for each: the rank of each relevant record, the records returned.
+
+    The queries are embedded in one batch up front, with the registry's model (embedder_for; a
+    query the name path answers simply does not use its vector). Golden queries change no
+    answer: search reads none. conn should be in autocommit mode, as the search command's is.
+    Raises the search's own error (InvalidQuery, SearchUnavailable), naming the query's origin.
+    """
+    return results_of(conn, queries, _answers(conn, embedder_factory, queries))
 
 
 def evaluate(
@@ -156,13 +309,11 @@ def evaluate(
     embedder_factory: Callable[[], Embedder],
     queries: Sequence[LabelledQuery],
 ) -> EvaluationReport:
-    """Runs every query through search_provider_methods, as an agent's search would, and scores it.
+    """run_queries' results as a report: the metrics averaged, the misses and the label warnings."""
+    return report_of(run_queries(conn, embedder_factory, queries))
 
-    The queries are embedded in one batch up front, with the registry's model (embedder_for; a
-    query the name path answers simply does not use its vector). conn should be in autocommit
-    mode, as the search command's is. Raises the search's own error (InvalidQuery,
-    SearchUnavailable), naming the line.
-    """
+
+def _answers(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[list[Pair]]:
     embedder = embedder_for(registry_model(conn), embedder_factory())
     try:
         vectors = embed_queries(embedder, [q.query for q in queries])
@@ -173,9 +324,9 @@ def evaluate(
         try:
             matches = search_provider_methods(holding(conn), lambda: embedder, labelled.query, query_vector=vector)
         except SearchError as error:
-            raise type(error)(f"line {labelled.line}: {error.detail}") from error
+            raise type(error)(f"{labelled.describe_origin()}: {error.detail}") from error
         answers.append([(m["provider"], m["method"]) for m in matches])
-    return scored(conn, queries, answers)
+    return answers
 
 
 def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: Sequence[LabelledQuery]) -> EvaluationReport:
@@ -194,7 +345,7 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         try:
             check_query(labelled.query)
         except InvalidQuery as error:
-            raise InvalidQuery(f"line {labelled.line}: {error.detail}") from error
+            raise InvalidQuery(f"{labelled.describe_origin()}: {error.detail}") from error
     try:
         vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, _, _ in records])
         query_vectors = embed_queries(candidate, [q.query for q in queries])
@@ -217,7 +368,7 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         else:
             matches = search_provider_methods(holding(conn), lambda: candidate, labelled.query)
             answers.append([(m["provider"], m["method"]) for m in matches])
-    return scored(conn, queries, answers)
+    return report_of(results_of(conn, queries, answers))
 
 
 def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.ndarray) -> list[list[int]]:
@@ -236,24 +387,35 @@ def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.
     return rankings
 
 
-def scored(conn: psycopg.Connection, queries: Sequence[LabelledQuery], answers: Sequence[Sequence[Pair]]) -> EvaluationReport:
-    """The report of each query's answer, names compared as the registry compares them."""
-    names = NormalizedNames(conn, sorted({name for pairs in [*(q.relevant for q in queries), *answers] for pair in pairs for name in pair}))
-    totals = dict.fromkeys(METRICS, 0.0)
-    misses, per_query = [], []
-    for labelled, returned in zip(queries, answers):
-        scores = query_metrics([names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned])
-        per_query.append(scores)
-        for name in METRICS:
-            totals[name] += scores[name]
-        if not scores["hit@3"]:
-            misses.append(
-                {
-                    "line": labelled.line,
-                    "query": labelled.query,
-                    "relevant": [list(pair) for pair in labelled.relevant],
-                    "returned": [list(pair) for pair in returned],
-                }
+def results_of(conn: psycopg.Connection, queries: Sequence[LabelledQuery], answers: Sequence[Sequence[Pair]]) -> list[QueryResult]:
+    """Each query's answer as a QueryResult, names compared as the registry compares them."""
+    names = NormalizedNames(conn, [pair for pairs in [*(q.relevant for q in queries), *answers] for pair in pairs])
+
+    def ranked(pair: Pair, rank: int | None) -> RankedRecord:
+        record_id, enabled = names.record(*pair) or (None, None)
+        return RankedRecord(*pair, record_id, enabled, rank)
+
+    found = []
+    for labelled, returned in zip(queries, answers, strict=True):
+        rank_of = {names.pair(*pair): rank for rank, pair in reversed(list(enumerate(returned[:3], start=1)))}
+        found.append(
+            QueryResult(
+                labelled,
+                tuple(ranked(pair, rank_of.get(names.pair(*pair))) for pair in labelled.relevant),
+                tuple(ranked(pair, rank) for rank, pair in enumerate(returned[:3], start=1)),
+                query_metrics([names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned]),
             )
-    metrics = {name: totals[name] / len(queries) for name in METRICS}
-    return EvaluationReport(len(queries), metrics, misses, label_warnings(conn, queries, names), per_query)
+        )
+    return found
+
+
+def report_of(results: Sequence[QueryResult]) -> EvaluationReport:
+    """The metrics of the results averaged, their misses and their label warnings."""
+    metrics = {name: sum(result.metrics[name] for result in results) / len(results) for name in METRICS}
+    warnings = [
+        {**result.labelled.origin(), "provider": record.provider, "method": record.method, "problem": problem}
+        for result in results
+        for record in result.relevant
+        if (problem := label_problem(None if record.record_id is None else (record.record_id, record.enabled))) is not None
+    ]
+    return EvaluationReport(len(results), metrics, [r.miss_json() for r in results if r.missed], warnings, list(results))

@@ -92,7 +92,7 @@ class Split:
 def golden_queries(conn: psycopg.Connection, queries: Sequence[LabelledQuery]) -> tuple[list[GoldenQuery], list[dict]]:
     """Each labelled query with the enabled records its labels name; queries naming none are left
     out. Also the label warnings eval gives (labels the registry lacks, or holds as drafts)."""
-    names = NormalizedNames(conn, sorted({name for q in queries for pair in q.relevant for name in pair}))
+    names = NormalizedNames(conn, [pair for q in queries for pair in q.relevant])
     labels = {names.pair(*pair) for q in queries for pair in q.relevant}
     rows = conn.execute(
         """
@@ -109,7 +109,7 @@ def golden_queries(conn: psycopg.Connection, queries: Sequence[LabelledQuery]) -
         keys = [key for key in dict.fromkeys(names.pair(*pair) for pair in labelled.relevant) if key in records]
         if keys:
             golden.append(GoldenQuery(labelled, tuple(records[key] for key in keys), frozenset(provider for provider, _ in keys)))
-    return golden, label_warnings(conn, queries, names)
+    return golden, label_warnings(queries, names)
 
 
 def split_by_provider(golden: Sequence[GoldenQuery], fraction: float, seed: int) -> Split:

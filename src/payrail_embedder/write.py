@@ -493,16 +493,21 @@ def save_changes(
     return [p.outcome for p in plans]
 
 
-def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int) -> Conflict | None:
+def delete_record(
+    conn: psycopg.Connection, record_id: int, expected_version: int, *, with_golden_queries: bool = False
+) -> Conflict | Refused | None:
     """Deletes the record through payrail.delete_provider_method if it is still at the version
-    the caller read; a Conflict otherwise.
+    the caller read; a Conflict otherwise. Refused, naming them, while golden queries name it,
+    unless with_golden_queries: then it leaves them, and those it alone answered go too.
 
     The history keeps the deleted version (tg_provider_methods__record_history), so it can be
-    restored as a new draft.
+    restored as a new draft; it keeps no golden query.
     """
     try:
-        conn.execute("select payrail.delete_provider_method(%s, %s)", (record_id, expected_version))
+        conn.execute("select payrail.delete_provider_method(%s, %s, %s)", (record_id, expected_version, with_golden_queries))
     except psycopg.Error as error:
+        if error.sqlstate == errcodes.FOREIGN_KEY_VIOLATION:
+            return Refused(database_reason(error))
         if error.sqlstate != errcodes.RECORD_CHANGED:
             raise
         return Conflict.of(error)

@@ -202,16 +202,17 @@ def _restore(
     return "error", f"Not restored: {outcome.reason}", None
 
 
-def delete(conn: psycopg.Connection, record_id: int, version: int) -> tuple[dict | None, Conflict | None]:
+def delete(conn: psycopg.Connection, record_id: int, version: int) -> tuple[dict | None, Conflict | Refused | None]:
     """Deletes the record if it is still at version: (the record as it was, None), else (the record
-    as it is now or None, the Conflict)."""
+    as it is now or None, the Conflict, or the refusal while golden queries name it)."""
     row = stored.get(conn, record_id)
-    conflict = delete_record(conn, record_id, version)
+    problem = delete_record(conn, record_id, version)
+    outcome = "deleted" if problem is None else "conflict" if isinstance(problem, Conflict) else "refused"
     _log(
-        "delete", conn, failed=conflict is not None, outcome="conflict" if conflict else "deleted", record=record_id,
-        version=version, reason=conflict.reason if conflict else None,
+        "delete", conn, failed=problem is not None, outcome=outcome, record=record_id,
+        version=version, reason=problem.reason if problem else None,
     )  # fmt: skip
-    return (stored.get(conn, record_id) if conflict else row), conflict
+    return (stored.get(conn, record_id) if problem else row), problem
 
 
 def import_upload(

@@ -28,6 +28,7 @@ from ..errors import database_reason
 from ..records import FIELD_LABELS, NEW_RECORD
 from ..settings import Settings
 from ..stored import STATES, record_of
+from ..write import Refused
 from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
@@ -295,13 +296,15 @@ async def delete(request: Request, session: Session, form: FormData) -> Response
     version = _form_int(form, "version")
     if version is None:
         return _incomplete(request)
-    row, conflict = await work(request, session, actions.delete, record_id, version)
-    if conflict is None:
+    row, refusal = await work(request, session, actions.delete, record_id, version)
+    if refusal is None:
         session.messages.append(("info", f'Deleted "{record_name(row)}". The history keeps its last version.'))
         return redirect("/records")
     if row is None:  # deleted meanwhile
         return await _stored_page(request, session)
-    problem = f"Not deleted: {conflict.reason}. Look at the record again before deleting it."
+    if isinstance(refusal, Refused):  # golden queries name it
+        return render(request, "delete.html", 409, row=row, problem=f"Not deleted: {refusal.reason}")
+    problem = f"Not deleted: {refusal.reason}. Look at the record again before deleting it."
     return render(request, "delete.html", 409, row=row, problem=problem)
 
 
