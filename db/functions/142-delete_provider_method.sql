@@ -11,9 +11,9 @@ as $$
 declare
   v_current payrail.provider_methods;
 begin
-  select * into v_current from payrail.provider_methods as pm where pm.id = p_id for update;
+  select * into v_current from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id for update;
   perform payrail._refuse_edit_conflict(p_id, v_current, p_expected_version);
-  delete from payrail.provider_methods as pm where pm.id = p_id;
+  delete from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id;
   return v_current.version;
 end
 $$;

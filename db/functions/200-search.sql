@@ -16,7 +16,7 @@ begin
       message = 'query is empty',
       hint = 'Describe in plain words what you need, e.g. ''find live hotel availability through a paid API''.';
   end if;
-  if pg_catalog.char_length(p_query) > 2000 then
+  if pg_catalog.char_length(p_query) operator(pg_catalog.>) 2000 then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = pg_catalog.format('query is %s characters long; the limit is 2,000', pg_catalog.char_length(p_query)),
@@ -54,28 +54,30 @@ as $$
     from (select payrail._normalize_name(p_query)) as q(name),
     lateral (
       select p, 1 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.provider || ' ' || p.method) = q.name
+      where p.enabled and payrail._normalize_name(p.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p.method) operator(pg_catalog.=) q.name
       union all
       select p, 1 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.provider || ' / ' || p.method) = q.name
+      where p.enabled and payrail._normalize_name(p.provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) p.method) operator(pg_catalog.=) q.name
       union all
       select p, 2 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.provider) = q.name
+      where p.enabled and payrail._normalize_name(p.provider) operator(pg_catalog.=) q.name
       union all
       select p, 3 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.method) = q.name
+      where p.enabled and payrail._normalize_name(p.method) operator(pg_catalog.=) q.name
       union all
       select p, case
-                  when q.name in (payrail._normalize_name(p.provider || ' ' || p.method),
-                                  payrail._normalize_name(p.provider || ' / ' || p.method)) then 1
-                  when payrail._normalize_name(p.provider) = q.name then 2
+                  when q.name operator(pg_catalog.=) any (array[
+                         payrail._normalize_name(p.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p.method),
+                         payrail._normalize_name(p.provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) p.method)]) then 1
+                  when payrail._normalize_name(p.provider) operator(pg_catalog.=) q.name then 2
                   else 3
                 end
       from payrail.provider_methods as p
-      where p.id = p_counted_draft_id and not p.enabled
-        and q.name in (payrail._normalize_name(p.provider), payrail._normalize_name(p.method),
-                       payrail._normalize_name(p.provider || ' ' || p.method),
-                       payrail._normalize_name(p.provider || ' / ' || p.method))
+      where p.id operator(pg_catalog.=) p_counted_draft_id and not p.enabled
+        and q.name operator(pg_catalog.=) any (array[
+              payrail._normalize_name(p.provider), payrail._normalize_name(p.method),
+              payrail._normalize_name(p.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p.method),
+              payrail._normalize_name(p.provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) p.method)])
     ) as found(pm, rank)
     -- A record found more than one way counts once, by its best way.
     order by (found.pm).id, found.rank
@@ -117,7 +119,9 @@ returns double precision
 language sql
 immutable
 security invoker
-set search_path from current
+-- Arithmetic of built-ins alone, on a path of pg_catalog alone: operator(pg_catalog.*) would take
+-- the precedence of any other operator, so every product needed parentheses (db/CONVENTIONS.md).
+set search_path = pg_catalog, pg_temp
 as $$
   -- With n = dimensions, u = 2^-24 (float32 rounding), gamma = n u / (1 - n u) (a float32 sum
   -- of n products), rho = 2^-11 + 2^-23 (rounding a unit vector's component to float32, then to
@@ -185,7 +189,7 @@ begin
         select hv.provider_method_id, hv.unit_embedding <#> (select l2_normalize(p_query_embedding)::halfvec)
         from payrail.provider_method_half_vectors as hv
       ) as n(id, distance)
-      where p_max_distance is null or n.distance <= p_max_distance
+      where p_max_distance is null or n.distance operator(pg_catalog.<=) p_max_distance
       order by n.distance
       limit p_scan_limit;
     -- The draft comes as one more row, for the caller to sort in: PostgreSQL 16 plans no parallel
@@ -194,7 +198,7 @@ begin
       return query
         select pm.id, l2_normalize(pm.embedding)::halfvec <#> (select l2_normalize(p_query_embedding)::halfvec)
         from payrail.provider_methods as pm
-        where pm.id = p_counted_draft_id and not pm.enabled;
+        where pm.id operator(pg_catalog.=) p_counted_draft_id and not pm.enabled;
     end if;
   else
     return query
@@ -202,9 +206,9 @@ begin
       from (
         select pm.id, pm.embedding <=> p_query_embedding
         from payrail.provider_methods as pm
-        where pm.enabled or pm.id = p_counted_draft_id
+        where pm.enabled or pm.id operator(pg_catalog.=) p_counted_draft_id
       ) as n(id, distance)
-      where p_max_distance is null or n.distance <= p_max_distance
+      where p_max_distance is null or n.distance operator(pg_catalog.<=) p_max_distance
       order by n.distance
       limit p_scan_limit;
   end if;
@@ -265,7 +269,7 @@ begin
       hint = 'Embed the query with the model payrail.get_embedding_model() returns and pass it as query_embedding.';
   end if;
 
-  if vector_norm(p_query_embedding) = 0 then
+  if vector_norm(p_query_embedding) operator(pg_catalog.=) 0 then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = 'query embedding is the zero vector, which has no cosine distance',
@@ -276,8 +280,8 @@ begin
     -- No model yet means no vectors, so no enabled record: the honest answer is none.
     return;
   end if;
-  if (p_query_embedding_model is not null and p_query_embedding_model <> v_model.name)
-     or vector_dims(p_query_embedding) <> v_model.dimensions then
+  if (p_query_embedding_model is not null and p_query_embedding_model operator(pg_catalog.<>) v_model.name)
+     or vector_dims(p_query_embedding) operator(pg_catalog.<>) v_model.dimensions then
     raise exception using
       errcode = 'PYE02',
       message = pg_catalog.format(
@@ -304,10 +308,10 @@ begin
     select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
       into v_nearest_ids, v_nearest_distances
     from payrail._first_pass(p_query_embedding, p_counted_draft_id, v_half_precision, v_scan_limit, v_cutoff) as n;
-    v_cutoff := v_nearest_distances[3] + 2 * v_error_bound;
+    v_cutoff := v_nearest_distances[3] operator(pg_catalog.+) (2 operator(pg_catalog.*) v_error_bound);
     exit when v_scan_limit is null
-      or coalesce(pg_catalog.cardinality(v_nearest_distances), 0) < v_scan_limit
-      or v_nearest_distances[v_scan_limit] > v_cutoff;
+      or coalesce(pg_catalog.cardinality(v_nearest_distances), 0) operator(pg_catalog.<) v_scan_limit
+      or v_nearest_distances[v_scan_limit] operator(pg_catalog.>) v_cutoff;
     v_scan_limit := null;
   end loop;
 
@@ -317,8 +321,8 @@ begin
   return query
     select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
     from rows from (pg_catalog.unnest(v_nearest_ids), pg_catalog.unnest(v_nearest_distances)) as n(id, distance),
-    lateral (select p.* from payrail.provider_methods as p where p.id = n.id offset 0) as pm
-    where v_cutoff is null or n.distance <= v_cutoff
+    lateral (select p.* from payrail.provider_methods as p where p.id operator(pg_catalog.=) n.id offset 0) as pm
+    where v_cutoff is null or n.distance operator(pg_catalog.<=) v_cutoff
     order by pm.embedding <=> p_query_embedding, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
     limit 3;
 end

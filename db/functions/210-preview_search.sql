@@ -19,8 +19,8 @@ declare
 begin
   select * into v_draft
   from payrail.provider_methods as pm
-  where payrail._normalize_name(pm.provider) = payrail._normalize_name(p_provider)
-    and payrail._normalize_name(pm.method) = payrail._normalize_name(p_method);
+  where payrail._normalize_name(pm.provider) operator(pg_catalog.=) payrail._normalize_name(p_provider)
+    and payrail._normalize_name(pm.method) operator(pg_catalog.=) payrail._normalize_name(p_method);
   if not found then
     raise exception using
       errcode = 'no_data_found',
