@@ -1,6 +1,112 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
+create or replace function payrail._login_limits_of(p_login name)
+returns text[]
+language sql
+stable
+security invoker
+-- Nothing but pg_catalog's names (db/CONVENTIONS.md): nothing planted is found from here.
+set search_path = pg_catalog, pg_temp
+as $$
+  -- The limits a DBA gives a login (ALTER ROLE login [IN DATABASE db] SET ...), which PostgreSQL
+  -- applies when it connects: the one for this database, else the one for every database. Never
+  -- those of the roles it is granted: PostgreSQL applies none of them.
+  with given as (
+    select distinct on (c.name) c.name, c.value
+    from pg_db_role_setting as s
+    cross join lateral unnest(s.setconfig) as e(setting)
+    cross join lateral (select split_part(e.setting, '=', 1), substr(e.setting, strpos(e.setting, '=') + 1)) as c(name, value)
+    where s.setrole = (select r.oid from pg_roles as r where r.rolname = p_login)
+      and s.setdatabase = any (array[0, (select d.oid from pg_database as d where d.datname = current_database())])
+    order by c.name, s.setdatabase desc
+  )
+  select array_agg(x order by w.n, x.n)
+  from unnest(array['statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout']) with ordinality as w(name, n)
+  left join given as g on g.name = w.name,
+  lateral unnest(array[w.name, g.value]) with ordinality as x(x, n)
+$$;
+
+comment on function payrail._login_limits_of(name) is
+$$statement_timeout, lock_timeout and idle_in_transaction_session_timeout, each followed by the value p_login is given in this database (NULL: none).$$;
+
+create or replace function payrail._session_login_limits()
+returns text[]
+language sql
+-- Immutable, though it reads the catalog: PostgreSQL computes a call of an immutable function
+-- without arguments when it plans it, so a plan of search's check, made once per session and
+-- kept, holds this session's login and its limits, and a search reads no catalog for them (one
+-- lookup cost a name-path search 5% to 10%). They are fixed for the session: PostgreSQL applies
+-- a login's settings when it connects. Only the check calls it, and it compares the login.
+immutable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+  select array[session_user::text] || payrail._login_limits_of(session_user)
+$$;
+
+comment on function payrail._session_login_limits() is
+$$This session's login, then the limits it is given (payrail._login_limits_of), computed once per session by the plans that call it.$$;
+
+create or replace function payrail._milliseconds(p_duration text)
+returns numeric
+language sql
+immutable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when p_duration ~ '^\s*[0-9.]+\s*$' then p_duration::numeric
+              else extract(epoch from p_duration::interval) * 1000 end
+$$;
+
+comment on function payrail._milliseconds(text) is
+$$A duration setting's value in milliseconds: a number alone (milliseconds), or with a unit (300ms, 2s, 1min).$$;
+
+create or replace function payrail._refuse_lifted_limits()
+returns void
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  -- The login, then each setting and the value it is given (payrail._login_limits_of).
+  v_limits text[] := payrail._session_login_limits();
+  v_now text;
+begin
+  -- Another login since the plan was made (SET SESSION AUTHORIZATION, a superuser's): its own.
+  if v_limits[1] <> session_user then
+    v_limits := array[session_user::text] || payrail._login_limits_of(session_user);
+  end if;
+  -- Nearly always: each at its login's value, or not given.
+  if (v_limits[3] is null or current_setting(v_limits[2]) = v_limits[3])
+     and (v_limits[5] is null or current_setting(v_limits[4]) = v_limits[5])
+     and (v_limits[7] is null or current_setting(v_limits[6]) = v_limits[7]) then
+    return;
+  end if;
+  -- Any session may SET them (SET, SET LOCAL, PGOPTIONS or options at connect): search refuses
+  -- one whose value now is off (0) or above its login's, in milliseconds (2000 = 2s).
+  for i in 2 .. 6 by 2 loop
+    v_now := current_setting(v_limits[i]);
+    if payrail._milliseconds(v_limits[i + 1]) > 0
+       and (payrail._milliseconds(v_now) = 0 or payrail._milliseconds(v_now) > payrail._milliseconds(v_limits[i + 1])) then
+      raise exception using
+        errcode = 'PYS01',
+        message = format('%s is %s in this session, but login %s is given %s: a session may not lift the limits of its login',
+                         v_limits[i], case when v_now = '0' then '0 (off)' else v_now end, session_user, v_limits[i + 1]),
+        hint = format('Leave %s to the login''s setting or lower it ("reset %s"); the DBA raises the login''s limit with '
+                      '"alter role %I set %s = ...".', v_limits[i], v_limits[i], session_user, v_limits[i]);
+    end if;
+  end loop;
+end
+$$;
+
+comment on function payrail._refuse_lifted_limits() is
+$$Raises PYS01 when this session runs with statement_timeout, lock_timeout or idle_in_transaction_session_timeout off or above what its login is given (ALTER ROLE login [IN DATABASE db] SET ...).
+
+Search's first step: an agent cannot lift the bounds its DBA set by setting them itself
+(docs/security.md).$$;
+
 create or replace function payrail._check_query(p_query text)
 returns void
 language plpgsql
@@ -103,6 +209,7 @@ security definer
 set search_path from current
 as $$
 begin
+  perform payrail._refuse_lifted_limits();
   perform payrail._check_query(query);
   return exists (select from payrail._name_path_matches(query));
 end
@@ -112,7 +219,8 @@ comment on function payrail.query_takes_name_path(text) is
 $$True when search_provider_methods answers this query by name alone, without a query embedding.
 
 Lets a caller skip the embedding service for exact provider or method names. Raises
-invalid_parameter_value (22023) for an empty or over-long query.$$;
+invalid_parameter_value (22023) for an empty or over-long query, PYS01 when the session lifted a
+limit its login is given.$$;
 
 create or replace function payrail._half_precision_error_bound(p_dimensions integer)
 returns double precision
@@ -253,6 +361,7 @@ declare
   v_nearest_distances double precision[];
   v_cutoff double precision;
 begin
+  perform payrail._refuse_lifted_limits();
   perform payrail._check_query(p_query);
 
   return query
@@ -358,4 +467,6 @@ record by exact cosine distance to query_embedding scaled to unit length (in dou
 its scale never changes the ranking), ties by normalized provider and method.
 
 Errors (db/ERRCODES.md): 22023 empty or over-long query, or zero vector; PYE01 the query needs
-an embedding; PYE02 the embedding is not from the registry's model (name or dimensions).$$;
+an embedding; PYE02 the embedding is not from the registry's model (name or dimensions); PYS01
+the session lifted a limit its login is given (statement_timeout, lock_timeout,
+idle_in_transaction_session_timeout).$$;

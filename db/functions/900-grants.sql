@@ -90,6 +90,10 @@ grant execute on function
   payrail._first_pass(vector, bigint, boolean, integer, double precision),
   payrail._name_path_matches(text, bigint),
   payrail._check_query(text),
+  payrail._refuse_lifted_limits(),
+  payrail._session_login_limits(),
+  payrail._login_limits_of(name),
+  payrail._milliseconds(text),
   payrail._half_precision_error_bound(integer)
   to payrail_operator;
 do $$
