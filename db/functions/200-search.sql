@@ -35,9 +35,10 @@ returns text[]
 language sql
 -- Immutable, though it reads the catalog: PostgreSQL computes a call of an immutable function
 -- without arguments when it plans it, so a plan of search's check, made once per session and
--- kept, holds this session's login and its limits, and a search reads no catalog for them (one
--- lookup cost a name-path search 5% to 10%). They are fixed for the session: PostgreSQL applies
--- a login's settings when it connects. Only the check calls it, and it compares the login.
+-- kept, holds this session's login and its limits, and a search reads no catalog for them (a
+-- lookup per search cost 10% to 25% of a name-path search: docs/benchmarks.md). They are fixed
+-- for the session: PostgreSQL applies a login's settings when it connects. Only the check calls
+-- it, and it compares the login.
 immutable
 security invoker
 set search_path = pg_catalog, pg_temp
