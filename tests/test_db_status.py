@@ -11,9 +11,11 @@ import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from payrail_embedder.database import display_url
 from payrail_embedder.embedded import embedded_pgdata
@@ -23,7 +25,7 @@ from payrail_test_support.code import changed_tree, code_tree, run_cli_of, witho
 from payrail_test_support.servers import replace_database
 
 STATUS_KEYS = {"productVersion", "database", "url", "embedded", "server", "schemaVersion", "applyDue", "applyDueReasons",
-               "registry", "error"}
+               "writableSearchPathSchemas", "registry", "error"}
 SCHEMA_VERSION_KEYS = {"productVersion", "dbDigest", "appliedAt", "appliedBy", "appliedWith", "completedAt",
                        "postgresVersion", "pgvectorVersion"}
 EMBEDDED_KEYS = {"running", "dataDirectory", "pid", "socketDirectory", "startProblem"}
@@ -49,13 +51,45 @@ def test_db_status_names_the_versions_the_database_and_that_no_apply_is_due(cli_
     assert report["schemaVersion"]["dbDigest"] == db_digest()
     assert report["schemaVersion"]["completedAt"] is not None
     assert (report["applyDue"], report["applyDueReasons"]) == (False, [])
+    assert report["writableSearchPathSchemas"] == []
 
     text = run_cli(cli_env, "db", "status").stdout
     assert text.startswith(f"payrail-agent-search {version}\nconfigured database: {display_url(database_url)}\n"), text
+    assert "search path: no role but the owners can create objects in the registry's schemas\n" in text
     assert f"PostgreSQL {postgres}, pgvector {pgvector}\n" in text
     assert re.search(rf"^schema: applied \S+ by postgres with payrail-agent-search {re.escape(version)} \(db/ {db_digest()[:12]}\)$",
                      text, re.M), text
     assert "db apply: not due, the registry is current" in text
+
+
+def test_db_status_names_who_could_plant_objects_on_the_registrys_search_path_and_db_apply_refuses(cli_env, database_url):
+    """A grant of CREATE on pgvector's schema (public here) after the registry was installed: the
+    next `db apply`, of a registry that is current, refuses, and `db status` says who and how to
+    stop it; PUBLIC first, as the fix for everyone."""
+    writer = f"writer_{urlsplit(database_url).path.lstrip('/')}"[:63]
+    fix = f"revoke create on schema public from {writer};"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("create role {} login").format(sql.Identifier(writer)))
+        admin.execute(sql.SQL("grant create on schema public to {}").format(sql.Identifier(writer)))
+        try:
+            assert status(cli_env)["writableSearchPathSchemas"] == [{"schema": "public", "writer": writer, "fix": fix}]
+            text = run_cli(cli_env, "db", "status").stdout
+            assert (f"search path: {writer} can create objects in schema public, which the registry's functions search; "
+                    f"db apply refuses until you run `{fix}`\n") in text, text
+            applied = run_cli(cli_env, "db", "apply")
+            assert applied.returncode == 1, applied.stdout
+            assert (f"schema public is on the registry's search path, and {writer} can create objects in it: it could "
+                    "plant operators or functions that run as another role") in applied.stderr, applied.stderr
+            assert f'Hint: Run "{fix}"' in applied.stderr, applied.stderr
+
+            admin.execute("grant create on schema public to public")
+            assert [w["writer"] for w in status(cli_env)["writableSearchPathSchemas"]] == ["every role (PUBLIC)", writer]
+            assert 'Run "revoke create on schema public from public;"' in run_cli(cli_env, "db", "apply").stderr
+        finally:
+            admin.execute(sql.SQL("revoke create on schema public from public, {}").format(sql.Identifier(writer)))
+            admin.execute(sql.SQL("drop role {}").format(sql.Identifier(writer)))
+    assert status(cli_env)["writableSearchPathSchemas"] == []
+    assert "the registry is current, nothing applied" in run_cli(cli_env, "db", "apply").stdout
 
 
 def test_db_status_says_when_and_why_an_apply_is_due(cli_env, database_url, tmp_path):

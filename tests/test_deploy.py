@@ -30,7 +30,9 @@ DIMENSIONS = 16
 RECORDS = 300
 # Releases whose deploy changes something: a function's body, a constraint's definition.
 FUNCTION_CHANGE = ("functions/200-search.sql", "message = 'query is empty',", "message = 'the query is empty',")
-CONSTRAINT_CHANGE = ("schema/030-provider_methods.sql", "char_length(guidance) <= 8000", "char_length(guidance) <= 8001")
+CONSTRAINT_CHANGE = (
+    "schema/030-provider_methods.sql", "char_length(guidance) operator(pg_catalog.<=) 8000", "char_length(guidance) operator(pg_catalog.<=) 8001"
+)
 
 
 @dataclass
@@ -157,7 +159,7 @@ def test_a_release_that_tightens_a_rule_checks_the_stored_rows_again_after_its_t
         conn.execute("insert into payrail.provider_methods (provider, method, guidance) "
                      "values ('Longco', 'A method name of thirty letters', 'Purpose: test.')")
     release = registry.changed(
-        "rule-release", ("schema/015-text_rules.sql", "(p_name)) <= 120", "(p_name)) <= 20"))
+        "rule-release", ("schema/015-text_rules.sql", "(p_name)) operator(pg_catalog.<=) 120", "(p_name)) operator(pg_catalog.<=) 20"))
     result = registry.apply("--json", code=release)
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'check constraint \\"provider_methods_method_check\\"' in result.stdout, result.stdout

@@ -9,7 +9,8 @@ security invoker
 set search_path from current
 -- In a security-definer function current_user is its owner; the role setting is what SET ROLE
 -- chose, which only a member of that role can set ('none': the login itself).
-return coalesce(nullif(pg_catalog.current_setting('role'), 'none'), session_user);
+return case when pg_catalog.current_setting('role') operator(pg_catalog.<>) 'none' then pg_catalog.current_setting('role')
+            else session_user end;
 
 comment on function payrail._acting_role() is
 $$The role a change is made as: the role set with SET ROLE, else the login (session_user); also inside security-definer functions.$$;
@@ -29,15 +30,19 @@ begin
     return new;
   end if;
 
-  if tg_op = 'INSERT'
-     or (new.embedding, new.embedding_model, new.embedding_content_hash)
-        is distinct from (old.embedding, old.embedding_model, old.embedding_content_hash) then
+  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
+  if tg_op operator(pg_catalog.=) 'INSERT'
+     or coalesce(vector_ne(new.embedding, old.embedding), old.embedding is null)
+     or coalesce(new.embedding_model operator(pg_catalog.<>) old.embedding_model,
+                 (new.embedding_model is null) operator(pg_catalog.<>) (old.embedding_model is null))
+     or coalesce(new.embedding_content_hash operator(pg_catalog.<>) old.embedding_content_hash,
+                 (new.embedding_content_hash is null) operator(pg_catalog.<>) (old.embedding_content_hash is null)) then
     -- A fresh vector: it must come from the registry's model.
     -- Whether it was made from this content is provider_methods_embedding_content_check's job.
     -- "for share" waits for a model switch in progress (switch_embedding_model), then sees its model.
     select * into v_model from payrail.embedding_model for share;
-    if v_model is null or new.embedding_model is distinct from v_model.name
-       or vector_dims(new.embedding) <> v_model.dimensions then
+    if v_model is null or coalesce(new.embedding_model operator(pg_catalog.<>) v_model.name, true)
+       or vector_dims(new.embedding) operator(pg_catalog.<>) v_model.dimensions then
       raise exception using
         errcode = 'PYE02',
         message = pg_catalog.format(
@@ -61,7 +66,8 @@ begin
     return new;
   end if;
 
-  if new.embedding_content_hash is distinct from v_content_hash then
+  if coalesce(new.embedding_content_hash operator(pg_catalog.<>) v_content_hash,
+              (new.embedding_content_hash is null) operator(pg_catalog.<>) (v_content_hash is null)) then
     -- Provider, method or guidance changed and no fresh vector came with the edit.
     if new.enabled then
       raise exception using
@@ -126,15 +132,18 @@ security invoker
 set search_path from current
 as $$
 begin
-  if tg_op = 'INSERT' then
+  if tg_op operator(pg_catalog.=) 'INSERT' then
     new.version := 1;
     -- The clock, not the transaction's start: each record of a long import shows its own time.
     new.created_at := pg_catalog.clock_timestamp();
     new.updated_at := new.created_at;
     new.saved_by := payrail._acting_role();
-  elsif (new.provider, new.method, new.urls, new.docs_url, new.guidance, new.enabled, new.mixed_scripts)
-        is distinct from (old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled, old.mixed_scripts) then
-    new.version := old.version + 1;
+  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md); docs_url alone may be NULL.
+  elsif new.provider operator(pg_catalog.<>) old.provider or new.method operator(pg_catalog.<>) old.method
+        or new.urls operator(pg_catalog.<>) old.urls or new.guidance operator(pg_catalog.<>) old.guidance
+        or new.enabled operator(pg_catalog.<>) old.enabled or new.mixed_scripts operator(pg_catalog.<>) old.mixed_scripts
+        or coalesce(new.docs_url operator(pg_catalog.<>) old.docs_url, (new.docs_url is null) operator(pg_catalog.<>) (old.docs_url is null)) then
+    new.version := old.version operator(pg_catalog.+) 1;
     new.created_at := old.created_at;
     new.updated_at := pg_catalog.clock_timestamp();
     new.saved_by := payrail._acting_role();

@@ -27,7 +27,7 @@ declare
   v_current payrail.embedding_model;
 begin
   select * into v_current from payrail.embedding_model for update;
-  if v_current.name = p_name and v_current.dimensions = p_dimensions then
+  if v_current.name operator(pg_catalog.=) p_name and v_current.dimensions operator(pg_catalog.=) p_dimensions then
     return;
   end if;
   if exists (select from payrail.provider_methods where embedding is not null) then
@@ -64,7 +64,7 @@ begin
   if exists (
     select from payrail.provider_methods as pm
     where pm.embedding is not null
-      and (v_model is null or pm.embedding_model <> v_model.name or vector_dims(pm.embedding) <> v_model.dimensions)
+      and (v_model is null or pm.embedding_model operator(pg_catalog.<>) v_model.name or vector_dims(pm.embedding) operator(pg_catalog.<>) v_model.dimensions)
   ) then
     raise exception using
       errcode = 'PYE02',

@@ -10,7 +10,7 @@ security definer
 set search_path from current
 as $$
 begin
-  if tg_op = 'UPDATE' and new.version = old.version then
+  if tg_op operator(pg_catalog.=) 'UPDATE' and new.version operator(pg_catalog.=) old.version then
     -- A vector-only write (sync, model switch) is not a new version.
     return null;
   end if;
@@ -21,7 +21,7 @@ begin
     (old.id, pg_catalog.lower(tg_op), old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled,
      old.version, old.updated_at, old.saved_by, old.mixed_scripts,
      -- Replaced when the next version was saved; deleted now.
-     case when tg_op = 'UPDATE' then new.updated_at else pg_catalog.clock_timestamp() end,
+     case when tg_op operator(pg_catalog.=) 'UPDATE' then new.updated_at else pg_catalog.clock_timestamp() end,
      payrail._acting_role(),
      session_user);
   return null;
@@ -49,17 +49,17 @@ as $$
   with records as (
     select pm.id
     from payrail.provider_methods as pm
-    where payrail._normalize_name(pm.provider) = payrail._normalize_name(p_provider)
-      and payrail._normalize_name(pm.method) = payrail._normalize_name(p_method)
+    where payrail._normalize_name(pm.provider) operator(pg_catalog.=) payrail._normalize_name(p_provider)
+      and payrail._normalize_name(pm.method) operator(pg_catalog.=) payrail._normalize_name(p_method)
     union
     select h.provider_method_id
     from payrail.provider_method_history as h
-    where payrail._normalize_name(h.provider) = payrail._normalize_name(p_provider)
-      and payrail._normalize_name(h.method) = payrail._normalize_name(p_method)
+    where payrail._normalize_name(h.provider) operator(pg_catalog.=) payrail._normalize_name(p_provider)
+      and payrail._normalize_name(h.method) operator(pg_catalog.=) payrail._normalize_name(p_method)
   )
   select h.*
   from payrail.provider_method_history as h
-  where h.provider_method_id in (select id from records)
+  where h.provider_method_id operator(pg_catalog.=) any (select id from records)
   order by h.id desc
 $$;
 
@@ -82,7 +82,7 @@ declare
   v_current payrail.provider_methods;
   v_id bigint;
 begin
-  select * into v_version from payrail.provider_method_history where id = p_history_id;
+  select * into v_version from payrail.provider_method_history where id operator(pg_catalog.=) p_history_id;
   if not found then
     raise exception using
       errcode = 'no_data_found',
@@ -91,7 +91,7 @@ begin
              'or payrail.get_provider_method_history(provider, method).';
   end if;
 
-  select * into v_current from payrail.provider_methods where id = v_version.provider_method_id for update;
+  select * into v_current from payrail.provider_methods where id operator(pg_catalog.=) v_version.provider_method_id for update;
   if not found then
     -- A deleted record comes back as a new draft: it has no vector yet.
     insert into payrail.provider_methods (provider, method, urls, docs_url, guidance, enabled, mixed_scripts)
@@ -102,8 +102,8 @@ begin
   end if;
 
   if v_current.enabled and not p_as_draft
-     and (v_version.provider, v_version.method, v_version.guidance)
-         is distinct from (v_current.provider, v_current.method, v_current.guidance) then
+     and (v_version.provider operator(pg_catalog.<>) v_current.provider or v_version.method operator(pg_catalog.<>) v_current.method
+          or v_version.guidance operator(pg_catalog.<>) v_current.guidance) then
     raise exception using
       errcode = 'check_violation',
       constraint = 'provider_methods_enabled_needs_embedding_check',
@@ -128,7 +128,7 @@ begin
       guidance = v_version.guidance,
       mixed_scripts = v_version.mixed_scripts,
       enabled = enabled and not p_as_draft
-  where id = v_current.id;
+  where id operator(pg_catalog.=) v_current.id;
   return v_current.id;
 end
 $$;

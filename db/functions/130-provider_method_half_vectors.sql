@@ -15,7 +15,7 @@ begin
     values (new.id, l2_normalize(new.embedding)::halfvec)
     on conflict (provider_method_id) do update set unit_embedding = excluded.unit_embedding;
   else
-    delete from payrail.provider_method_half_vectors where provider_method_id = new.id;
+    delete from payrail.provider_method_half_vectors where provider_method_id operator(pg_catalog.=) new.id;
   end if;
   return null;
 end
@@ -43,26 +43,28 @@ begin
   select pg_catalog.array_agg(coalesce(pm.id, hv.provider_method_id) order by coalesce(pm.id, hv.provider_method_id))
     into v_ids
   from (select p.id, p.embedding from payrail.provider_methods as p
-        where p.enabled and p.id between v_first_id and v_last_id) as pm
+        where p.enabled and p.id operator(pg_catalog.>=) v_first_id and p.id operator(pg_catalog.<=) v_last_id) as pm
   full join (select h.* from payrail.provider_method_half_vectors as h
-             where h.provider_method_id between v_first_id and v_last_id) as hv
-    on hv.provider_method_id = pm.id
-  where hv.unit_embedding is distinct from l2_normalize(pm.embedding)::halfvec;
+             where h.provider_method_id operator(pg_catalog.>=) v_first_id and h.provider_method_id operator(pg_catalog.<=) v_last_id) as hv
+    on hv.provider_method_id operator(pg_catalog.=) pm.id
+  -- "is distinct from", spelt out with pgvector's function and a qualified operator (db/CONVENTIONS.md).
+  where coalesce(halfvec_ne(hv.unit_embedding, l2_normalize(pm.embedding)::halfvec),
+                 (hv.unit_embedding is null) operator(pg_catalog.<>) (pm.embedding is null));
   if v_ids is null then
     return 0;
   end if;
   -- Then those alone, their records locked as every writer locks records (by id), so none changes
   -- meanwhile and its trigger's row stays what this writes.
-  perform from payrail.provider_methods where id = any (v_ids) order by id for share;
+  perform from payrail.provider_methods where id operator(pg_catalog.=) any (v_ids) order by id for share;
   delete from payrail.provider_method_half_vectors as hv
-  where hv.provider_method_id = any (v_ids)
-    and not exists (select from payrail.provider_methods as pm where pm.id = hv.provider_method_id and pm.enabled);
+  where hv.provider_method_id operator(pg_catalog.=) any (v_ids)
+    and not exists (select from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) hv.provider_method_id and pm.enabled);
   insert into payrail.provider_method_half_vectors as hv (provider_method_id, unit_embedding)
   select pm.id, l2_normalize(pm.embedding)::halfvec
   from payrail.provider_methods as pm
-  where pm.id = any (v_ids) and pm.enabled
+  where pm.id operator(pg_catalog.=) any (v_ids) and pm.enabled
   on conflict (provider_method_id) do update set unit_embedding = excluded.unit_embedding
-    where hv.unit_embedding is distinct from excluded.unit_embedding;
+    where halfvec_ne(hv.unit_embedding, excluded.unit_embedding);
   return pg_catalog.cardinality(v_ids);
 end
 $$;
@@ -88,18 +90,18 @@ begin
     execute function payrail.tg_provider_methods__keep_half_vector();
   create or replace trigger tg_provider_methods__keep_half_vector_on_update
     after update on payrail.provider_methods
-    -- "old.embedding is distinct from new.embedding", spelt with pgvector's <> operator: a dump
+    -- "old.embedding is distinct from new.embedding", spelt with pgvector's vector_ne: a dump
     -- prints IS DISTINCT FROM without the operator's schema, so a restore, under pg_dump's empty
-    -- search_path, cannot find it; <> it prints with the schema, as OPERATOR(public.<>).
-    for each row when (old.enabled is distinct from new.enabled
-                       or (old.embedding is null) <> (new.embedding is null)
-                       or old.embedding <> new.embedding)
+    -- search_path, cannot find it; a function it prints with its schema (db/CONVENTIONS.md).
+    for each row when (old.enabled operator(pg_catalog.<>) new.enabled
+                       or (old.embedding is null) operator(pg_catalog.<>) (new.embedding is null)
+                       or vector_ne(old.embedding, new.embedding))
     execute function payrail.tg_provider_methods__keep_half_vector();
 
   -- Run alone (psql), this file repairs any row that differs. `db apply` does so after its
   -- transaction, but an empty table (new, or on a registry upgraded from before it or from
   -- pgvector before 0.7) is filled here: search reads it as soon as this commits.
-  if payrail._deploy_mode() = '' or not exists (select from payrail.provider_method_half_vectors) then
+  if payrail._deploy_mode() operator(pg_catalog.=) '' or not exists (select from payrail.provider_method_half_vectors) then
     perform payrail._repair_half_vectors();
   end if;
 end

@@ -42,21 +42,23 @@ begin
                               order by coalesce(wanted.provider_method_id, e.provider_method_id))
     into v_ids
   from (select x.* from payrail.provider_methods as pm cross join lateral payrail._list_entry(pm) as x
-        where pm.id between v_first_id and v_last_id) as wanted
+        where pm.id operator(pg_catalog.>=) v_first_id and pm.id operator(pg_catalog.<=) v_last_id) as wanted
   full join (select l.* from payrail.provider_method_list_entries as l
-             where l.provider_method_id between v_first_id and v_last_id) as e
-    on e.provider_method_id = wanted.provider_method_id
-  where wanted is distinct from e;
+             where l.provider_method_id operator(pg_catalog.>=) v_first_id and l.provider_method_id operator(pg_catalog.<=) v_last_id) as e
+    on e.provider_method_id operator(pg_catalog.=) wanted.provider_method_id
+  -- "wanted is distinct from e", spelt out with a qualified operator (db/CONVENTIONS.md): <> of two
+  -- rows compares them field by field, NULL equal to NULL; a row missing on one side is NULL.
+  where coalesce(wanted operator(pg_catalog.<>) e, (wanted is null) operator(pg_catalog.<>) (e is null));
   if v_ids is null then
     return 0;
   end if;
   -- Then those alone, their records locked as every writer locks records (by id), so none changes
   -- meanwhile and its trigger's row stays what this writes.
-  perform from payrail.provider_methods where id = any (v_ids) order by id for share;
-  delete from payrail.provider_method_list_entries where provider_method_id = any (v_ids);
+  perform from payrail.provider_methods where id operator(pg_catalog.=) any (v_ids) order by id for share;
+  delete from payrail.provider_method_list_entries where provider_method_id operator(pg_catalog.=) any (v_ids);
   insert into payrail.provider_method_list_entries
   select x.* from payrail.provider_methods as pm cross join lateral payrail._list_entry(pm) as x
-  where pm.id = any (v_ids);
+  where pm.id operator(pg_catalog.=) any (v_ids);
   return pg_catalog.cardinality(v_ids);
 end
 $$;
@@ -77,13 +79,17 @@ create or replace trigger tg_provider_methods__keep_list_entry_on_insert
 -- staging): the entry holds nothing of the vector but its model.
 create or replace trigger tg_provider_methods__keep_list_entry_on_update
   after update on payrail.provider_methods
-  for each row when (old.provider is distinct from new.provider
-                     or old.method is distinct from new.method
-                     or old.guidance is distinct from new.guidance
-                     or old.urls is distinct from new.urls
-                     or old.docs_url is distinct from new.docs_url
-                     or old.enabled is distinct from new.enabled
-                     or old.embedding_model is distinct from new.embedding_model)
+  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md); docs_url and
+  -- embedding_model alone may be NULL.
+  for each row when (old.provider operator(pg_catalog.<>) new.provider
+                     or old.method operator(pg_catalog.<>) new.method
+                     or old.guidance operator(pg_catalog.<>) new.guidance
+                     or old.urls operator(pg_catalog.<>) new.urls
+                     or coalesce(old.docs_url operator(pg_catalog.<>) new.docs_url,
+                                 (old.docs_url is null) operator(pg_catalog.<>) (new.docs_url is null))
+                     or old.enabled operator(pg_catalog.<>) new.enabled
+                     or coalesce(old.embedding_model operator(pg_catalog.<>) new.embedding_model,
+                                 (old.embedding_model is null) operator(pg_catalog.<>) (new.embedding_model is null)))
   execute function payrail.tg_provider_methods__keep_list_entry();
 
 -- Run alone (psql), this file repairs any row that differs; `db apply` does so after its
@@ -97,7 +103,7 @@ begin
     insert into payrail.provider_method_list_entries
     select x.* from payrail.provider_methods as pm cross join lateral payrail._list_entry(pm) as x
     on conflict (provider_method_id) do nothing;
-  elsif payrail._deploy_mode() = '' then
+  elsif payrail._deploy_mode() operator(pg_catalog.=) '' then
     perform payrail._repair_list_entries();
   end if;
 end

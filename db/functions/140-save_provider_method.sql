@@ -16,7 +16,7 @@ begin
   if p_id is not null and p_current.id is null then
     return pg_catalog.format('provider method %s was deleted since it was read', p_id);
   end if;
-  if p_expected_version is distinct from p_current.version and p_expected_version is not null then
+  if p_expected_version is not null and coalesce(p_expected_version operator(pg_catalog.<>) p_current.version, true) then
     return pg_catalog.format(
       'provider method "%s / %s" changed since it was read: version %s was read, version %s is saved now',
       p_current.provider, p_current.method, p_expected_version, p_current.version);
@@ -86,16 +86,16 @@ declare
   v_embedding_content_hash bytea;
 begin
   if p_id is not null then
-    select * into v_current from payrail.provider_methods as pm where pm.id = p_id for update;
+    select * into v_current from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id for update;
   else
     select * into v_current
     from payrail.provider_methods as pm
-    where payrail._normalize_name(pm.provider) = payrail._normalize_name(v_provider)
-      and payrail._normalize_name(pm.method) = payrail._normalize_name(v_method)
+    where payrail._normalize_name(pm.provider) operator(pg_catalog.=) payrail._normalize_name(v_provider)
+      and payrail._normalize_name(pm.method) operator(pg_catalog.=) payrail._normalize_name(v_method)
     for update;
   end if;
 
-  if p_expected_version = 0 and v_current.id is not null then
+  if p_expected_version operator(pg_catalog.=) 0 and v_current.id is not null then
     raise exception using
       errcode = 'unique_violation',
       constraint = 'provider_methods_provider_method_key',
@@ -105,7 +105,8 @@ begin
       hint = 'Edit that record instead, or choose another provider or method name.';
   end if;
   -- 0 (must be new) is the unique key's business, above.
-  perform payrail._refuse_edit_conflict(p_id, v_current, nullif(p_expected_version, 0));
+  perform payrail._refuse_edit_conflict(
+    p_id, v_current, case when p_expected_version operator(pg_catalog.<>) 0 then p_expected_version end);
 
   if p_embedding is not null then
     -- The caller embedded this very content (the write path embeds the canonical names).
@@ -124,12 +125,15 @@ begin
     return;
   end if;
 
+  -- "is not distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
   if p_embedding is null
-     and (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, v_current.enabled),
-          coalesce(p_mixed_scripts, v_current.mixed_scripts))
-         is not distinct from
-         (v_current.provider, v_current.method, v_current.urls, v_current.docs_url, v_current.guidance, v_current.enabled,
-          v_current.mixed_scripts) then
+     and coalesce(v_provider operator(pg_catalog.=) v_current.provider, (v_provider is null) operator(pg_catalog.=) (v_current.provider is null))
+     and coalesce(v_method operator(pg_catalog.=) v_current.method, (v_method is null) operator(pg_catalog.=) (v_current.method is null))
+     and coalesce(p_urls operator(pg_catalog.=) v_current.urls, (p_urls is null) operator(pg_catalog.=) (v_current.urls is null))
+     and coalesce(p_docs_url operator(pg_catalog.=) v_current.docs_url, (p_docs_url is null) operator(pg_catalog.=) (v_current.docs_url is null))
+     and coalesce(p_guidance operator(pg_catalog.=) v_current.guidance, (p_guidance is null) operator(pg_catalog.=) (v_current.guidance is null))
+     and coalesce(p_enabled, v_current.enabled) operator(pg_catalog.=) v_current.enabled
+     and coalesce(p_mixed_scripts, v_current.mixed_scripts) operator(pg_catalog.=) v_current.mixed_scripts then
     return query select v_current.id, v_current.version, 'unchanged'::text;
     return;
   end if;
@@ -140,14 +144,14 @@ begin
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
         enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts)
-    where pm.id = v_current.id
+    where pm.id operator(pg_catalog.=) v_current.id
     returning pm.id, pm.version into record_id, record_version;
   else
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
         enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts),
         embedding = p_embedding, embedding_model = p_embedding_model, embedding_content_hash = v_embedding_content_hash
-    where pm.id = v_current.id
+    where pm.id operator(pg_catalog.=) v_current.id
     returning pm.id, pm.version into record_id, record_version;
   end if;
   outcome := 'updated';

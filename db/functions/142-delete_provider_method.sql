@@ -15,7 +15,7 @@ as $$
 declare
   v_current payrail.provider_methods;
 begin
-  select * into v_current from payrail.provider_methods as pm where pm.id = p_id for update;
+  select * into v_current from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id for update;
   perform payrail._refuse_edit_conflict(p_id, v_current, p_expected_version);
   if p_with_golden_queries then
     -- The record leaves every golden query naming it; a query it was the only relevant record of
@@ -26,13 +26,13 @@ begin
       returning r.golden_query_id
     )
     delete from payrail.golden_queries as g
-    where g.id in (select l.golden_query_id from left_queries as l)
+    where exists (select from left_queries as l where l.golden_query_id operator(pg_catalog.=) g.id)
       and not exists (select from payrail.golden_query_records as other
                       where other.golden_query_id operator(pg_catalog.=) g.id
                         and other.record_id operator(pg_catalog.<>) p_id);
   end if;
   -- Refused in words while golden queries name it (tg_provider_methods__keep_golden_queries).
-  delete from payrail.provider_methods as pm where pm.id = p_id;
+  delete from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id;
   return v_current.version;
 end
 $$;

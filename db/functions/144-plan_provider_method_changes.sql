@@ -29,30 +29,32 @@ as $$
   with c as (
     select c.*, payrail._canonical_name(c.provider) as stored_provider, payrail._canonical_name(c.method) as stored_method,
            payrail._normalize_name(c.provider) as provider_key, payrail._normalize_name(c.method) as method_key
-    from unnest(p_ids, p_providers, p_methods, p_guidances, p_enabled, p_expected_versions)
+    -- What unnest(p_ids, p_providers, ...) in FROM stands for, with unnest named by its schema.
+    from rows from (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_providers), pg_catalog.unnest(p_methods),
+                    pg_catalog.unnest(p_guidances), pg_catalog.unnest(p_enabled), pg_catalog.unnest(p_expected_versions))
            with ordinality as c(id, provider, method, guidance, enabled, expected_version, position)
   )
   select (found.p).id, (found.p).version, c.stored_provider, c.stored_method, c.provider_key, c.method_key,
          -- Content that changes is embedded; so is a record that will be enabled without a current vector.
          (found.p).id is null
-           or (found.p).content_hash <> payrail._content_hash(c.stored_provider, c.stored_method, c.guidance)
+           or (found.p).content_hash operator(pg_catalog.<>) payrail._content_hash(c.stored_provider, c.stored_method, c.guidance)
            or (coalesce(c.enabled, (found.p).enabled) and not vector_state.has_current_vector),
          -- 0 (must be new) is the unique key's business: payrail.save_provider_method says so.
-         payrail._edit_conflict(c.id, found.p, nullif(c.expected_version, 0))
+         payrail._edit_conflict(c.id, found.p, case when c.expected_version operator(pg_catalog.<>) 0 then c.expected_version end)
   from c
   -- By id, or by name through the unique key's index, once per change, and the vector state by
   -- id: no join is left for a plan made without statistics (a bulk load's) to turn into a scan
   -- of the table, or of every name normalized.
   left join lateral (
-    select p from payrail.provider_methods as p where p.id = c.id
+    select p from payrail.provider_methods as p where p.id operator(pg_catalog.=) c.id
     union all
     select p from payrail.provider_methods as p
     where c.id is null
-      and payrail._normalize_name(p.provider) = c.provider_key
-      and payrail._normalize_name(p.method) = c.method_key
+      and payrail._normalize_name(p.provider) operator(pg_catalog.=) c.provider_key
+      and payrail._normalize_name(p.method) operator(pg_catalog.=) c.method_key
   ) as found on true
   left join lateral (
-    select s.has_current_vector from payrail.provider_method_states as s where s.id = (found.p).id offset 0
+    select s.has_current_vector from payrail.provider_method_states as s where s.id operator(pg_catalog.=) (found.p).id offset 0
   ) as vector_state on true
   order by c.position
 $$;

@@ -36,19 +36,22 @@ begin
                                   (select pm.mixed_scripts from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id),
                                   false);
   -- Each check constraint's own expression, so the table's constraints stay the one statement of
-  -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it.
+  -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it. Printed and run
+  -- on pg_catalog alone (until this function returns): every other name prints with its schema,
+  -- and an operator the print leaves bare (its implicit casts unprinted) is found in pg_catalog.
+  perform pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
   for v_constraint in
     select c.conname::text as name, pg_catalog.pg_get_expr(c.conbin, c.conrelid) as expression
     from pg_catalog.pg_constraint as c
-    where c.conrelid = 'payrail.provider_methods'::pg_catalog.regclass and c.contype = 'c'
+    where c.conrelid operator(pg_catalog.=) 'payrail.provider_methods'::pg_catalog.regclass and c.contype operator(pg_catalog.=) 'c'
     order by c.conname
   loop
-    execute 'select ' || v_constraint.expression || ' from (select ($1).*) as provider_methods'
+    execute 'select ' operator(pg_catalog.||) v_constraint.expression operator(pg_catalog.||) ' from (select ($1).*) as provider_methods'
       into v_holds using v_row;
     if not coalesce(v_holds, true) then
       return query
         select v_constraint.name, coalesce(r.fields, '{}'),
-               coalesce(r.rule, 'breaks ' || v_constraint.name)
+               coalesce(r.rule, 'breaks ' operator(pg_catalog.||) v_constraint.name)
                  -- Which scripts, where the rule is about mixing them.
                  operator(pg_catalog.||) case when v_constraint.name operator(pg_catalog.=) 'provider_methods_scripts_check'
                                               then pg_catalog.format(' ("%s" is %s; "%s" is %s)',
@@ -56,24 +59,25 @@ begin
                                                                      v_row.method, payrail._scripts_in_words(v_row.method))
                                               else '' end,
                coalesce(r.remedy, '')
-        from (select) as one left join payrail.rules as r on r.constraint_name = v_constraint.name;
+        from (select) as one left join payrail.rules as r on r.constraint_name operator(pg_catalog.=) v_constraint.name;
     end if;
   end loop;
   if exists (
     select from payrail.provider_methods as pm
-    where payrail._normalize_name(pm.provider) = payrail._normalize_name(v_row.provider)
-      and payrail._normalize_name(pm.method) = payrail._normalize_name(v_row.method)
-      and pm.id is distinct from p_id
+    where payrail._normalize_name(pm.provider) operator(pg_catalog.=) payrail._normalize_name(v_row.provider)
+      and payrail._normalize_name(pm.method) operator(pg_catalog.=) payrail._normalize_name(v_row.method)
+      and coalesce(pm.id operator(pg_catalog.<>) p_id, true)
   ) then
     return query
       select r.constraint_name, r.fields, r.rule, r.remedy
-      from payrail.rules as r where r.constraint_name = 'provider_methods_provider_method_key';
+      from payrail.rules as r where r.constraint_name operator(pg_catalog.=) 'provider_methods_provider_method_key';
   end if;
   -- The lookalike rule (tg_provider_methods__refuse_lookalikes), naming the record imitated.
   return query
     select r.constraint_name, r.fields,
-           payrail._lookalike_in_words(l.field, case l.field when 'provider' then v_row.provider when 'method' then v_row.method
-                                                 else v_row.docs_url end, l.other),
+           payrail._lookalike_in_words(l.field, case when l.field operator(pg_catalog.=) 'provider' then v_row.provider
+                                                      when l.field operator(pg_catalog.=) 'method' then v_row.method
+                                                      else v_row.docs_url end, l.other),
            r.remedy
     from payrail._lookalikes(p_id, v_row.provider, v_row.method,
                              case when payrail._is_https_url(v_row.docs_url) then v_row.docs_url end) as l

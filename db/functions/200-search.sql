@@ -1,6 +1,113 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
+create or replace function payrail._login_limits_of(p_login name)
+returns text[]
+language sql
+stable
+security invoker
+-- Nothing but pg_catalog's names (db/CONVENTIONS.md): nothing planted is found from here.
+set search_path = pg_catalog, pg_temp
+as $$
+  -- The limits a DBA gives a login (ALTER ROLE login [IN DATABASE db] SET ...), which PostgreSQL
+  -- applies when it connects: the one for this database, else the one for every database. Never
+  -- those of the roles it is granted: PostgreSQL applies none of them.
+  with given as (
+    select distinct on (c.name) c.name, c.value
+    from pg_db_role_setting as s
+    cross join lateral unnest(s.setconfig) as e(setting)
+    cross join lateral (select split_part(e.setting, '=', 1), substr(e.setting, strpos(e.setting, '=') + 1)) as c(name, value)
+    where s.setrole = (select r.oid from pg_roles as r where r.rolname = p_login)
+      and s.setdatabase = any (array[0, (select d.oid from pg_database as d where d.datname = current_database())])
+    order by c.name, s.setdatabase desc
+  )
+  select array_agg(x order by w.n, x.n)
+  from unnest(array['statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout']) with ordinality as w(name, n)
+  left join given as g on g.name = w.name,
+  lateral unnest(array[w.name, g.value]) with ordinality as x(x, n)
+$$;
+
+comment on function payrail._login_limits_of(name) is
+$$statement_timeout, lock_timeout and idle_in_transaction_session_timeout, each followed by the value p_login is given in this database (NULL: none).$$;
+
+create or replace function payrail._session_login_limits()
+returns text[]
+language sql
+-- Immutable, though it reads the catalog: PostgreSQL computes a call of an immutable function
+-- without arguments when it plans it, so a plan of search's check, made once per session and
+-- kept, holds this session's login and its limits, and a search reads no catalog for them (a
+-- lookup per search cost 10% to 25% of a name-path search: docs/benchmarks.md). They are fixed
+-- for the session: PostgreSQL applies a login's settings when it connects. Only the check calls
+-- it, and it compares the login.
+immutable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+  select array[session_user::text] || payrail._login_limits_of(session_user)
+$$;
+
+comment on function payrail._session_login_limits() is
+$$This session's login, then the limits it is given (payrail._login_limits_of), computed once per session by the plans that call it.$$;
+
+create or replace function payrail._milliseconds(p_duration text)
+returns numeric
+language sql
+immutable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+  select case when p_duration ~ '^\s*[0-9.]+\s*$' then p_duration::numeric
+              else extract(epoch from p_duration::interval) * 1000 end
+$$;
+
+comment on function payrail._milliseconds(text) is
+$$A duration setting's value in milliseconds: a number alone (milliseconds), or with a unit (300ms, 2s, 1min).$$;
+
+create or replace function payrail._refuse_lifted_limits()
+returns void
+language plpgsql
+stable
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  -- The login, then each setting and the value it is given (payrail._login_limits_of).
+  v_limits text[] := payrail._session_login_limits();
+  v_now text;
+begin
+  -- Another login since the plan was made (SET SESSION AUTHORIZATION, a superuser's): its own.
+  if v_limits[1] <> session_user then
+    v_limits := array[session_user::text] || payrail._login_limits_of(session_user);
+  end if;
+  -- Nearly always: each at its login's value, or not given.
+  if (v_limits[3] is null or current_setting(v_limits[2]) = v_limits[3])
+     and (v_limits[5] is null or current_setting(v_limits[4]) = v_limits[5])
+     and (v_limits[7] is null or current_setting(v_limits[6]) = v_limits[7]) then
+    return;
+  end if;
+  -- Any session may SET them (SET, SET LOCAL, PGOPTIONS or options at connect): search refuses
+  -- one whose value now is off (0) or above its login's, in milliseconds (2000 = 2s).
+  for i in 2 .. 6 by 2 loop
+    v_now := current_setting(v_limits[i]);
+    if payrail._milliseconds(v_limits[i + 1]) > 0
+       and (payrail._milliseconds(v_now) = 0 or payrail._milliseconds(v_now) > payrail._milliseconds(v_limits[i + 1])) then
+      raise exception using
+        errcode = 'PYS01',
+        message = format('%s is %s in this session, but login %s is given %s: a session may not lift the limits of its login',
+                         v_limits[i], case when v_now = '0' then '0 (off)' else v_now end, session_user, v_limits[i + 1]),
+        hint = format('Leave %s to the login''s setting or lower it ("reset %s"); the DBA raises the login''s limit with '
+                      '"alter role %I set %s = ...".', v_limits[i], v_limits[i], session_user, v_limits[i]);
+    end if;
+  end loop;
+end
+$$;
+
+comment on function payrail._refuse_lifted_limits() is
+$$Raises PYS01 when this session runs with statement_timeout, lock_timeout or idle_in_transaction_session_timeout off or above what its login is given (ALTER ROLE login [IN DATABASE db] SET ...).
+
+Search's first step: an agent cannot lift the bounds its DBA set by setting them itself
+(docs/security.md).$$;
+
 create or replace function payrail._check_query(p_query text)
 returns void
 language plpgsql
@@ -16,7 +123,7 @@ begin
       message = 'query is empty',
       hint = 'Describe in plain words what you need, e.g. ''find live hotel availability through a paid API''.';
   end if;
-  if pg_catalog.char_length(p_query) > 2000 then
+  if pg_catalog.char_length(p_query) operator(pg_catalog.>) 2000 then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = pg_catalog.format('query is %s characters long; the limit is 2,000', pg_catalog.char_length(p_query)),
@@ -54,28 +161,30 @@ as $$
     from (select payrail._normalize_name(p_query)) as q(name),
     lateral (
       select p, 1 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.provider || ' ' || p.method) = q.name
+      where p.enabled and payrail._normalize_name(p.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p.method) operator(pg_catalog.=) q.name
       union all
       select p, 1 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.provider || ' / ' || p.method) = q.name
+      where p.enabled and payrail._normalize_name(p.provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) p.method) operator(pg_catalog.=) q.name
       union all
       select p, 2 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.provider) = q.name
+      where p.enabled and payrail._normalize_name(p.provider) operator(pg_catalog.=) q.name
       union all
       select p, 3 from payrail.provider_methods as p
-      where p.enabled and payrail._normalize_name(p.method) = q.name
+      where p.enabled and payrail._normalize_name(p.method) operator(pg_catalog.=) q.name
       union all
       select p, case
-                  when q.name in (payrail._normalize_name(p.provider || ' ' || p.method),
-                                  payrail._normalize_name(p.provider || ' / ' || p.method)) then 1
-                  when payrail._normalize_name(p.provider) = q.name then 2
+                  when q.name operator(pg_catalog.=) any (array[
+                         payrail._normalize_name(p.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p.method),
+                         payrail._normalize_name(p.provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) p.method)]) then 1
+                  when payrail._normalize_name(p.provider) operator(pg_catalog.=) q.name then 2
                   else 3
                 end
       from payrail.provider_methods as p
-      where p.id = p_counted_draft_id and not p.enabled
-        and q.name in (payrail._normalize_name(p.provider), payrail._normalize_name(p.method),
-                       payrail._normalize_name(p.provider || ' ' || p.method),
-                       payrail._normalize_name(p.provider || ' / ' || p.method))
+      where p.id operator(pg_catalog.=) p_counted_draft_id and not p.enabled
+        and q.name operator(pg_catalog.=) any (array[
+              payrail._normalize_name(p.provider), payrail._normalize_name(p.method),
+              payrail._normalize_name(p.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p.method),
+              payrail._normalize_name(p.provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) p.method)])
     ) as found(pm, rank)
     -- A record found more than one way counts once, by its best way.
     order by (found.pm).id, found.rank
@@ -101,6 +210,7 @@ security definer
 set search_path from current
 as $$
 begin
+  perform payrail._refuse_lifted_limits();
   perform payrail._check_query(query);
   return exists (select from payrail._name_path_matches(query));
 end
@@ -110,14 +220,17 @@ comment on function payrail.query_takes_name_path(text) is
 $$True when search_provider_methods answers this query by name alone, without a query embedding.
 
 Lets a caller skip the embedding service for exact provider or method names. Raises
-invalid_parameter_value (22023) for an empty or over-long query.$$;
+invalid_parameter_value (22023) for an empty or over-long query, PYS01 when the session lifted a
+limit its login is given.$$;
 
 create or replace function payrail._half_precision_error_bound(p_dimensions integer)
 returns double precision
 language sql
 immutable
 security invoker
-set search_path from current
+-- Arithmetic of built-ins alone, on a path of pg_catalog alone: operator(pg_catalog.*) would take
+-- the precedence of any other operator, so every product needed parentheses (db/CONVENTIONS.md).
+set search_path = pg_catalog, pg_temp
 as $$
   -- With n = dimensions, u = 2^-24 (float32 rounding), gamma = n u / (1 - n u) (a float32 sum
   -- of n products), rho = 2^-11 + 2^-23 (rounding a unit vector's component to float32, then to
@@ -185,7 +298,7 @@ begin
         select hv.provider_method_id, hv.unit_embedding <#> (select l2_normalize(p_query_embedding)::halfvec)
         from payrail.provider_method_half_vectors as hv
       ) as n(id, distance)
-      where p_max_distance is null or n.distance <= p_max_distance
+      where p_max_distance is null or n.distance operator(pg_catalog.<=) p_max_distance
       order by n.distance
       limit p_scan_limit;
     -- The draft comes as one more row, for the caller to sort in: PostgreSQL 16 plans no parallel
@@ -194,7 +307,7 @@ begin
       return query
         select pm.id, l2_normalize(pm.embedding)::halfvec <#> (select l2_normalize(p_query_embedding)::halfvec)
         from payrail.provider_methods as pm
-        where pm.id = p_counted_draft_id and not pm.enabled;
+        where pm.id operator(pg_catalog.=) p_counted_draft_id and not pm.enabled;
     end if;
   else
     return query
@@ -202,9 +315,9 @@ begin
       from (
         select pm.id, pm.embedding <=> p_query_embedding
         from payrail.provider_methods as pm
-        where pm.enabled or pm.id = p_counted_draft_id
+        where pm.enabled or pm.id operator(pg_catalog.=) p_counted_draft_id
       ) as n(id, distance)
-      where p_max_distance is null or n.distance <= p_max_distance
+      where p_max_distance is null or n.distance operator(pg_catalog.<=) p_max_distance
       order by n.distance
       limit p_scan_limit;
   end if;
@@ -249,6 +362,7 @@ declare
   v_nearest_distances double precision[];
   v_cutoff double precision;
 begin
+  perform payrail._refuse_lifted_limits();
   perform payrail._check_query(p_query);
 
   return query
@@ -265,7 +379,7 @@ begin
       hint = 'Embed the query with the model payrail.get_embedding_model() returns and pass it as query_embedding.';
   end if;
 
-  if vector_norm(p_query_embedding) = 0 then
+  if vector_norm(p_query_embedding) operator(pg_catalog.=) 0 then
     raise exception using
       errcode = 'invalid_parameter_value',
       message = 'query embedding is the zero vector, which has no cosine distance',
@@ -276,8 +390,8 @@ begin
     -- No model yet means no vectors, so no enabled record: the honest answer is none.
     return;
   end if;
-  if (p_query_embedding_model is not null and p_query_embedding_model <> v_model.name)
-     or vector_dims(p_query_embedding) <> v_model.dimensions then
+  if (p_query_embedding_model is not null and p_query_embedding_model operator(pg_catalog.<>) v_model.name)
+     or vector_dims(p_query_embedding) operator(pg_catalog.<>) v_model.dimensions then
     raise exception using
       errcode = 'PYE02',
       message = pg_catalog.format(
@@ -304,10 +418,10 @@ begin
     select pg_catalog.array_agg(n.id order by n.distance), pg_catalog.array_agg(n.distance order by n.distance)
       into v_nearest_ids, v_nearest_distances
     from payrail._first_pass(p_query_embedding, p_counted_draft_id, v_half_precision, v_scan_limit, v_cutoff) as n;
-    v_cutoff := v_nearest_distances[3] + 2 * v_error_bound;
+    v_cutoff := v_nearest_distances[3] operator(pg_catalog.+) (2 operator(pg_catalog.*) v_error_bound);
     exit when v_scan_limit is null
-      or coalesce(pg_catalog.cardinality(v_nearest_distances), 0) < v_scan_limit
-      or v_nearest_distances[v_scan_limit] > v_cutoff;
+      or coalesce(pg_catalog.cardinality(v_nearest_distances), 0) operator(pg_catalog.<) v_scan_limit
+      or v_nearest_distances[v_scan_limit] operator(pg_catalog.>) v_cutoff;
     v_scan_limit := null;
   end loop;
 
@@ -317,8 +431,8 @@ begin
   return query
     select pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance
     from rows from (pg_catalog.unnest(v_nearest_ids), pg_catalog.unnest(v_nearest_distances)) as n(id, distance),
-    lateral (select p.* from payrail.provider_methods as p where p.id = n.id offset 0) as pm
-    where v_cutoff is null or n.distance <= v_cutoff
+    lateral (select p.* from payrail.provider_methods as p where p.id operator(pg_catalog.=) n.id offset 0) as pm
+    where v_cutoff is null or n.distance operator(pg_catalog.<=) v_cutoff
     order by pm.embedding <=> p_query_embedding, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
     limit 3;
 end
@@ -354,4 +468,6 @@ record by exact cosine distance to query_embedding scaled to unit length (in dou
 its scale never changes the ranking), ties by normalized provider and method.
 
 Errors (db/ERRCODES.md): 22023 empty or over-long query, or zero vector; PYE01 the query needs
-an embedding; PYE02 the embedding is not from the registry's model (name or dimensions).$$;
+an embedding; PYE02 the embedding is not from the registry's model (name or dimensions); PYS01
+the session lifted a limit its login is given (statement_timeout, lock_timeout,
+idle_in_transaction_session_timeout).$$;

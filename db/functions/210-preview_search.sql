@@ -17,10 +17,12 @@ as $$
 declare
   v_draft payrail.provider_methods;
 begin
+  -- Before anything else, as search: a session that lifted its login's limits reads nothing.
+  perform payrail._refuse_lifted_limits();
   select * into v_draft
   from payrail.provider_methods as pm
-  where payrail._normalize_name(pm.provider) = payrail._normalize_name(p_provider)
-    and payrail._normalize_name(pm.method) = payrail._normalize_name(p_method);
+  where payrail._normalize_name(pm.provider) operator(pg_catalog.=) payrail._normalize_name(p_provider)
+    and payrail._normalize_name(pm.method) operator(pg_catalog.=) payrail._normalize_name(p_method);
   if not found then
     raise exception using
       errcode = 'no_data_found',

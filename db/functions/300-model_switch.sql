@@ -27,26 +27,26 @@ begin
 
   select pg_catalog.count(*),
          pg_catalog.string_agg(pg_catalog.format('"%s / %s"', pm.provider, pm.method), ', ' order by pm.id)
-           filter (where pm.rank <= 5)
+           filter (where pm.rank operator(pg_catalog.<=) 5)
     into v_missing_count, v_missing
   from (
     select p.*, pg_catalog.row_number() over (order by p.id) as rank
     from payrail.provider_methods as p
     where p.enabled
       -- Already by the new model (a rerun, or the model in force): nothing to move.
-      and not (p.embedding_model = p_name and vector_dims(p.embedding) = p_dimensions)
+      and not (p.embedding_model operator(pg_catalog.=) p_name and vector_dims(p.embedding) operator(pg_catalog.=) p_dimensions)
       and not exists (
         select from payrail.embedding_staging as s
-        where s.provider_method_id = p.id and s.model = p_name and s.content_hash = p.content_hash
-          and vector_dims(s.embedding) = p_dimensions)
+        where s.provider_method_id operator(pg_catalog.=) p.id and s.model operator(pg_catalog.=) p_name
+          and s.content_hash operator(pg_catalog.=) p.content_hash and vector_dims(s.embedding) operator(pg_catalog.=) p_dimensions)
   ) as pm;
-  if v_missing_count > 0 then
+  if v_missing_count operator(pg_catalog.>) 0 then
     raise exception using
       errcode = 'PYE02',
       message = pg_catalog.format(
         'cannot switch to model %s (%s dimensions): %s enabled provider method(s) have no staged embedding of '
         'their current content by it: %s%s',
-        p_name, p_dimensions, v_missing_count, v_missing, case when v_missing_count > 5 then ', ...' else '' end),
+        p_name, p_dimensions, v_missing_count, v_missing, case when v_missing_count operator(pg_catalog.>) 5 then ', ...' else '' end),
       detail = 'Every enabled record must have an embedding by the registry''s model at all times.',
       hint = pg_catalog.format(
         'Run `payrail-embedder --embedder BACKEND model switch %s`: it stages (or re-stages) every record, then switches.',
@@ -56,20 +56,20 @@ begin
   -- The model first: the row trigger checks each new vector against it.
   insert into payrail.embedding_model as m (name, dimensions) values (p_name, p_dimensions)
   on conflict (singleton) do update set name = excluded.name, dimensions = excluded.dimensions, set_at = pg_catalog.now()
-  where (m.name, m.dimensions) is distinct from (excluded.name, excluded.dimensions);
+  where m.name operator(pg_catalog.<>) excluded.name or m.dimensions operator(pg_catalog.<>) excluded.dimensions;
 
   update payrail.provider_methods as pm
   set embedding = s.embedding, embedding_model = s.model, embedding_content_hash = s.content_hash
   from payrail.embedding_staging as s
-  where s.provider_method_id = pm.id and s.model = p_name and s.content_hash = pm.content_hash
-    and vector_dims(s.embedding) = p_dimensions;
+  where s.provider_method_id operator(pg_catalog.=) pm.id and s.model operator(pg_catalog.=) p_name and s.content_hash operator(pg_catalog.=) pm.content_hash
+    and vector_dims(s.embedding) operator(pg_catalog.=) p_dimensions;
   get diagnostics v_embedded = row_count;
 
   -- Drafts edited since they were staged (or never staged) lose their old-model vector; sync embeds them.
   update payrail.provider_methods as pm
   set embedding = null, embedding_model = null, embedding_content_hash = null
   where pm.embedding is not null
-    and (pm.embedding_model <> p_name or vector_dims(pm.embedding) <> p_dimensions);
+    and (pm.embedding_model operator(pg_catalog.<>) p_name or vector_dims(pm.embedding) operator(pg_catalog.<>) p_dimensions);
   get diagnostics v_drafts_cleared = row_count;
 
   -- Staged vectors of other models are leftovers of abandoned switches.

@@ -8,8 +8,6 @@ revoke all on all functions in schema payrail from public, payrail_agent, payrai
 revoke all on all tables in schema payrail from public, payrail_agent, payrail_operator, payrail_embedder;
 
 grant usage on schema payrail to payrail_agent, payrail_operator, payrail_embedder;
--- payrail-embedder's sessions pin the registry's search path with it.
-grant execute on function payrail._search_path() to payrail_agent, payrail_operator, payrail_embedder;
 
 -- Which schema version the registry holds, and whether an apply is due (`payrail-embedder db status`).
 grant execute on function payrail.get_schema_version() to payrail_operator, payrail_embedder;
@@ -124,6 +122,10 @@ grant execute on function
   payrail._first_pass(vector, bigint, boolean, integer, double precision),
   payrail._name_path_matches(text, bigint),
   payrail._check_query(text),
+  payrail._refuse_lifted_limits(),
+  payrail._session_login_limits(),
+  payrail._login_limits_of(name),
+  payrail._milliseconds(text),
   payrail._half_precision_error_bound(integer)
   to payrail_operator;
 do $$

@@ -101,9 +101,9 @@ set search_path from current
 as $$
 begin
   -- A table this transaction created (or already holds exclusively) is nobody else's yet.
-  if payrail._deploy_mode() = 'shared'
+  if payrail._deploy_mode() operator(pg_catalog.=) 'shared'
      and not exists (select from pg_catalog.pg_locks
-                     where pid = pg_catalog.pg_backend_pid() and relation = p_table and mode = 'AccessExclusiveLock') then
+                     where pid operator(pg_catalog.=) pg_catalog.pg_backend_pid() and relation operator(pg_catalog.=) p_table and mode operator(pg_catalog.=) 'AccessExclusiveLock') then
     raise exception using
       errcode = 'PYD01',
       message = pg_catalog.format('%s: this needs an ACCESS EXCLUSIVE lock on %s', p_change, p_table),
@@ -123,9 +123,9 @@ security invoker
 set search_path from current
 -- A trigger's definition, else a constraint's (validated or not: the same definition).
 return coalesce(
-  (select pg_catalog.pg_get_triggerdef(t.oid) from pg_catalog.pg_trigger as t where t.tgrelid = p_table and t.tgname = p_name),
+  (select pg_catalog.pg_get_triggerdef(t.oid) from pg_catalog.pg_trigger as t where t.tgrelid operator(pg_catalog.=) p_table and t.tgname operator(pg_catalog.=) p_name),
   (select pg_catalog.regexp_replace(pg_catalog.pg_get_constraintdef(c.oid), ' NOT VALID$', '')
-   from pg_catalog.pg_constraint as c where c.conrelid = p_table and c.conname = p_name));
+   from pg_catalog.pg_constraint as c where c.conrelid operator(pg_catalog.=) p_table and c.conname operator(pg_catalog.=) p_name));
 
 comment on function payrail._definition_of(regclass, name) is
 $$The definition of the trigger or constraint p_name of p_table as the catalog prints it; NULL when there is none.$$;
@@ -144,7 +144,7 @@ begin
   -- transaction, a file run alone (psql) at once.
   execute pg_catalog.format('alter table %s drop constraint if exists %I, add constraint %I %s not valid',
                             p_table, p_name, p_name, p_check);
-  if payrail._deploy_mode() = '' then
+  if payrail._deploy_mode() operator(pg_catalog.=) '' then
     execute pg_catalog.format('alter table %s validate constraint %I', p_table, p_name);
   end if;
 end
@@ -187,13 +187,18 @@ volatile
 security invoker
 set search_path from current
 as $$
+declare
+  v_wanted text;
+  v_found text;
 begin
   -- p_check goes into a format() string: its own % are doubled.
-  if payrail._probed_definition(p_table, p_name, 'alter table %2$s add constraint %1$I ' || pg_catalog.replace(p_check, '%', '%%'))
-     is distinct from payrail._definition_of(p_table, p_name) then
+  v_wanted := payrail._probed_definition(p_table, p_name, 'alter table %2$s add constraint %1$I ' operator(pg_catalog.||) pg_catalog.replace(p_check, '%', '%%'));
+  v_found := payrail._definition_of(p_table, p_name);
+  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
+  if coalesce(v_wanted operator(pg_catalog.<>) v_found, (v_wanted is null) operator(pg_catalog.<>) (v_found is null)) then
     perform payrail._replace_check_constraint(p_table, p_name, p_check, pg_catalog.format('%s is new or changed', p_name));
-  elsif payrail._deploy_mode() = '' and exists (
-      select from pg_catalog.pg_constraint where conrelid = p_table and conname = p_name and not convalidated) then
+  elsif payrail._deploy_mode() operator(pg_catalog.=) '' and exists (
+      select from pg_catalog.pg_constraint where conrelid operator(pg_catalog.=) p_table and conname operator(pg_catalog.=) p_name and not convalidated) then
     -- Left not valid by an apply whose follow-up did not finish.
     execute pg_catalog.format('alter table %s validate constraint %I', p_table, p_name);
   end if;
@@ -212,8 +217,14 @@ volatile
 security invoker
 set search_path from current
 as $$
+declare
+  v_wanted text;
+  v_found text;
 begin
-  if payrail._probed_definition(p_table, p_name, p_create) is distinct from payrail._definition_of(p_table, p_name) then
+  v_wanted := payrail._probed_definition(p_table, p_name, p_create);
+  v_found := payrail._definition_of(p_table, p_name);
+  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
+  if coalesce(v_wanted operator(pg_catalog.<>) v_found, (v_wanted is null) operator(pg_catalog.<>) (v_found is null)) then
     -- Constraint triggers cannot be created "or replace": dropped first, under an exclusive lock.
     perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('%s is new or changed', p_name));
     execute pg_catalog.format('drop trigger if exists %I on %s', p_name, p_table);
@@ -235,14 +246,15 @@ as $$
 declare
   v_column pg_catalog.pg_attribute;
   -- pg_attribute's letter for the storage: p, e, x or m.
-  v_storage "char" := case p_storage when 'plain' then 'p' when 'external' then 'e' when 'extended' then 'x' else 'm' end;
+  v_storage "char" := case when p_storage operator(pg_catalog.=) 'plain' then 'p' when p_storage operator(pg_catalog.=) 'external' then 'e'
+                           when p_storage operator(pg_catalog.=) 'extended' then 'x' else 'm' end;
 begin
-  select * into v_column from pg_catalog.pg_attribute where attrelid = p_table and attname = p_column;
-  if v_column.attstorage <> v_storage then
+  select * into v_column from pg_catalog.pg_attribute where attrelid operator(pg_catalog.=) p_table and attname operator(pg_catalog.=) p_column;
+  if v_column.attstorage operator(pg_catalog.<>) v_storage then
     perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('the storage of column %s changes', p_column));
     execute pg_catalog.format('alter table %s alter column %I set storage %s', p_table, p_column, p_storage);
   end if;
-  if p_compression is not null and v_column.attcompression::text <> pg_catalog.left(p_compression, 1) then
+  if p_compression is not null and v_column.attcompression::text operator(pg_catalog.<>) pg_catalog.left(p_compression, 1) then
     perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('the compression of column %s changes', p_column));
     execute pg_catalog.format('alter table %s alter column %I set compression %s', p_table, p_column, p_compression);
   end if;
@@ -260,9 +272,9 @@ security invoker
 set search_path from current
 as $$
 declare
-  v_new_registry boolean := coalesce(pg_catalog.current_setting('payrail.new_registry', true), '') = 'true';
+  v_new_registry boolean := coalesce(pg_catalog.current_setting('payrail.new_registry', true), '') operator(pg_catalog.=) 'true';
 begin
-  if exists (select from payrail.applied_upgrades where name = p_name) then
+  if exists (select from payrail.applied_upgrades where name operator(pg_catalog.=) p_name) then
     return false;
   end if;
   insert into payrail.applied_upgrades (name, applied_by, ran) values (p_name, session_user, not v_new_registry);
@@ -284,55 +296,55 @@ security invoker
 set search_path from current
 as $$
   with tables as (
-    select c.oid from pg_catalog.pg_class as c where c.relnamespace = 'payrail'::pg_catalog.regnamespace
+    select c.oid from pg_catalog.pg_class as c where c.relnamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace
   )
   select 'function', p.oid::pg_catalog.regprocedure::text,
          pg_catalog.concat_ws(E'\n', pg_catalog.pg_get_functiondef(p.oid), p.proacl::text,
                               pg_catalog.obj_description(p.oid, 'pg_proc'))
   from pg_catalog.pg_proc as p
-  where p.pronamespace = 'payrail'::pg_catalog.regnamespace
+  where p.pronamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace
   union all
-  select 'constraint', c.conrelid::pg_catalog.regclass::text || '.' || c.conname, payrail._definition_of(c.conrelid, c.conname)
+  select 'constraint', c.conrelid::pg_catalog.regclass::text operator(pg_catalog.||) '.' operator(pg_catalog.||) c.conname, payrail._definition_of(c.conrelid, c.conname)
   from pg_catalog.pg_constraint as c
-  where c.connamespace = 'payrail'::pg_catalog.regnamespace and c.contype <> 't'
+  where c.connamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace and c.contype operator(pg_catalog.<>) 't'
   union all
-  select 'trigger', t.tgrelid::pg_catalog.regclass::text || '.' || t.tgname,
+  select 'trigger', t.tgrelid::pg_catalog.regclass::text operator(pg_catalog.||) '.' operator(pg_catalog.||) t.tgname,
          pg_catalog.concat_ws(' ', pg_catalog.pg_get_triggerdef(t.oid), t.tgenabled)
   from pg_catalog.pg_trigger as t
-  where not t.tgisinternal and t.tgrelid in (select oid from tables)
+  where not t.tgisinternal and t.tgrelid operator(pg_catalog.=) any (select oid from tables)
   union all
   select 'index', i.indexrelid::pg_catalog.regclass::text, pg_catalog.pg_get_indexdef(i.indexrelid)
   from pg_catalog.pg_index as i
-  where i.indrelid in (select oid from tables)
+  where i.indrelid operator(pg_catalog.=) any (select oid from tables)
   union all
-  select 'column', a.attrelid::pg_catalog.regclass::text || '.' || a.attname,
+  select 'column', a.attrelid::pg_catalog.regclass::text operator(pg_catalog.||) '.' operator(pg_catalog.||) a.attname,
          pg_catalog.concat_ws(' ', pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated,
                               a.attidentity, a.attstorage, a.attcompression, pg_catalog.pg_get_expr(d.adbin, d.adrelid),
                               a.attacl::text, pg_catalog.col_description(a.attrelid, a.attnum))
   from pg_catalog.pg_attribute as a
-  left join pg_catalog.pg_attrdef as d on (d.adrelid, d.adnum) = (a.attrelid, a.attnum)
-  where a.attrelid in (select oid from tables) and a.attnum > 0 and not a.attisdropped
+  left join pg_catalog.pg_attrdef as d on (d.adrelid, d.adnum) operator(pg_catalog.=) (a.attrelid, a.attnum)
+  where a.attrelid operator(pg_catalog.=) any (select oid from tables) and a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
   union all
   -- A table's ACL that says what the default says (its owner's privileges alone: deployments) is
   -- dumped as nothing and restored as NULL: the same to both.
   select 'relation', c.oid::pg_catalog.regclass::text,
          pg_catalog.concat_ws(' ', c.relkind,
-                              coalesce(c.relacl, pg_catalog.acldefault((case c.relkind when 'S' then 's' else 'r' end)::"char", c.relowner))::text,
+                              coalesce(c.relacl, pg_catalog.acldefault((case when c.relkind operator(pg_catalog.=) 'S' then 's' else 'r' end)::"char", c.relowner))::text,
                               c.reloptions::text, pg_catalog.obj_description(c.oid, 'pg_class'))
   from pg_catalog.pg_class as c
-  where c.oid in (select oid from tables)
+  where c.oid operator(pg_catalog.=) any (select oid from tables)
   union all
   select 'schema', n.nspname::text, pg_catalog.concat_ws(' ', n.nspacl::text, pg_catalog.obj_description(n.oid, 'pg_namespace'))
   from pg_catalog.pg_namespace as n
-  where n.nspname = 'payrail'
+  where n.nspname operator(pg_catalog.=) 'payrail'
   union all
   select 'role', r.rolname::text, pg_catalog.concat_ws(' ', r.rolcanlogin, r.rolsuper, pg_catalog.shobj_description(r.oid, 'pg_authid'))
   from pg_catalog.pg_roles as r
-  where r.rolname in ('payrail_agent', 'payrail_operator', 'payrail_embedder')
+  where r.rolname operator(pg_catalog.=) any (array['payrail_agent', 'payrail_operator', 'payrail_embedder'])
   union all
   select 'extension', e.extname::text, pg_catalog.concat_ws(' ', e.extnamespace::pg_catalog.regnamespace::text, e.extversion)
   from pg_catalog.pg_extension as e
-  where e.extname = 'vector'
+  where e.extname operator(pg_catalog.=) 'vector'
 $$;
 
 comment on function payrail._catalog_definitions() is
@@ -348,7 +360,7 @@ stable
 security invoker
 set search_path from current
 return (select pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
-                 pg_catalog.string_agg(d.kind || ' ' || d.name || E'\n' || coalesce(d.definition, ''), E'\n' order by d.kind, d.name),
+                 pg_catalog.string_agg(d.kind operator(pg_catalog.||) ' ' operator(pg_catalog.||) d.name operator(pg_catalog.||) E'\n' operator(pg_catalog.||) coalesce(d.definition, ''), E'\n' order by d.kind, d.name),
                  'UTF8')), 'hex')
         from payrail._catalog_definitions() as d);
 
@@ -369,15 +381,17 @@ begin
     (applied_by, applied_with, product_version, db_digest, catalog_fingerprint, postgres_version, pgvector_version,
      upgrades, completed_at)
   select session_user, pg_catalog.current_setting('application_name'),
-         nullif(pg_catalog.current_setting('payrail.product_version', true), ''),
-         nullif(pg_catalog.current_setting('payrail.db_digest', true), ''),
+         case when pg_catalog.current_setting('payrail.product_version', true) operator(pg_catalog.<>) ''
+              then pg_catalog.current_setting('payrail.product_version', true) end,
+         case when pg_catalog.current_setting('payrail.db_digest', true) operator(pg_catalog.<>) ''
+              then pg_catalog.current_setting('payrail.db_digest', true) end,
          payrail._catalog_fingerprint(), pg_catalog.current_setting('server_version'),
-         (select e.extversion from pg_catalog.pg_extension as e where e.extname = 'vector'),
+         (select e.extversion from pg_catalog.pg_extension as e where e.extname operator(pg_catalog.=) 'vector'),
          -- The steps this transaction ran: recorded at its start time, now().
          coalesce((select pg_catalog.array_agg(u.name order by u.name) from payrail.applied_upgrades as u
-                   where u.ran and u.applied_at = pg_catalog.now()), '{}'),
+                   where u.ran and u.applied_at operator(pg_catalog.=) pg_catalog.now()), '{}'),
          -- Everything was done inside this transaction, but for `db apply`'s follow-up.
-         case when payrail._deploy_mode() = '' then pg_catalog.now() end
+         case when payrail._deploy_mode() operator(pg_catalog.=) '' then pg_catalog.now() end
   returning id into v_id;
   return v_id;
 end
@@ -405,10 +419,10 @@ security definer
 set search_path from current
 as $$
   select d.product_version, d.db_digest, d.applied_at, d.applied_by, d.applied_with, d.postgres_version, d.pgvector_version,
-         d.completed_at, d.catalog_fingerprint <> payrail._catalog_fingerprint(),
-         (select coalesce(pg_catalog.array_agg(c.conrelid::pg_catalog.regclass::text || '.' || c.conname order by 1), '{}')
+         d.completed_at, d.catalog_fingerprint operator(pg_catalog.<>) payrail._catalog_fingerprint(),
+         (select coalesce(pg_catalog.array_agg(c.conrelid::pg_catalog.regclass::text operator(pg_catalog.||) '.' operator(pg_catalog.||) c.conname order by 1), '{}')
           from pg_catalog.pg_constraint as c
-          where c.connamespace = 'payrail'::pg_catalog.regnamespace and not c.convalidated)
+          where c.connamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace and not c.convalidated)
   from payrail.deployments as d
   order by d.id desc
   limit 1

@@ -24,7 +24,7 @@ security invoker
 set search_path from current
 return (select pg_catalog.md5(pg_catalog.string_agg(pg_catalog.pg_get_functiondef(p.oid), ',' order by p.oid::pg_catalog.regprocedure::text))
         from pg_catalog.pg_proc as p
-        where p.pronamespace = 'payrail'::pg_catalog.regnamespace and p.provolatile = 'i');
+        where p.pronamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace and p.provolatile operator(pg_catalog.=) 'i');
 
 comment on function payrail._text_rules_fingerprint() is
 $$A digest of every immutable function of the registry: what the expression indexes' keys are computed by.$$;
@@ -75,7 +75,7 @@ language sql
 immutable strict parallel safe
 security invoker
 set search_path from current
-return p_text !~ ('[^' || payrail._white_space_characters() || payrail._invisible_characters() || ']');
+return p_text operator(pg_catalog.!~) ('[^' operator(pg_catalog.||) payrail._white_space_characters() operator(pg_catalog.||) payrail._invisible_characters() operator(pg_catalog.||) ']');
 
 comment on function payrail._is_blank(text) is
 $$True when the text holds nothing but white space and invisible characters (or nothing): what an empty query is.$$;
@@ -93,7 +93,7 @@ set search_path from current
 -- translate() scans its whole table for every character of the text (0.1 ms a name), so text
 -- of ASCII only, nearly every name, folds through the table's first 26 entries alone.
 return case
-  when p_text ~ '[^\u0001-\u007f]' then pg_catalog.translate(
+  when p_text operator(pg_catalog.~) '[^\u0001-\u007f]' then pg_catalog.translate(
     p_text,
     'ABCDEFGHIJKLMNOPQRSTUVWXYZµÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÐÑÒÓÔÕÖØÙÚÛÜÝÞĀĂĄĆĈĊČĎĐĒĔĖĘĚĜĞĠĢĤĦĨĪĬĮĲĴĶĹĻĽĿŁŃŅŇŊŌŎŐŒŔŖŘŚŜŞŠŢŤŦŨŪŬŮŰŲŴŶŸŹŻŽſƁƂƄƆƇƉƊƋƎƏƐƑƓƔƖƗƘƜƝƟƠƢƤƦƧƩƬƮƯƱƲƳƵƷƸƼǄǅǇǈǊǋǍǏǑǓǕǗǙǛǞǠǢǤǦǨǪǬǮǱǲǴǶǷǸǺǼǾȀȂȄȆȈȊȌȎȐȒȔȖȘȚȜȞȠȢȤȦȨȪȬȮȰȲȺȻȽȾɁɃɄɅɆɈɊɌɎͅͰͲͶͿΆΈΉΊΌΎΏΑΒΓΔΕΖΗΘΙΚΛΜΝΞΟΠΡΣΤΥΦΧΨΩΪΫςϏϐϑϕϖϘϚϜϞϠϢϤϦϨϪϬϮϰϱϴϵϷϹϺϽϾϿЀЁЂЃЄЅІЇЈЉЊЋЌЍЎЏАБВГДЕЖЗИЙКЛМНОПРСТУФХЦЧШЩЪЫЬЭЮЯѠѢѤѦѨѪѬѮѰѲѴѶѸѺѼѾҀҊҌҎҐҒҔҖҘҚҜҞҠҢҤҦҨҪҬҮҰҲҴҶҸҺҼҾӀӁӃӅӇӉӋӍӐӒӔӖӘӚӜӞӠӢӤӦӨӪӬӮӰӲӴӶӸӺӼӾԀԂԄԆԈԊԌԎԐԒԔԖԘԚԜԞԠԢԤԦԨԪԬԮԱԲԳԴԵԶԷԸԹԺԻԼԽԾԿՀՁՂՃՄՅՆՇՈՉՊՋՌՍՎՏՐՑՒՓՔՕՖႠႡႢႣႤႥႦႧႨႩႪႫႬႭႮႯႰႱႲႳႴႵႶႷႸႹႺႻႼႽႾႿჀჁჂჃჄჅჇჍᏸᏹᏺᏻᏼᏽᲀᲁᲂᲃᲄᲅᲆᲇᲈᲐᲑᲒᲓᲔᲕᲖᲗᲘᲙᲚᲛᲜᲝᲞᲟᲠᲡᲢᲣᲤᲥᲦᲧᲨᲩᲪᲫᲬᲭᲮᲯᲰᲱᲲᲳᲴᲵᲶᲷᲸᲹᲺᲽᲾᲿḀḂḄḆḈḊḌḎḐḒḔḖḘḚḜḞḠḢḤḦḨḪḬḮḰḲḴḶḸḺḼḾṀṂṄṆṈṊṌṎṐṒṔṖṘṚṜṞṠṢṤṦṨṪṬṮṰṲṴṶṸṺṼṾẀẂẄẆẈẊẌẎẐẒẔẛẞẠẢẤẦẨẪẬẮẰẲẴẶẸẺẼẾỀỂỄỆỈỊỌỎỐỒỔỖỘỚỜỞỠỢỤỦỨỪỬỮỰỲỴỶỸỺỼỾἈἉἊἋἌἍἎἏἘἙἚἛἜἝἨἩἪἫἬἭἮἯἸἹἺἻἼἽἾἿὈὉὊὋὌὍὙὛὝὟὨὩὪὫὬὭὮὯᾈᾉᾊᾋᾌᾍᾎᾏᾘᾙᾚᾛᾜᾝᾞᾟᾨᾩᾪᾫᾬᾭᾮᾯᾸᾹᾺΆᾼιῈΈῊΉῌῘῙῚΊῨῩῪΎῬῸΌῺΏῼΩKÅℲⅠⅡⅢⅣⅤⅥⅦⅧⅨⅩⅪⅫⅬⅭⅮⅯↃⒶⒷⒸⒹⒺⒻⒼⒽⒾⒿⓀⓁⓂⓃⓄⓅⓆⓇⓈⓉⓊⓋⓌⓍⓎⓏⰀⰁⰂⰃⰄⰅⰆⰇⰈⰉⰊⰋⰌⰍⰎⰏⰐⰑⰒⰓⰔⰕⰖⰗⰘⰙⰚⰛⰜⰝⰞⰟⰠⰡⰢⰣⰤⰥⰦⰧⰨⰩⰪⰫⰬⰭⰮⰯⱠⱢⱣⱤⱧⱩⱫⱭⱮⱯⱰⱲⱵⱾⱿⲀⲂⲄⲆⲈⲊⲌⲎⲐⲒⲔⲖⲘⲚⲜⲞⲠⲢⲤⲦⲨⲪⲬⲮⲰⲲⲴⲶⲸⲺⲼⲾⳀⳂⳄⳆⳈⳊⳌⳎⳐⳒⳔⳖⳘⳚⳜⳞⳠⳢⳫⳭⳲꙀꙂꙄꙆꙈꙊꙌꙎꙐꙒꙔꙖꙘꙚꙜꙞꙠꙢꙤꙦꙨꙪꙬꚀꚂꚄꚆꚈꚊꚌꚎꚐꚒꚔꚖꚘꚚꜢꜤꜦꜨꜪꜬꜮꜲꜴꜶꜸꜺꜼꜾꝀꝂꝄꝆꝈꝊꝌꝎꝐꝒꝔꝖꝘꝚꝜꝞꝠꝢꝤꝦꝨꝪꝬꝮꝹꝻꝽꝾꞀꞂꞄꞆꞋꞍꞐꞒꞖꞘꞚꞜꞞꞠꞢꞤꞦꞨꞪꞫꞬꞭꞮꞰꞱꞲꞳꞴꞶꞸꞺꞼꞾꟀꟂꟄꟅꟆꟇꟉꟐꟖꟘꟵꭰꭱꭲꭳꭴꭵꭶꭷꭸꭹꭺꭻꭼꭽꭾꭿꮀꮁꮂꮃꮄꮅꮆꮇꮈꮉꮊꮋꮌꮍꮎꮏꮐꮑꮒꮓꮔꮕꮖꮗꮘꮙꮚꮛꮜꮝꮞꮟꮠꮡꮢꮣꮤꮥꮦꮧꮨꮩꮪꮫꮬꮭꮮꮯꮰꮱꮲꮳꮴꮵꮶꮷꮸꮹꮺꮻꮼꮽꮾꮿＡＢＣＤＥＦＧＨＩＪＫＬＭＮＯＰＱＲＳＴＵＶＷＸＹＺ𐐀𐐁𐐂𐐃𐐄𐐅𐐆𐐇𐐈𐐉𐐊𐐋𐐌𐐍𐐎𐐏𐐐𐐑𐐒𐐓𐐔𐐕𐐖𐐗𐐘𐐙𐐚𐐛𐐜𐐝𐐞𐐟𐐠𐐡𐐢𐐣𐐤𐐥𐐦𐐧𐒰𐒱𐒲𐒳𐒴𐒵𐒶𐒷𐒸𐒹𐒺𐒻𐒼𐒽𐒾𐒿𐓀𐓁𐓂𐓃𐓄𐓅𐓆𐓇𐓈𐓉𐓊𐓋𐓌𐓍𐓎𐓏𐓐𐓑𐓒𐓓𐕰𐕱𐕲𐕳𐕴𐕵𐕶𐕷𐕸𐕹𐕺𐕼𐕽𐕾𐕿𐖀𐖁𐖂𐖃𐖄𐖅𐖆𐖇𐖈𐖉𐖊𐖌𐖍𐖎𐖏𐖐𐖑𐖒𐖔𐖕𐲀𐲁𐲂𐲃𐲄𐲅𐲆𐲇𐲈𐲉𐲊𐲋𐲌𐲍𐲎𐲏𐲐𐲑𐲒𐲓𐲔𐲕𐲖𐲗𐲘𐲙𐲚𐲛𐲜𐲝𐲞𐲟𐲠𐲡𐲢𐲣𐲤𐲥𐲦𐲧𐲨𐲩𐲪𐲫𐲬𐲭𐲮𐲯𐲰𐲱𐲲𑢠𑢡𑢢𑢣𑢤𑢥𑢦𑢧𑢨𑢩𑢪𑢫𑢬𑢭𑢮𑢯𑢰𑢱𑢲𑢳𑢴𑢵𑢶𑢷𑢸𑢹𑢺𑢻𑢼𑢽𑢾𑢿𖹀𖹁𖹂𖹃𖹄𖹅𖹆𖹇𖹈𖹉𖹊𖹋𖹌𖹍𖹎𖹏𖹐𖹑𖹒𖹓𖹔𖹕𖹖𖹗𖹘𖹙𖹚𖹛𖹜𖹝𖹞𖹟𞤀𞤁𞤂𞤃𞤄𞤅𞤆𞤇𞤈𞤉𞤊𞤋𞤌𞤍𞤎𞤏𞤐𞤑𞤒𞤓𞤔𞤕𞤖𞤗𞤘𞤙𞤚𞤛𞤜𞤝𞤞𞤟𞤠𞤡',
     'abcdefghijklmnopqrstuvwxyzμàáâãäåæçèéêëìíîïðñòóôõöøùúûüýþāăąćĉċčďđēĕėęěĝğġģĥħĩīĭįĳĵķĺļľŀłńņňŋōŏőœŕŗřśŝşšţťŧũūŭůűųŵŷÿźżžsɓƃƅɔƈɖɗƌǝəɛƒɠɣɩɨƙɯɲɵơƣƥʀƨʃƭʈưʊʋƴƶʒƹƽǆǆǉǉǌǌǎǐǒǔǖǘǚǜǟǡǣǥǧǩǫǭǯǳǳǵƕƿǹǻǽǿȁȃȅȇȉȋȍȏȑȓȕȗșțȝȟƞȣȥȧȩȫȭȯȱȳⱥȼƚⱦɂƀʉʌɇɉɋɍɏιͱͳͷϳάέήίόύώαβγδεζηθικλμνξοπρστυφχψωϊϋσϗβθφπϙϛϝϟϡϣϥϧϩϫϭϯκρθεϸϲϻͻͼͽѐёђѓєѕіїјљњћќѝўџабвгдежзийклмнопрстуфхцчшщъыьэюяѡѣѥѧѩѫѭѯѱѳѵѷѹѻѽѿҁҋҍҏґғҕҗҙқҝҟҡңҥҧҩҫҭүұҳҵҷҹһҽҿӏӂӄӆӈӊӌӎӑӓӕӗәӛӝӟӡӣӥӧөӫӭӯӱӳӵӷӹӻӽӿԁԃԅԇԉԋԍԏԑԓԕԗԙԛԝԟԡԣԥԧԩԫԭԯաբգդեզէըթժիլխծկհձղճմյնշոչպջռսվտրցւփքօֆⴀⴁⴂⴃⴄⴅⴆⴇⴈⴉⴊⴋⴌⴍⴎⴏⴐⴑⴒⴓⴔⴕⴖⴗⴘⴙⴚⴛⴜⴝⴞⴟⴠⴡⴢⴣⴤⴥⴧⴭᏰᏱᏲᏳᏴᏵвдосттъѣꙋაბგდევზთიკლმნოპჟრსტუფქღყშჩცძწჭხჯჰჱჲჳჴჵჶჷჸჹჺჽჾჿḁḃḅḇḉḋḍḏḑḓḕḗḙḛḝḟḡḣḥḧḩḫḭḯḱḳḵḷḹḻḽḿṁṃṅṇṉṋṍṏṑṓṕṗṙṛṝṟṡṣṥṧṩṫṭṯṱṳṵṷṹṻṽṿẁẃẅẇẉẋẍẏẑẓẕṡßạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹỻỽỿἀἁἂἃἄἅἆἇἐἑἒἓἔἕἠἡἢἣἤἥἦἧἰἱἲἳἴἵἶἷὀὁὂὃὄὅὑὓὕὗὠὡὢὣὤὥὦὧᾀᾁᾂᾃᾄᾅᾆᾇᾐᾑᾒᾓᾔᾕᾖᾗᾠᾡᾢᾣᾤᾥᾦᾧᾰᾱὰάᾳιὲέὴήῃῐῑὶίῠῡὺύῥὸόὼώῳωkåⅎⅰⅱⅲⅳⅴⅵⅶⅷⅸⅹⅺⅻⅼⅽⅾⅿↄⓐⓑⓒⓓⓔⓕⓖⓗⓘⓙⓚⓛⓜⓝⓞⓟⓠⓡⓢⓣⓤⓥⓦⓧⓨⓩⰰⰱⰲⰳⰴⰵⰶⰷⰸⰹⰺⰻⰼⰽⰾⰿⱀⱁⱂⱃⱄⱅⱆⱇⱈⱉⱊⱋⱌⱍⱎⱏⱐⱑⱒⱓⱔⱕⱖⱗⱘⱙⱚⱛⱜⱝⱞⱟⱡɫᵽɽⱨⱪⱬɑɱɐɒⱳⱶȿɀⲁⲃⲅⲇⲉⲋⲍⲏⲑⲓⲕⲗⲙⲛⲝⲟⲡⲣⲥⲧⲩⲫⲭⲯⲱⲳⲵⲷⲹⲻⲽⲿⳁⳃⳅⳇⳉⳋⳍⳏⳑⳓⳕⳗⳙⳛⳝⳟⳡⳣⳬⳮⳳꙁꙃꙅꙇꙉꙋꙍꙏꙑꙓꙕꙗꙙꙛꙝꙟꙡꙣꙥꙧꙩꙫꙭꚁꚃꚅꚇꚉꚋꚍꚏꚑꚓꚕꚗꚙꚛꜣꜥꜧꜩꜫꜭꜯꜳꜵꜷꜹꜻꜽꜿꝁꝃꝅꝇꝉꝋꝍꝏꝑꝓꝕꝗꝙꝛꝝꝟꝡꝣꝥꝧꝩꝫꝭꝯꝺꝼᵹꝿꞁꞃꞅꞇꞌɥꞑꞓꞗꞙꞛꞝꞟꞡꞣꞥꞧꞩɦɜɡɬɪʞʇʝꭓꞵꞷꞹꞻꞽꞿꟁꟃꞔʂᶎꟈꟊꟑꟗꟙꟶᎠᎡᎢᎣᎤᎥᎦᎧᎨᎩᎪᎫᎬᎭᎮᎯᎰᎱᎲᎳᎴᎵᎶᎷᎸᎹᎺᎻᎼᎽᎾᎿᏀᏁᏂᏃᏄᏅᏆᏇᏈᏉᏊᏋᏌᏍᏎᏏᏐᏑᏒᏓᏔᏕᏖᏗᏘᏙᏚᏛᏜᏝᏞᏟᏠᏡᏢᏣᏤᏥᏦᏧᏨᏩᏪᏫᏬᏭᏮᏯａｂｃｄｅｆｇｈｉｊｋｌｍｎｏｐｑｒｓｔｕｖｗｘｙｚ𐐨𐐩𐐪𐐫𐐬𐐭𐐮𐐯𐐰𐐱𐐲𐐳𐐴𐐵𐐶𐐷𐐸𐐹𐐺𐐻𐐼𐐽𐐾𐐿𐑀𐑁𐑂𐑃𐑄𐑅𐑆𐑇𐑈𐑉𐑊𐑋𐑌𐑍𐑎𐑏𐓘𐓙𐓚𐓛𐓜𐓝𐓞𐓟𐓠𐓡𐓢𐓣𐓤𐓥𐓦𐓧𐓨𐓩𐓪𐓫𐓬𐓭𐓮𐓯𐓰𐓱𐓲𐓳𐓴𐓵𐓶𐓷𐓸𐓹𐓺𐓻𐖗𐖘𐖙𐖚𐖛𐖜𐖝𐖞𐖟𐖠𐖡𐖣𐖤𐖥𐖦𐖧𐖨𐖩𐖪𐖫𐖬𐖭𐖮𐖯𐖰𐖱𐖳𐖴𐖵𐖶𐖷𐖸𐖹𐖻𐖼𐳀𐳁𐳂𐳃𐳄𐳅𐳆𐳇𐳈𐳉𐳊𐳋𐳌𐳍𐳎𐳏𐳐𐳑𐳒𐳓𐳔𐳕𐳖𐳗𐳘𐳙𐳚𐳛𐳜𐳝𐳞𐳟𐳠𐳡𐳢𐳣𐳤𐳥𐳦𐳧𐳨𐳩𐳪𐳫𐳬𐳭𐳮𐳯𐳰𐳱𐳲𑣀𑣁𑣂𑣃𑣄𑣅𑣆𑣇𑣈𑣉𑣊𑣋𑣌𑣍𑣎𑣏𑣐𑣑𑣒𑣓𑣔𑣕𑣖𑣗𑣘𑣙𑣚𑣛𑣜𑣝𑣞𑣟𖹠𖹡𖹢𖹣𖹤𖹥𖹦𖹧𖹨𖹩𖹪𖹫𖹬𖹭𖹮𖹯𖹰𖹱𖹲𖹳𖹴𖹵𖹶𖹷𖹸𖹹𖹺𖹻𖹼𖹽𖹾𖹿𞤢𞤣𞤤𞤥𞤦𞤧𞤨𞤩𞤪𞤫𞤬𞤭𞤮𞤯𞤰𞤱𞤲𞤳𞤴𞤵𞤶𞤷𞤸𞤹𞤺𞤻𞤼𞤽𞤾𞤿𞥀𞥁𞥂𞥃')
@@ -149,9 +149,9 @@ begin
     pg_catalog.regexp_replace(
       pg_catalog.normalize(
         payrail._fold_case(
-          pg_catalog.normalize(pg_catalog.regexp_replace(p_name, '[' || payrail._invisible_characters() || ']', '', 'g'), 'NFKC')),
+          pg_catalog.normalize(pg_catalog.regexp_replace(p_name, '[' operator(pg_catalog.||) payrail._invisible_characters() operator(pg_catalog.||) ']', '', 'g'), 'NFKC')),
         'NFKC'),
-      '[' || payrail._white_space_characters() || ']+', ' ', 'g'),
+      '[' operator(pg_catalog.||) payrail._white_space_characters() operator(pg_catalog.||) ']+', ' ', 'g'),
     ' ');
 end;
 $$;
@@ -170,7 +170,7 @@ security invoker
 set search_path from current
 -- U+001F cannot occur in these fields (the control-character rules), so the join is unambiguous.
 -- payrail_embedder never computes it: save_provider_method does, and sync reads the generated column.
-return pg_catalog.sha256(pg_catalog.convert_to(p_provider || E'\x1f' || p_method || E'\x1f' || p_guidance, 'UTF8'));
+return pg_catalog.sha256(pg_catalog.convert_to(p_provider operator(pg_catalog.||) E'\x1f' operator(pg_catalog.||) p_method operator(pg_catalog.||) E'\x1f' operator(pg_catalog.||) p_guidance, 'UTF8'));
 
 comment on function payrail._content_hash(text, text, text) is
 $$SHA-256 of the content an embedding is made from: provider, method and guidance.
@@ -188,11 +188,11 @@ set search_path from current
 -- Not BETWEEN: it is stored as an AND inside this AND, which a dump prints and its restore
 -- flattens, so a restored registry would hold another definition (and db apply would then
 -- rebuild the name indexes).
-return pg_catalog.char_length(payrail._trim_white_space(p_name)) >= 1
-   and pg_catalog.char_length(payrail._trim_white_space(p_name)) <= 120
-   and p_name !~ '[\u0001-\u001f\u007f-\u009f]'
-   and p_name !~ ('[' || payrail._invisible_characters() || ']')
-   and pg_catalog.octet_length(payrail._normalize_name(p_name)) <= 1200;
+return pg_catalog.char_length(payrail._trim_white_space(p_name)) operator(pg_catalog.>=) 1
+   and pg_catalog.char_length(payrail._trim_white_space(p_name)) operator(pg_catalog.<=) 120
+   and p_name operator(pg_catalog.!~) '[\u0001-\u001f\u007f-\u009f]'
+   and p_name operator(pg_catalog.!~) ('[' operator(pg_catalog.||) payrail._invisible_characters() operator(pg_catalog.||) ']')
+   and pg_catalog.octet_length(payrail._normalize_name(p_name)) operator(pg_catalog.<=) 1200;
 
 comment on function payrail._is_valid_name(text) is
 $$True for a provider or method name: 1..120 characters after trimming, no control or invisible characters, a comparison key (payrail._normalize_name) of at most 1,200 bytes.$$;
@@ -205,9 +205,9 @@ security invoker
 set search_path from current
 -- An absolute https URL with a non-empty host and no user info (https://docs.example@evil.example/
 -- goes to evil.example); no white space, control or invisible character anywhere.
-return pg_catalog.char_length(p_url) <= 2048
-   and p_url ~* '^https://[^/?#@]+([/?#]|$)'
-   and p_url !~ ('[\u0001-\u001f\u007f-\u009f' || payrail._white_space_characters() || payrail._invisible_characters() || ']');
+return pg_catalog.char_length(p_url) operator(pg_catalog.<=) 2048
+   and p_url operator(pg_catalog.~*) '^https://[^/?#@]+([/?#]|$)'
+   and p_url operator(pg_catalog.!~) ('[\u0001-\u001f\u007f-\u009f' operator(pg_catalog.||) payrail._white_space_characters() operator(pg_catalog.||) payrail._invisible_characters() operator(pg_catalog.||) ']');
 
 comment on function payrail._is_https_url(text) is
 $$True for an absolute https:// URL of at most 2,048 characters with a host, no user info, and no white space, control or invisible character.$$;
@@ -229,7 +229,7 @@ language sql
 immutable strict parallel safe
 security invoker
 set search_path from current
-return pg_catalog.cardinality(p_values) <> (select pg_catalog.count(distinct v) from pg_catalog.unnest(p_values) as v);
+return pg_catalog.cardinality(p_values) operator(pg_catalog.<>) (select pg_catalog.count(distinct v) from pg_catalog.unnest(p_values) as v);
 
 comment on function payrail._has_duplicates(text[]) is
 $$True when the array holds the same value twice.$$;
@@ -251,14 +251,14 @@ begin
   for v_index in
     select distinct d.objid::pg_catalog.regclass
     from pg_catalog.pg_depend as d
-    join pg_catalog.pg_class as c on c.oid = d.objid and c.relkind = 'i'
-    join pg_catalog.pg_proc as p on p.oid = d.refobjid
-    where d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-      and d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-      and p.pronamespace = 'payrail'::pg_catalog.regnamespace
+    join pg_catalog.pg_class as c on c.oid operator(pg_catalog.=) d.objid and c.relkind operator(pg_catalog.=) 'i'
+    join pg_catalog.pg_proc as p on p.oid operator(pg_catalog.=) d.refobjid
+    where d.classid operator(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+      and d.refclassid operator(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+      and p.pronamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace
   loop
     -- REINDEX blocks the name path's lookups until it commits: db/CONVENTIONS.md, "Deploys".
-    perform payrail._needs_exclusive_lock((select indrelid from pg_catalog.pg_index where indexrelid = v_index),
+    perform payrail._needs_exclusive_lock((select indrelid from pg_catalog.pg_index where indexrelid operator(pg_catalog.=) v_index),
                                           pg_catalog.format('the name rules changed, so index %s is rebuilt', v_index));
     execute pg_catalog.format('reindex index %s', v_index);
   end loop;
@@ -266,11 +266,11 @@ begin
     select distinct c.conrelid::pg_catalog.regclass as table_name, c.conname,
            pg_catalog.regexp_replace(pg_catalog.pg_get_constraintdef(c.oid), ' NOT VALID$', '') as definition
     from pg_catalog.pg_depend as d
-    join pg_catalog.pg_constraint as c on c.oid = d.objid and c.contype = 'c'
-    join pg_catalog.pg_proc as p on p.oid = d.refobjid
-    where d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass
-      and d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-      and p.pronamespace = 'payrail'::pg_catalog.regnamespace
+    join pg_catalog.pg_constraint as c on c.oid operator(pg_catalog.=) d.objid and c.contype operator(pg_catalog.=) 'c'
+    join pg_catalog.pg_proc as p on p.oid operator(pg_catalog.=) d.refobjid
+    where d.classid operator(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+      and d.refclassid operator(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+      and p.pronamespace operator(pg_catalog.=) 'payrail'::pg_catalog.regnamespace
   loop
     perform payrail._replace_check_constraint(v_constraint.table_name, v_constraint.conname, v_constraint.definition,
       pg_catalog.format('the name rules changed, so constraint %s checks every row again', v_constraint.conname));

@@ -12,9 +12,9 @@ begin
   -- Search's exact distance sums in float32: a length beyond these overflows it or loses it in
   -- rounding, and the vector would rank by its scale. Models answer lengths near 1. The zero
   -- vector is the nonzero rules' business (provider_methods_embedding_nonzero_check).
-  return vector_norm(p_embedding) = 0
-      or (vector_norm(p_embedding) >= double precision '2.3283064365386963e-10'
-          and vector_norm(p_embedding) <= double precision '4294967296');
+  return vector_norm(p_embedding) operator(pg_catalog.=) 0
+      or (vector_norm(p_embedding) operator(pg_catalog.>=) double precision '2.3283064365386963e-10'
+          and vector_norm(p_embedding) operator(pg_catalog.<=) double precision '4294967296');
 end
 $$;
 

@@ -13,7 +13,7 @@ select payrail._ensure_check_constraint('payrail.embedding_model', 'embedding_mo
   'check (payrail._is_valid_name(name))');
 -- pgvector's limit for the vector type.
 select payrail._ensure_check_constraint('payrail.embedding_model', 'embedding_model_dimensions_check',
-  'check (dimensions between 1 and 16000)');
+  'check (dimensions operator(pg_catalog.>=) 1 and dimensions operator(pg_catalog.<=) 16000)');
 
 comment on table payrail.embedding_model is
 $$The registry's one embedding model: the model every stored vector and every query vector comes from.

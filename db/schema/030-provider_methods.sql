@@ -40,19 +40,19 @@ select payrail._ensure_storage('payrail.provider_methods', 'embedding', 'main', 
 -- One named constraint per rule, so a violation in psql names the rule that broke. Each is replaced
 -- only when its definition changed (payrail._ensure_check_constraint).
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_version_check',
-  'check (version >= 1)');
+  'check (version operator(pg_catalog.>=) 1)');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_provider_check',
   'check (payrail._is_valid_name(provider))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_method_check',
   'check (payrail._is_valid_name(method))');
 -- Not white space only (payrail._white_space_characters: the same in every locale).
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_guidance_length_check',
-  $$check (pg_catalog.char_length(guidance) <= 8000 and payrail._trim_white_space(guidance) <> '')$$);
+  $$check (pg_catalog.char_length(guidance) operator(pg_catalog.<=) 8000 and payrail._trim_white_space(guidance) operator(pg_catalog.<>) '')$$);
 -- Tag characters too: invisible, they can carry text an agent would read and a person not.
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_guidance_characters_check',
-  $$check (guidance !~ '[\u0001-\u0008\u000b-\u001f\u007f-\u009f\U000e0000-\U000e007f]')$$);
+  $$check (guidance operator(pg_catalog.!~) '[\u0001-\u0008\u000b-\u001f\u007f-\u009f\U000e0000-\U000e007f]')$$);
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_count_check',
-  'check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) = 1 and pg_catalog.cardinality(urls) <= 10))');
+  'check (pg_catalog.array_ndims(urls) is null or (pg_catalog.array_ndims(urls) operator(pg_catalog.=) 1 and pg_catalog.cardinality(urls) operator(pg_catalog.<=) 10))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_https_check',
   'check (payrail._are_https_urls(urls))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_urls_unique_check',
@@ -72,11 +72,11 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_enabled_needs_embedding_check',
   'check (not enabled or embedding is not null)');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_content_check',
-  'check (embedding is null or embedding_content_hash = content_hash)');
+  'check (embedding is null or embedding_content_hash operator(pg_catalog.=) content_hash)');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_model_check',
-  'check ((embedding is null) = (embedding_model is null) and (embedding is null) = (embedding_content_hash is null))');
+  'check ((embedding is null) operator(pg_catalog.=) (embedding_model is null) and (embedding is null) operator(pg_catalog.=) (embedding_content_hash is null))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_nonzero_check',
-  'check (embedding is null or vector_norm(embedding) > 0)');
+  'check (embedding is null or vector_norm(embedding) operator(pg_catalog.>) 0)');
 
 create unique index if not exists provider_methods_provider_method_key
   on payrail.provider_methods (payrail._normalize_name(provider), payrail._normalize_name(method));
@@ -103,9 +103,9 @@ create index if not exists provider_methods_enabled_provider_name_idx
 create index if not exists provider_methods_enabled_method_name_idx
   on payrail.provider_methods (payrail._normalize_name(method)) where enabled;
 create index if not exists provider_methods_enabled_pair_name_idx
-  on payrail.provider_methods (payrail._normalize_name(provider || ' ' || method)) where enabled;
+  on payrail.provider_methods (payrail._normalize_name(provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) method)) where enabled;
 create index if not exists provider_methods_enabled_pair_slash_name_idx
-  on payrail.provider_methods (payrail._normalize_name(provider || ' / ' || method)) where enabled;
+  on payrail.provider_methods (payrail._normalize_name(provider operator(pg_catalog.||) ' / ' operator(pg_catalog.||) method)) where enabled;
 
 comment on table payrail.provider_methods is
 $$Provider methods: one row per method of a provider that agents can discover.

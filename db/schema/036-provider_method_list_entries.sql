@@ -48,8 +48,8 @@ set search_path from current
 -- array_to_string is stable only because other element types print by settings; text does not.
 return row(p_record.id, p_record.enabled, p_record.embedding_model,
            pg_catalog.lower(p_record.provider), pg_catalog.lower(p_record.method),
-           pg_catalog.lower(p_record.provider || ' ' || p_record.method || ' ' || p_record.guidance || ' '
-                            || pg_catalog.array_to_string(p_record.urls, ' ') || ' ' || coalesce(p_record.docs_url, '')))
+           pg_catalog.lower(p_record.provider operator(pg_catalog.||) ' ' operator(pg_catalog.||) p_record.method operator(pg_catalog.||) ' ' operator(pg_catalog.||) p_record.guidance operator(pg_catalog.||) ' '
+                            operator(pg_catalog.||) pg_catalog.array_to_string(p_record.urls, ' ') operator(pg_catalog.||) ' ' operator(pg_catalog.||) coalesce(p_record.docs_url, '')))
        ::payrail.provider_method_list_entries;
 
 comment on function payrail._list_entry(payrail.provider_methods) is

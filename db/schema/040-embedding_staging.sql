@@ -19,9 +19,9 @@ create table if not exists payrail.embedding_staging (
 select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_model_check',
   'check (payrail._is_valid_name(model))');
 select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_content_hash_check',
-  'check (pg_catalog.octet_length(content_hash) = 32)');
+  'check (pg_catalog.octet_length(content_hash) operator(pg_catalog.=) 32)');
 select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_embedding_nonzero_check',
-  'check (vector_norm(embedding) > 0)');
+  'check (vector_norm(embedding) operator(pg_catalog.>) 0)');
 -- A vector the switch could not move into provider_methods is refused when it is staged.
 select payrail._ensure_check_constraint('payrail.embedding_staging', 'embedding_staging_embedding_length_check',
   'check (payrail._is_storable_vector_length(embedding))');

@@ -31,7 +31,7 @@ create table if not exists payrail.provider_method_history (
 );
 
 select payrail._ensure_check_constraint('payrail.provider_method_history', 'provider_method_history_operation_check',
-  $$check (operation in ('update', 'delete'))$$);
+  $$check (operation operator(pg_catalog.=) any (array['update', 'delete']))$$);
 
 create index if not exists provider_method_history_provider_method_id_idx
   on payrail.provider_method_history (provider_method_id, id);

@@ -11,7 +11,7 @@ create table if not exists payrail.rules (
   rule text not null,
   remedy text not null,
   constraint rules_pkey primary key (constraint_name),
-  constraint rules_fields_check check (fields <@ array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled']::text[])
+  constraint rules_fields_check check (fields operator(pg_catalog.<@) array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled']::text[])
 );
 
 insert into payrail.rules as r (constraint_name, fields, rule, remedy)
@@ -78,7 +78,8 @@ values
    'Leave the version to the database: its triggers number versions.')
 on conflict (constraint_name) do update
   set fields = excluded.fields, rule = excluded.rule, remedy = excluded.remedy
-  where (r.fields, r.rule, r.remedy) is distinct from (excluded.fields, excluded.rule, excluded.remedy);
+  where r.fields operator(pg_catalog.<>) excluded.fields or r.rule operator(pg_catalog.<>) excluded.rule
+     or r.remedy operator(pg_catalog.<>) excluded.remedy;
 
 comment on table payrail.rules is
 $$The rules of a record in words, one row per constraint (or unique index) of payrail.provider_methods.

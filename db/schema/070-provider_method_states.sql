@@ -15,7 +15,7 @@ declare
   -- First, so a column added to a table later lands at the end of its view too.
   v_views constant text[][] := array[
     ['provider_method_states', $view$
-      select (pm.embedding is not null and pm.embedding_model = m.name) is true as has_current_vector,
+      select (pm.embedding is not null and pm.embedding_model operator(pg_catalog.=) m.name) is true as has_current_vector,
              pm.*
       from payrail.provider_methods as pm
       left join payrail.embedding_model as m on true
@@ -24,19 +24,23 @@ declare
     -- model (one row at most: embedding_model_singleton_check) read once per statement, not
     -- joined to every entry: a count of every entry takes half the time.
     ['provider_method_list_entry_states', $view$
-      select (e.embedding_model = (select m.name from payrail.embedding_model as m)) is true as has_current_vector,
+      select (e.embedding_model operator(pg_catalog.=) (select m.name from payrail.embedding_model as m)) is true as has_current_vector,
              e.*
       from payrail.provider_method_list_entries as e
     $view$]];
   v_view text[];
+  v_found text;
+  v_wanted text;
 begin
   foreach v_view slice 1 in array v_views loop
-    execute pg_catalog.format('create temporary view %I as %s', v_view[1] || '_wanted', v_view[2]);
-    if pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('payrail.' || v_view[1]))
-       is distinct from pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('pg_temp.' || v_view[1] || '_wanted')) then
+    execute pg_catalog.format('create temporary view %I as %s', v_view[1] operator(pg_catalog.||) '_wanted', v_view[2]);
+    v_found := pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('payrail.' operator(pg_catalog.||) v_view[1]));
+    v_wanted := pg_catalog.pg_get_viewdef(pg_catalog.to_regclass('pg_temp.' operator(pg_catalog.||) v_view[1] operator(pg_catalog.||) '_wanted'));
+    -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md): a new view has no definition.
+    if coalesce(v_found operator(pg_catalog.<>) v_wanted, v_found is null) then
       execute pg_catalog.format('create or replace view payrail.%I with (security_invoker = true) as %s', v_view[1], v_view[2]);
     end if;
-    execute pg_catalog.format('drop view pg_temp.%I', v_view[1] || '_wanted');
+    execute pg_catalog.format('drop view pg_temp.%I', v_view[1] operator(pg_catalog.||) '_wanted');
   end loop;
 end
 $$;
@@ -65,8 +69,8 @@ begin
     select v.view, a.attname, pg_catalog.col_description(a.attrelid, a.attnum) as description
     from (values ('provider_method_states', 'payrail.provider_methods'::pg_catalog.regclass),
                  ('provider_method_list_entry_states', 'payrail.provider_method_list_entries'::pg_catalog.regclass)) as v(view, tab)
-    join pg_catalog.pg_attribute as a on a.attrelid = v.tab
-    where a.attnum > 0 and not a.attisdropped
+    join pg_catalog.pg_attribute as a on a.attrelid operator(pg_catalog.=) v.tab
+    where a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
   loop
     execute pg_catalog.format('comment on column payrail.%I.%I is %L', v_column.view, v_column.attname, v_column.description);
   end loop;

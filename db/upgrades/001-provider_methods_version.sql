@@ -9,7 +9,7 @@ begin
     return;
   end if;
   if not exists (select from pg_catalog.pg_attribute
-                 where attrelid = pg_catalog.to_regclass('payrail.provider_methods') and attname = 'version'
+                 where attrelid operator(pg_catalog.=) pg_catalog.to_regclass('payrail.provider_methods') and attname operator(pg_catalog.=) 'version'
                    and not attisdropped) then
     perform payrail._needs_exclusive_lock('payrail.provider_methods', 'upgrade 001 adds column version');
     alter table payrail.provider_methods add column version integer not null default 1;

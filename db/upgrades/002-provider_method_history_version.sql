@@ -11,13 +11,13 @@ begin
   if not payrail._upgrade_due('002-provider_method_history_version') or v_history is null then
     return;
   end if;
-  if not exists (select from pg_catalog.pg_attribute where attrelid = v_history and attname = 'version' and not attisdropped) then
+  if not exists (select from pg_catalog.pg_attribute where attrelid operator(pg_catalog.=) v_history and attname operator(pg_catalog.=) 'version' and not attisdropped) then
     perform payrail._needs_exclusive_lock(v_history, 'upgrade 002 adds column version');
     alter table payrail.provider_method_history add column version integer;
   end if;
   if exists (select from pg_catalog.pg_attrdef as d
-             join pg_catalog.pg_attribute as a on (a.attrelid, a.attnum) = (d.adrelid, d.adnum)
-             where d.adrelid = v_history and a.attname in ('changed_by', 'changed_by_session_user')) then
+             join pg_catalog.pg_attribute as a on (a.attrelid, a.attnum) operator(pg_catalog.=) (d.adrelid, d.adnum)
+             where d.adrelid operator(pg_catalog.=) v_history and a.attname operator(pg_catalog.=) any (array['changed_by', 'changed_by_session_user'])) then
     perform payrail._needs_exclusive_lock(v_history, 'upgrade 002 drops the defaults of changed_by and changed_by_session_user');
     alter table payrail.provider_method_history
       alter column changed_by drop default,

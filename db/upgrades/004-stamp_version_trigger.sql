@@ -9,7 +9,7 @@ begin
     return;
   end if;
   if exists (select from pg_catalog.pg_trigger
-             where tgrelid = pg_catalog.to_regclass('payrail.provider_methods') and tgname = 'tg_provider_methods__set_updated_at') then
+             where tgrelid operator(pg_catalog.=) pg_catalog.to_regclass('payrail.provider_methods') and tgname operator(pg_catalog.=) 'tg_provider_methods__set_updated_at') then
     perform payrail._needs_exclusive_lock('payrail.provider_methods', 'upgrade 004 drops trigger tg_provider_methods__set_updated_at');
     drop trigger tg_provider_methods__set_updated_at on payrail.provider_methods;
   end if;

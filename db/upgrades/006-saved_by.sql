@@ -17,7 +17,7 @@ begin
            (pg_catalog.to_regclass('payrail.provider_method_history'), 'version_saved_by')
   loop
     if v_table is not null and not exists (select from pg_catalog.pg_attribute
-                                           where attrelid = v_table and attname = v_column and not attisdropped) then
+                                           where attrelid operator(pg_catalog.=) v_table and attname operator(pg_catalog.=) v_column and not attisdropped) then
       perform payrail._needs_exclusive_lock(v_table, pg_catalog.format('upgrade 006 adds column %s', v_column));
       execute pg_catalog.format('alter table %s add column %I text', v_table, v_column);
     end if;

@@ -204,7 +204,8 @@ def db_url(settings: Settings):
 @click.pass_obj
 def db_status(settings: Settings, as_json):
     """Say which database is configured and what it holds: versions (product, schema, PostgreSQL,
-    pgvector), whether `db apply` is due, whether the embedded server runs, and why not.
+    pgvector), whether `db apply` is due, who besides the owners can create objects in a schema on
+    the registry's search path (db apply refuses then), whether the embedded server runs, and why not.
 
     Never starts the embedded PostgreSQL. Exits 1 when the configured database cannot be reached.
     """
@@ -254,6 +255,14 @@ def describe_status(report: dict) -> list[str]:
         due = report["applyDue"]
         lines.append(
             f"db apply: due ({'; '.join(report['applyDueReasons'])})" if due else "db apply: not due, the registry is current"
+        )
+    writers = report["writableSearchPathSchemas"]
+    if writers == []:
+        lines.append("search path: no role but the owners can create objects in the registry's schemas")
+    for writer in writers or ():
+        lines.append(
+            f"search path: {writer['writer']} can create objects in schema {writer['schema']}, which the registry's "
+            f"functions search; db apply refuses until you run `{writer['fix']}`"
         )
     registry = report["registry"]
     if registry is not None and not registry["schemaApplied"]:

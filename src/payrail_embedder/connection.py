@@ -1,10 +1,13 @@
-"""Connections on which every statement runs with the registry's own search path, behind a
-transaction pooler too.
+"""Connections on which every statement the package sends runs on a search path that nothing
+planted can be found on, behind a transaction pooler too.
 
-The registry's functions pin their search path (`pg_catalog, payrail, <pgvector's schema>,
+The registry's functions pin their own search path (`pg_catalog, payrail, <pgvector's schema>,
 pg_temp`: payrail._search_path()), but a statement the package sends is resolved on its
 session's path, where a role that may create objects in `public` could have planted an operator
-or an overload that would then run with the privileges of the package's login. A session-level
+or an overload that would then run with the privileges of the package's login. So the package's
+statements run on `pg_catalog, payrail, pg_temp` (PACKAGE_PATH): pg_catalog only superusers
+write, payrail only the deployer (`db apply` refuses otherwise), and pgvector's schema, which a
+DBA may have opened to others, is not on it, so none of its operators need naming. A session-level
 SET does not hold behind a transaction pooler (PgBouncer's `pool_mode = transaction`): the next
 transaction may run on another server connection where it was never set, and the setting leaks
 to whichever client gets this one next. So nothing here depends on session state:
@@ -15,7 +18,8 @@ to whichever client gets this one next. So nothing here depends on session state
 - a statement that resolves nothing through the path (SelfPinned: every name schema-qualified, no
   operator, calling only functions that pin their own path) is sent alone on an autocommit
   connection. The agent path's statements are such, so a search costs no round trip more;
-- pgvector's types are found in the extension's schema, never by name on the session's path.
+- pgvector's types are found in the extension's schema, never by name on the session's path, and
+  sent by OID; a statement that needs one of pgvector's functions names its schema.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.types import TypeInfo
 
-# The path of a database that holds no registry (or of a login that may not read it): built-ins only.
-BUILT_INS_ONLY = "pg_catalog, pg_temp"
+# The path of every transaction the package opens: the built-ins and the registry, nothing
+# another role could write (a login that may not use payrail finds the built-ins alone).
+PACKAGE_PATH = "pg_catalog, payrail, pg_temp"
 # psycopg's default: a statement sent this many times on one connection is prepared on the server.
 PREPARE_THRESHOLD = 5
 
@@ -47,20 +52,17 @@ PIN = SelfPinned("select pg_catalog.set_config('search_path', %s, true)")
 # Nothing at all: the pool's check that a connection still works.
 NOTHING = SelfPinned("")
 
-# Whether this login may read the registry's path, and pgvector's types, found by its schema.
-FACTS = SelfPinned(
+# pgvector's types, found by its schema.
+PGVECTOR_TYPES = SelfPinned(
     """
-select pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('payrail._search_path()'), 'execute'),
-       n.nspname, t.typname, t.oid, t.typarray
-from (select) as one
-left join (pg_catalog.pg_extension as e
-           join pg_catalog.pg_namespace as n on n.oid operator(pg_catalog.=) e.extnamespace
-           join pg_catalog.pg_type as t on t.typnamespace operator(pg_catalog.=) e.extnamespace)
-  on e.extname operator(pg_catalog.=) 'vector'
- and t.typname operator(pg_catalog.=) any ('{vector,halfvec,sparsevec}'::pg_catalog.name[])
+select n.nspname, t.typname, t.oid, t.typarray
+from pg_catalog.pg_extension as e
+join pg_catalog.pg_namespace as n on n.oid operator(pg_catalog.=) e.extnamespace
+join pg_catalog.pg_type as t on t.typnamespace operator(pg_catalog.=) e.extnamespace
+where e.extname operator(pg_catalog.=) 'vector'
+  and t.typname operator(pg_catalog.=) any ('{vector,halfvec,sparsevec}'::pg_catalog.name[])
 """
 )
-REGISTRY_PATH = SelfPinned("select payrail._search_path()")
 REGISTER_TYPE = {"vector": register_vector_info, "halfvec": register_halfvec_info, "sparsevec": register_sparsevec_info}
 
 
@@ -110,13 +112,7 @@ class PinnedCursor(psycopg.Cursor):
 
 
 class PinnedConnection(psycopg.Connection):
-    """A connection whose transactions and statements run on the registry's search path.
-
-    search_path is read once (prepare): it is the database's, the same on every server
-    connection a pooler may hand out.
-    """
-
-    search_path = BUILT_INS_ONLY
+    """A connection whose transactions and statements run on PACKAGE_PATH."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -131,20 +127,16 @@ class PinnedConnection(psycopg.Connection):
             yield transaction
 
     def pin(self) -> None:
-        """Sets the registry's search path for the current (or, not autocommit, a new) transaction."""
-        psycopg.Cursor(self).execute(PIN, (self.search_path,))
+        """Sets PACKAGE_PATH for the current (or, not autocommit, a new) transaction."""
+        psycopg.Cursor(self).execute(PIN, (PACKAGE_PATH,))
 
 
 def prepare(conn: PinnedConnection) -> None:
-    """Reads the registry's search path (when this login may) and registers pgvector's types by
-    their OIDs; leaves the connection idle. The pool's `configure`, and connect's."""
-    facts = psycopg.Cursor(conn).execute(FACTS).fetchall()
-    if facts[0][0]:
-        conn.search_path = psycopg.Cursor(conn).execute(REGISTRY_PATH).fetchone()[0] or BUILT_INS_ONLY
-    for _, schema, name, oid, array_oid in facts:
-        if name is not None:
-            regtype = sql.Identifier(schema, name).as_string(conn)
-            REGISTER_TYPE[name](conn, TypeInfo(name, oid, array_oid, regtype=regtype))
+    """Registers pgvector's types by their OIDs; leaves the connection idle. The pool's
+    `configure`, and connect's."""
+    for schema, name, oid, array_oid in psycopg.Cursor(conn).execute(PGVECTOR_TYPES).fetchall():
+        regtype = sql.Identifier(schema, name).as_string(conn)
+        REGISTER_TYPE[name](conn, TypeInfo(name, oid, array_oid, regtype=regtype))
     if not conn.autocommit:
         conn.commit()
 

@@ -300,6 +300,15 @@ def _with_attempts(watcher: LockWatcher, attempts: int, say: Callable[[str], Non
     raise AssertionError("attempts must be at least 1")
 
 
+def refuse_writable_search_path(conn: psycopg.Connection) -> None:
+    """Raises 55000 when a role other than its owner, the deployer or a superuser can create objects
+    in a schema on the registry's search path (payrail._refuse_writable_search_path, in
+    db/schema/010): on every apply, a current registry's too, since a grant may come at any time.
+    A registry from before the check gets it from 010, which every apply of it runs."""
+    if conn.execute("select pg_catalog.to_regprocedure('payrail._refuse_writable_search_path()') is not null").fetchone()[0]:
+        conn.execute("select payrail._refuse_writable_search_path()")
+
+
 def _set_lock_timeout(conn: psycopg.Connection, seconds: float) -> None:
     conn.execute("select pg_catalog.set_config('lock_timeout', %s, true)", (f"{max(1, round(seconds * 1000))}ms",))
 
@@ -327,6 +336,7 @@ def apply_schema(
     # Autocommit: every transaction below is a `with conn.transaction()` of its own.
     options = connection.psycopg_options(prepared_statements)
     with psycopg.connect(database_url, autocommit=True, application_name="payrail-embedder", **options) as conn:
+        refuse_writable_search_path(conn)
         if force or schema_state(conn, digest)["applyDue"]:
             derivation = conn.execute(DERIVATION).fetchone()[0]
             with LockWatcher(database_url, conn.info.backend_pid, options) as watcher:

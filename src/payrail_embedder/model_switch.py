@@ -133,8 +133,10 @@ def switch_model(
     if report.previous is not None and report.previous.name == embedder.model_name:
         report.dimensions = report.previous.dimensions
         return report
+    # pgvector's vector_dims is not on the package's path (connection.PACKAGE_PATH): its cast to real[] is found by type.
     row = conn.execute(
-        "select vector_dims(embedding) from payrail.embedding_staging where model = %s limit 1", (embedder.model_name,)
+        "select pg_catalog.cardinality(embedding::pg_catalog.float4[]) from payrail.embedding_staging where model = %s limit 1",
+        (embedder.model_name,),
     ).fetchone()
     report.dimensions = row[0] if row else None
 

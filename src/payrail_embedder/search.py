@@ -263,6 +263,9 @@ def _as_search_errors() -> Iterator[None]:
         known = ERROR_OF_SQLSTATE.get(error.sqlstate)
         if known is not None:
             raise known(database_reason(error)) from error
+        if error.sqlstate == errcodes.SESSION_LIMIT_LIFTED:
+            # PGOPTIONS or the connection's options lifted a limit the DBA gave the login.
+            raise SearchUnavailable(database_reason(error), "configuration") from error
         raise SearchUnavailable(f"database error: {database_reason(error, with_sqlstate=True)}") from error
 
 

@@ -13,8 +13,9 @@ from .errors import reason
 def status(database_url: str | None, data_dir: Path | None) -> dict:
     """Which database is configured (its connection string without secrets), whether the embedded
     one runs and where (and why it would not start), the product's, PostgreSQL's and pgvector's
-    versions, the schema version the registry holds and whether `db apply` is due, and the
-    registry's counts. Never starts the embedded server. "error" says why the database could not be read.
+    versions, the schema version the registry holds and whether `db apply` is due, who besides
+    its owners could create objects in a schema on the registry's search path (db apply refuses
+    then), and the registry's counts. Never starts the embedded server. "error" says why the database could not be read.
     Its keys are stable: scripts read them with --json."""
     report = {
         "productVersion": deploy.product_version(),
@@ -25,6 +26,7 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
         "schemaVersion": None,
         "applyDue": None,
         "applyDueReasons": [],
+        "writableSearchPathSchemas": None,
         "registry": None,
         "error": None,
     }
@@ -52,7 +54,21 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
             ).fetchone()
             report["server"] = {"postgresql": postgresql, "pgvector": pgvector}
             report |= deploy.schema_state(conn)
+            report["writableSearchPathSchemas"] = search_path_writers(conn)
             report["registry"] = stored.counts(conn)
     except psycopg.Error as error:
         report["error"] = reason(error)
     return report
+
+
+def search_path_writers(conn: psycopg.Connection) -> list[dict] | None:
+    """Each role (or PUBLIC) besides the owners that can create objects in payrail or pgvector's
+    schema, with the statement that stops it: {"schema", "writer", "fix"}. None where this login
+    may not ask (or the registry predates the question)."""
+    allowed = conn.execute(
+        "select pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('payrail._search_path_writers()'), 'execute')"
+    ).fetchone()[0]
+    if not allowed:
+        return None
+    rows = conn.execute("select schema_name, writer, fix from payrail._search_path_writers()").fetchall()
+    return [{"schema": schema, "writer": writer, "fix": fix} for schema, writer, fix in rows]

@@ -111,10 +111,11 @@ def _tool_answer(result) -> dict:
 # --- operators -------------------------------------------------------------------------------------
 
 
-def run_cli_commands(env: dict[str, str], tmp_path: Path) -> None:
+def run_cli_commands(env: dict[str, str], tmp_path: Path, apply: bool = True) -> None:
     """Every command of the CLI that reads or changes the registry, each of which must exit 0:
-    db apply, import, sync, search (semantic and by name), preview, history, export, eval,
-    edit, model show and db status. Changes only drafts, so agents' answers stay as they were."""
+    db apply (unless apply is false), import, sync, search (semantic and by name), preview,
+    history, export, eval, edit, model show and db status. Changes only drafts, so agents'
+    answers stay as they were."""
     label = uuid.uuid4().hex[:8]
     catalog = write_jsonl(tmp_path / f"catalog-{label}.jsonl", CATALOG)
     labelled = tmp_path / f"labelled-{label}.jsonl"
@@ -123,7 +124,7 @@ def run_cli_commands(env: dict[str, str], tmp_path: Path) -> None:
     draft = f"{DRAFT['provider']} / {DRAFT['method']}"
     edit_env = editing(env, tmp_path / f"editor-{label}", DRAFT["guidance"], DRAFT["guidance"] + f" Edited {label}.")
     for command_env, args in [
-        (env, ("db", "apply")),
+        *([(env, ("db", "apply"))] if apply else []),
         (env, ("import", str(catalog))),
         (env, ("sync",)),
         (env, ("search", "--json", SEMANTIC_QUERY)),

@@ -78,11 +78,15 @@ def _write_auth_file(directory: Path, users: set[str]) -> None:
     path.chmod(0o644)
 
 
-def start_pgbouncer(server_admin_url: str, *, pool_mode: str = "transaction", pool_size: int = 2, auth_type: str = "scram-sha-256") -> PgBouncer:
+def start_pgbouncer(
+    server_admin_url: str, *, pool_mode: str = "transaction", pool_size: int = 2, auth_type: str = "scram-sha-256",
+    query_timeout: float = 0,
+) -> PgBouncer:
     """PgBouncer in pool_mode with pool_size server connections per database and user, in front of
     the server of server_admin_url (an embedded test server: unix socket), checking clients'
-    passwords by auth_type ("trust": none). Its files live in a directory of its own that the user
-    it runs as can reach; stop() removes it."""
+    passwords by auth_type ("trust": none), cancelling a query that runs longer than
+    query_timeout seconds (0: never). Its files live in a directory of its own that the user it
+    runs as can reach; stop() removes it."""
     server = conninfo_to_dict(server_admin_url)
     directory = Path(tempfile.mkdtemp(prefix="payrail-pgbouncer-"))
     directory.chmod(0o755)
@@ -111,6 +115,7 @@ reserve_pool_size = 0
 max_client_conn = 500
 max_db_connections = 0
 server_reset_query = DISCARD ALL
+query_timeout = {query_timeout}
 logfile = {directory / "pgbouncer.log"}
 pidfile = {directory / "pgbouncer.pid"}
 log_connections = 0
