@@ -38,13 +38,13 @@ begin
          (select pm from payrail.provider_methods as pm
           where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) v_provider_key and pm.provider operator(pg_catalog.<) v_provider_name
             and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(v_provider_name)
-            and pm.id is distinct from p_id
+            and (p_id is null or pm.id operator(pg_catalog.<>) p_id)
           limit 1)
          union all
          (select pm from payrail.provider_methods as pm
           where payrail._lookalike_key(pm.provider) operator(pg_catalog.=) v_provider_key and pm.provider operator(pg_catalog.>) v_provider_name
             and payrail._normalize_name(pm.provider) operator(pg_catalog.<>) payrail._normalize_name(v_provider_name)
-            and pm.id is distinct from p_id
+            and (p_id is null or pm.id operator(pg_catalog.<>) p_id)
           limit 1)
        ) as f where v_provider_key is not null limit 1)
     union all
@@ -52,25 +52,25 @@ begin
          (select pm from payrail.provider_methods as pm
           where payrail._lookalike_key(pm.method) operator(pg_catalog.=) v_method_key and pm.method operator(pg_catalog.<) v_method_name
             and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(v_method_name)
-            and pm.id is distinct from p_id
+            and (p_id is null or pm.id operator(pg_catalog.<>) p_id)
           limit 1)
          union all
          (select pm from payrail.provider_methods as pm
           where payrail._lookalike_key(pm.method) operator(pg_catalog.=) v_method_key and pm.method operator(pg_catalog.>) v_method_name
             and payrail._normalize_name(pm.method) operator(pg_catalog.<>) payrail._normalize_name(v_method_name)
-            and pm.id is distinct from p_id
+            and (p_id is null or pm.id operator(pg_catalog.<>) p_id)
           limit 1)
        ) as f where v_method_key is not null limit 1)
     union all
     (select 'docs_url', f.pm from (
          (select pm from payrail.provider_methods as pm
           where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) v_docs_key and payrail._url_host(pm.docs_url) operator(pg_catalog.<) v_docs_name
-            and pm.id is distinct from p_id
+            and (p_id is null or pm.id operator(pg_catalog.<>) p_id)
           limit 1)
          union all
          (select pm from payrail.provider_methods as pm
           where pm.docs_url is not null and payrail._host_lookalike_key(pm.docs_url) operator(pg_catalog.=) v_docs_key and payrail._url_host(pm.docs_url) operator(pg_catalog.>) v_docs_name
-            and pm.id is distinct from p_id
+            and (p_id is null or pm.id operator(pg_catalog.<>) p_id)
           limit 1)
        ) as f where v_docs_key is not null limit 1);
 end
@@ -157,9 +157,9 @@ as $$
 declare
   -- The fields this write sets anew (NULL: unchanged), as stored: after canonicalize_names
   -- (triggers fire in name order).
-  v_provider constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.provider is distinct from old.provider then new.provider end;
-  v_method constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.method is distinct from old.method then new.method end;
-  v_docs_url constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.docs_url is distinct from old.docs_url then new.docs_url end;
+  v_provider constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.provider operator(pg_catalog.<>) old.provider then new.provider end;
+  v_method constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or new.method operator(pg_catalog.<>) old.method then new.method end;
+  v_docs_url constant text := case when tg_op operator(pg_catalog.=) 'INSERT' or coalesce(new.docs_url operator(pg_catalog.<>) old.docs_url, (new.docs_url is null) operator(pg_catalog.<>) (old.docs_url is null)) then new.docs_url end;
   v_provider_key constant text := payrail._lookalike_key(v_provider);
   v_method_key constant text := payrail._lookalike_key(v_method);
   v_docs_key constant text := payrail._host_lookalike_key(v_docs_url);
@@ -184,9 +184,9 @@ begin
       table = 'provider_methods',
       column = v_found.field,
       message = pg_catalog.format('%s "%s" %s', v_found.field,
-                                  case v_found.field when 'provider' then v_provider when 'method' then v_method else v_docs_url end,
+                                  case when v_found.field operator(pg_catalog.=) 'provider' then v_provider when v_found.field operator(pg_catalog.=) 'method' then v_method else v_docs_url end,
                                   payrail._lookalike_in_words(v_found.field,
-                                    case v_found.field when 'provider' then v_provider when 'method' then v_method else v_docs_url end,
+                                    case when v_found.field operator(pg_catalog.=) 'provider' then v_provider when v_found.field operator(pg_catalog.=) 'method' then v_method else v_docs_url end,
                                     v_found.other)),
       hint = (select r.remedy from payrail.rules as r where r.constraint_name operator(pg_catalog.=) payrail._lookalike_constraint(v_found.field));
   end if;
@@ -212,7 +212,7 @@ as $$
   select pm.id, l.field, v.value, (l.other).id, payrail._lookalike_in_words(l.field, v.value, l.other)
   from payrail.provider_methods as pm
   cross join lateral payrail._lookalikes(pm.id, pm.provider, pm.method, pm.docs_url) as l
-  cross join lateral (select case l.field when 'provider' then pm.provider when 'method' then pm.method else pm.docs_url end) as v(value)
+  cross join lateral (select case when l.field operator(pg_catalog.=) 'provider' then pm.provider when l.field operator(pg_catalog.=) 'method' then pm.method else pm.docs_url end) as v(value)
   order by pm.id, l.field
 $$;
 

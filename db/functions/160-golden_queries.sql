@@ -184,7 +184,7 @@ begin
       hint = 'Queries compare ignoring case, compatibility forms, invisible characters and runs of white space. '
              'To label it anew, remove it (payrail.remove_golden_query) and add it again.';
   end if;
-  if pg_catalog.cardinality(p_record_ids) is not distinct from 0 or p_record_ids is null then
+  if p_record_ids is null or pg_catalog.cardinality(p_record_ids) operator(pg_catalog.=) 0 then
     perform payrail._refuse_golden_query_without_records(p_query);
   end if;
   if pg_catalog.cardinality(p_record_ids) operator(pg_catalog.>) 100 then
