@@ -3,7 +3,7 @@ ICU implements them, for the name and host rules that the database computes.
 
     .venv/bin/python scripts/generate_unicode_security.py
 
-ICU (through PyICU, built against the system's libicu) is the source: its SpoofChecker computes
+ICU (through PyICU: the pyicu-wheels package, which carries its own ICU) is the source: its SpoofChecker computes
 UTS #39's skeleton, and its script data gives each character's Script_Extensions. Run it when
 the ICU on the machine moves to a newer Unicode; tests/test_unicode_security.py fails while the
 committed file differs from what this prints, and checks the SQL against ICU on every character.
