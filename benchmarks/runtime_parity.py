@@ -37,7 +37,7 @@ from throwaway_postgres import throwaway_postgres
 def answers(conn, embedder: LocalEmbedder, queries, vectors) -> list[list[tuple[str, str]]]:
     """Each query's answer through the product's search, given its vector."""
     return [
-        [(m["provider"], m["method"]) for m in search.search_provider_methods(conn, lambda: embedder, q.query, query_vector=v)]
+        [(m["provider"], m["method"]) for m in search.search_provider_methods(search.holding(conn), lambda: embedder, q.query, query_vector=v)]
         for q, v in zip(queries, vectors)
     ]
 

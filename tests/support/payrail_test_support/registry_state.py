@@ -102,4 +102,4 @@ def agent_answers(url: str, embedder: Embedder, queries: list[str]) -> dict[str,
     """What an agent (payrail_agent) gets for each query."""
     with connect(url, autocommit=True) as conn:
         conn.execute("set role payrail_agent")
-        return {query: [match.to_json() for match in search.search_provider_methods(conn, lambda: embedder, query)] for query in queries}
+        return {query: [match.to_json() for match in search.search_provider_methods(search.holding(conn), lambda: embedder, query)] for query in queries}
