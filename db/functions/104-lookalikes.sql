@@ -169,10 +169,16 @@ begin
     return new;
   end if;
   -- Two writers of different names that look alike wait for each other, so the second sees the
-  -- first's once it commits: the lock is the look's, taken in this fixed order of fields.
-  perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('payrail lookalike provider ' operator(pg_catalog.||) v_provider_key, 0)),
-          pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('payrail lookalike method ' operator(pg_catalog.||) v_method_key, 0)),
-          pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('payrail lookalike docs_url ' operator(pg_catalog.||) v_docs_key, 0));
+  -- first's once it commits: the lock is the look's bucket (one of 128 per field, so a
+  -- transaction that writes thousands of records holds at most 3 x 128 locks: a lock per look
+  -- filled PostgreSQL's lock table, "out of shared memory"), taken in this fixed order of fields.
+  -- A NULL key (the field unchanged) locks nothing: the lock functions are strict.
+  perform pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('payrail lookalike provider'),
+                                           pg_catalog.hashtext(v_provider_key) operator(pg_catalog.&) 127),
+          pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('payrail lookalike method'),
+                                           pg_catalog.hashtext(v_method_key) operator(pg_catalog.&) 127),
+          pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('payrail lookalike docs_url'),
+                                           pg_catalog.hashtext(v_docs_key) operator(pg_catalog.&) 127);
   select l.field, l.other into v_found
   from payrail._lookalikes_by_key(new.id, v_provider_key, v_provider, v_method_key, v_method, v_docs_key, payrail._url_host(v_docs_url)) as l
   limit 1;
