@@ -83,8 +83,14 @@ def eval_tops(conn, embedder_factory) -> dict[str, list[tuple[str, str]]]:
 
 
 def ranked_tops(conn, embedder_factory) -> dict[str, list[tuple[str, str]]]:
-    rankings, _ = golden_rankings.rank_golden_queries(conn, embedder_factory)
-    return {r.golden.query: [(m.provider, m.method) for m in r.top] for r in rankings}
+    """Each golden query's top three as rank_golden_queries gets it: by search itself, and by the
+    one pass over every record's vector (search_at_most=0), which must agree."""
+    tops = [
+        {r.golden.query: [(m.provider, m.method) for m in r.top] for r in golden_rankings.rank_golden_queries(conn, embedder_factory, search_at_most=most)[0]}
+        for most in (golden_rankings.SEARCH_AT_MOST, 0)
+    ]
+    assert tops[0] == tops[1]
+    return tops[0]
 
 
 def pairs(ranking) -> list[tuple[str, str]]:
@@ -99,11 +105,19 @@ def stored_record(conn, provider: str, method: str) -> tuple[int, int, ProviderM
     return row[0], row[1], ProviderMethod(provider, method, row[2], row[3], row[4], row[5])
 
 
+def said(change: golden_rankings.QueryChange) -> tuple:
+    """What a preview says of one golden query (a new record's id is the tentative save's, new each time)."""
+    return change.golden.query, pairs(change.before), pairs(change.after), change.gains, change.loses, change.what, change.verdict
+
+
 def check_edit(conn, embedder_factory, change: Change) -> golden_rankings.Effect:
     """The effect of change against eval before and after it is saved; returns the effect."""
     before = eval_tops(conn, embedder_factory)
     prepared = prepare_change(conn, embedder_factory, change)
     effect = golden_rankings.effect_of(conn, embedder_factory, prepared)
+    # Ranked by one pass over every record's vector instead of search: the same effect.
+    in_one_pass = golden_rankings.effect_of(conn, embedder_factory, prepared, search_at_most=0)
+    assert [said(c) for c in in_one_pass.changes] == [said(c) for c in effect.changes]
     if effect.outcome is not None:
         # Refused before the save: the save refuses it too, and nothing changes.
         assert not isinstance(save_changes(conn, embedder_factory, [change])[0], Saved)

@@ -192,7 +192,7 @@ def edit_record(
                 if answer == EDIT_AGAIN:
                     left, problem = None, ["NOT SAVED YET: you chose to edit it again. Saving it would change this:", *effect.describe()]
                     continue
-                outcome = save_changes(conn, prepared.embedder_factory(embedder_factory), [change])[0]
+                outcome = save_changes(conn, prepared.embedder_factory(embedder_factory), [change], checked=True)[0]
         except ValueError as error:
             left, problem = ("invalid_input", str(error)), [f"NOT SAVED: {error}"]
         except (EmbeddingUnavailable, SearchError) as error:

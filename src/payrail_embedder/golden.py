@@ -288,7 +288,7 @@ order by g.id
 """
 STORE_VECTORS = """
 insert into payrail.golden_query_embeddings as e (golden_query_id, model, query, embedding)
-select u.id, %s, u.query, u.embedding from unnest(%s::bigint[], %s::text[], %s::vector[]) as u(id, query, embedding)
+select u.id, %s, u.query, u.embedding from unnest(%s::bigint[], %s::text[], %b::vector[]) as u(id, query, embedding)
 on conflict (golden_query_id, model) do update
   set query = excluded.query, embedding = excluded.embedding, embedded_at = pg_catalog.now()
 """

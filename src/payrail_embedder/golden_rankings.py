@@ -205,29 +205,39 @@ class Effect:
 
 
 class _Queries:
-    """The golden queries to rank, with their vectors by the model: as the model made them (what
-    search is sent) and scaled to unit length in float32 (the first pass)."""
+    """The golden queries to rank, with the vectors of those at positions only (all by default) by
+    the model: as the model made them (what search is sent) and scaled to unit length in float32
+    (the first pass), each at its golden query's position."""
 
-    def __init__(self, conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], goldens: Sequence[GoldenQuery], model: EmbeddingModel | None):
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        embedder_factory: Callable[[], Embedder],
+        goldens: Sequence[GoldenQuery],
+        model: EmbeddingModel | None,
+        only: Sequence[int] | None = None,
+    ):
         self.goldens = list(goldens)
         self.embedded_now = 0
         self.raw: list[np.ndarray | None] = [None] * len(self.goldens)
-        if model is None or not self.goldens:
+        positions = range(len(self.goldens)) if only is None else only
+        if model is None or not positions:
             self.units = np.zeros((len(self.goldens), 0), np.float32)
             return
-        ids = [g.golden_query_id for g in self.goldens]
+        ids = [self.goldens[p].golden_query_id for p in positions]
         stored = dict(
             conn.execute(
                 """select e.golden_query_id, e.embedding from payrail.golden_query_embeddings as e
                    join payrail.golden_queries as g on g.id = e.golden_query_id
                    where e.golden_query_id = any(%s) and e.model = %s and e.query = g.query and vector_dims(e.embedding) = %s""",
                 (ids, model.name, model.dimensions),
+                binary=True,
             ).fetchall()
         )
-        for position, golden_id in enumerate(ids):
+        for position, golden_id in zip(positions, ids):
             if golden_id in stored:
                 self.raw[position] = stored[golden_id].to_numpy()
-        missing = [position for position, vector in enumerate(self.raw) if vector is None]
+        missing = [position for position in positions if self.raw[position] is None]
         if missing:
             try:
                 made = golden.embedded_by(conn, embedder_factory, model, [self.goldens[p].query for p in missing])
@@ -240,46 +250,53 @@ class _Queries:
             for position, vector in zip(missing, made):
                 self.raw[position] = vector
             self.embedded_now = len(missing)
-        matrix = np.array(self.raw, dtype=np.float64)
-        self.units = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+        self.units = np.zeros((len(self.goldens), model.dimensions), np.float32)
+        self.units[list(positions)] = _unit(np.array([self.raw[p] for p in positions]))
 
 
 class _Records:
-    """Every enabled record's unit vector as the first pass reads it: the half-precision row of
-    payrail.provider_method_half_vectors (or, on a pgvector without halfvec, the exact vector
-    scaled to unit length in float32), with its id."""
+    """Enabled records' unit vectors as the first pass reads them: the half-precision rows of
+    payrail.provider_method_half_vectors (or, on a pgvector without halfvec, the exact vectors
+    scaled to unit length in float32), with their ids. Every enabled record; or, with a sample
+    size, about that many of them (ids spread by a modulo: which ones changes no answer, only how
+    many queries the sample proves unchanged), without the record excluded; or the record only."""
 
-    def __init__(self, conn: psycopg.Connection, dimensions: int) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, dimensions: int, *, sample: int | None = None, excluded: int | None = None, only: int | None = None
+    ) -> None:
         half = conn.execute("select pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null").fetchone()[0]
-        if half:
-            statement = """select pg_catalog.count(*), pg_catalog.max(r.id), pg_catalog.string_agg(pg_catalog.int8send(r.id) || halfvec_send(r.v), ''::bytea)
-                           from (select hv.provider_method_id, hv.unit_embedding from payrail.provider_method_half_vectors as hv
-                                 where hv.provider_method_id > %s order by hv.provider_method_id limit %s) as r(id, v)"""
-            element = ">f2"
-        else:
-            statement = """select pg_catalog.count(*), pg_catalog.max(r.id), pg_catalog.string_agg(pg_catalog.int8send(r.id) || vector_send(r.v), ''::bytea)
-                           from (select pm.id, pm.embedding from payrail.provider_methods as pm
-                                 where pm.enabled and pm.id > %s order by pm.id limit %s) as r(id, v)"""
-            element = ">f4"
+        table, id_column, vector_column, send, enabled = (
+            ("payrail.provider_method_half_vectors", "provider_method_id", "unit_embedding", "halfvec_send", "true")
+            if half else ("payrail.provider_methods", "id", "embedding", "vector_send", "enabled")
+        )  # fmt: skip
+        stride = 1
+        if sample is not None:
+            low, high = conn.execute(f"select pg_catalog.min({id_column}), pg_catalog.max({id_column}) from {table} where {enabled}").fetchone()
+            stride = max(1, (high - low + 1) // sample) if low is not None else 1
+        statement = f"""
+            select pg_catalog.count(*), pg_catalog.max(r.id), pg_catalog.string_agg(pg_catalog.int8send(r.id) || {send}(r.v), ''::bytea)
+            from (select t.{id_column}, t.{vector_column} from {table} as t
+                  where {enabled} and t.{id_column} > %(after)s and t.{id_column} %% %(stride)s = 0 and t.{id_column} is distinct from %(excluded)s
+                    and (%(only)s::bigint is null or t.{id_column} = %(only)s)
+                  order by t.{id_column} limit %(limit)s) as r(id, v)"""
         # Each row: the id (int8), then the vector's binary form: dimensions and a reserved int16, the components big-endian.
-        row = np.dtype([("id", ">i8"), ("dimensions", ">i2"), ("unused", ">i2"), ("x", element, (dimensions,))])
+        row = np.dtype([("id", ">i8"), ("dimensions", ">i2"), ("unused", ">i2"), ("x", ">f2" if half else ">f4", (dimensions,))])
         ids, vectors, after = [], [], 0
         while True:
-            count, last, data = conn.execute(statement, (after, READ_CHUNK)).fetchone()
+            parameters = {"after": after, "stride": stride, "excluded": excluded, "only": only, "limit": READ_CHUNK}
+            count, last, data = conn.execute(statement, parameters, binary=True).fetchone()
             if not count:
                 break
             rows = np.frombuffer(data, dtype=row)
             if len(rows) != count or np.any(rows["dimensions"] != dimensions):
                 raise SearchUnavailable(f"the enabled records' vectors are not all of the registry's {dimensions} dimensions")
             ids.append(rows["id"].astype(np.int64))
-            vectors.append(rows["x"].astype(np.float16 if half else np.float32))
+            vectors.append(rows["x"].astype(np.float16) if half else _unit(rows["x"]))
             after = last
             if count < READ_CHUNK:
                 break
         self.ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
         self.vectors = np.concatenate(vectors) if vectors else np.zeros((0, dimensions), np.float16 if half else np.float32)
-        if not half and len(self.vectors):
-            self.vectors = _unit(self.vectors)
         self.row_of = {int(record_id): row for row, record_id in enumerate(self.ids)}
 
     def __len__(self) -> int:
@@ -348,7 +365,7 @@ def _candidate_rows(similarities: np.ndarray, floor: np.ndarray, excluded_row: i
 # and method, in the database's collation), the first three of each query. A record in no table
 # (the edited record as a save would leave it) comes as one row more: its vector and names given.
 EXACT_TOP = """
-with q as (select * from unnest(%(vectors)s::vector[]) with ordinality as q(embedding, p))
+with q as (select * from unnest(%(vectors)b::vector[]) with ordinality as q(embedding, p))
 select c.p, c.id, c.provider, c.method
 from (
   select n.p, n.id, n.provider, n.method,
@@ -361,7 +378,7 @@ from (
     cross join lateral (select p.id, p.provider, p.method, p.embedding from payrail.provider_methods as p where p.id = u.id offset 0) as pm
     union all
     select q.p, %(extra_id)s::bigint, %(extra_provider)s::text, %(extra_method)s::text,
-           %(extra_vector)s::vector <=> l2_normalize(q.embedding),
+           %(extra_vector)b::vector <=> l2_normalize(q.embedding),
            payrail._normalize_name(%(extra_provider)s::text), payrail._normalize_name(%(extra_method)s::text)
     from q
     where q.p = any(%(extra_positions)s::int[])
@@ -426,10 +443,37 @@ def _name_answers(conn: psycopg.Connection, goldens: Sequence[GoldenQuery]) -> l
     return [tuple(answer) for answer in answers]
 
 
+# Golden queries ranked by search itself, one statement each, when at most this many need it: at
+# 10,000 records of 1,536 dimensions a search takes about 10 ms, reading every record's vector for
+# the matrix product about 200 ms (docs/benchmarks.md, "Golden queries and an edit's effect").
+SEARCH_AT_MOST = 24
+
+# What search answers a golden query, each record with its id (found by its unique normalized names).
+SEARCHED = """
+select pm.id, pm.provider, pm.method
+from rows from (payrail.search_provider_methods(%s, %b::vector, %s)) with ordinality as s
+cross join lateral (
+  select p.id, p.provider, p.method from payrail.provider_methods as p
+  where payrail._normalize_name(p.provider) = payrail._normalize_name(s.provider)
+    and payrail._normalize_name(p.method) = payrail._normalize_name(s.method)
+  offset 0
+) as pm
+order by s.ordinality
+"""
+
+
+def _searched(conn: psycopg.Connection, queries: _Queries, positions: Sequence[int], model: EmbeddingModel) -> dict[int, tuple[Ranked, ...]]:
+    """What search answers the golden queries at positions, one search each, with their vectors."""
+    return {
+        p: tuple(Ranked(*row) for row in conn.execute(SEARCHED, (queries.goldens[p].query, queries.raw[p], model.name)).fetchall())
+        for p in positions
+    }
+
+
 def _semantic_tops(
     conn: psycopg.Connection, queries: _Queries, records: _Records, positions: Sequence[int], bound: float
 ) -> dict[int, tuple[Ranked, ...]]:
-    """The semantic path's top three of the queries at positions, over the enabled records."""
+    """The semantic path's top three of the queries at positions, over the enabled records (one pass)."""
     pairs = {}
     for block in _position_blocks(positions, len(records)):
         similarities = records.similarities(queries.units[block])
@@ -439,148 +483,187 @@ def _semantic_tops(
 
 
 def _position_blocks(positions: Sequence[int], records: int) -> list[list[int]]:
-    """positions in blocks whose distances (records x queries) fit in MAX_DISTANCES."""
+    """positions in blocks whose similarities (records x queries) fit in MAX_DISTANCES."""
     size = max(1, MAX_DISTANCES // max(1, records))
     positions = list(positions)
     return [positions[start : start + size] for start in range(0, len(positions), size)]
 
 
 def rank_golden_queries(
-    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], goldens: Sequence[GoldenQuery] | None = None
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    goldens: Sequence[GoldenQuery] | None = None,
+    *,
+    search_at_most: int = SEARCH_AT_MOST,
 ) -> tuple[list[Ranking], int]:
     """What search answers each golden query now (all of them when goldens is None), in their
     order, and how many had no vector kept and were embedded for it. The same top three as eval's
-    (a test checks it on both servers). Raises SearchUnavailable when a golden query without a
-    vector kept cannot be embedded."""
+    (a test checks it on both servers): search itself for at most search_at_most semantic queries,
+    one pass over every record's vector for more. Raises SearchUnavailable when a golden query
+    without a vector kept cannot be embedded."""
     goldens = golden.golden_queries(conn) if goldens is None else list(goldens)
     if not goldens:
         return [], 0
     model = registry_model(conn)
     names = _name_answers(conn, goldens)
     semantic = [p for p, answer in enumerate(names) if not answer]
-    queries = _Queries(conn, embedder_factory, [goldens[p] for p in semantic], model)
+    queries = _Queries(conn, embedder_factory, goldens, model, only=semantic)
     tops: dict[int, tuple[Ranked, ...]] = {}
     if semantic and model is not None:
-        records = _Records(conn, model.dimensions)
-        found = _semantic_tops(conn, queries, records, range(len(semantic)), _error_bound(conn, model.dimensions))
-        tops = {semantic[i]: top for i, top in found.items()}
+        if len(semantic) <= search_at_most:
+            tops = _searched(conn, queries, semantic, model)
+        else:
+            tops = _semantic_tops(conn, queries, _Records(conn, model.dimensions), semantic, _error_bound(conn, model.dimensions))
     rankings = [Ranking(g, names[p] or tops.get(p, ()), bool(names[p])) for p, g in enumerate(goldens)]
     return rankings, queries.embedded_now
 
 
+def _name_forms(provider: str, method: str) -> list[str]:
+    """The texts that name a record on the name path: its provider, its method, and the pair
+    written both ways (payrail._name_path_matches compares each, normalized, with the query)."""
+    return [provider, method, f"{provider} {method}", f"{provider} / {method}"]
+
+
+def _named_like(conn: psycopg.Connection, goldens: Sequence[GoldenQuery], names: Sequence[tuple[str, str]]) -> list[int]:
+    """Positions of the golden queries that are, compared as names are, a name form of one of
+    names: the only ones whose name-path answer an edit of that record can change."""
+    forms = [form for provider, method in names for form in _name_forms(provider, method)]
+    found = {
+        golden_id
+        for (golden_id,) in conn.execute(
+            "select g.id from unnest(%s::text[]) as f(name) cross join lateral payrail._golden_query_named(f.name) as g", (forms,)
+        )
+    }
+    return [p for p, g in enumerate(goldens) if g.golden_query_id in found]
+
+
 @dataclass(frozen=True)
 class _Saved:
-    """The edited record as the tentative save left it, and the golden queries' name-path answers then."""
+    """The edited record as the tentative save left it."""
 
     record: Ranked
     enabled: bool
     vector: np.ndarray | None
-    model: EmbeddingModel | None
-    names: list[tuple[Ranked, ...]]
 
 
-def _after_save(conn: psycopg.Connection, prepared: Prepared, goldens: Sequence[GoldenQuery]) -> _Saved | Refused | Conflict:
-    """What the registry would hold after the prepared change: read in a transaction that saves
-    it and rolls back (write.tentatively_saved)."""
-    with tentatively_saved(conn, prepared) as outcome:
-        if isinstance(outcome, (Refused, Conflict)):
-            return outcome
-        record_id, provider, method, enabled, embedding = conn.execute(
-            "select id, provider, method, enabled, embedding from payrail.provider_methods where id = %s", (outcome.record_id,)
-        ).fetchone()
-        return _Saved(
-            Ranked(record_id, provider, method),
-            enabled,
-            embedding.to_numpy() if embedding is not None else None,
-            registry_model(conn),
-            _name_answers(conn, goldens),
-        )
+def _saved(conn: psycopg.Connection, record_id: int) -> _Saved:
+    record_id, provider, method, enabled, embedding = conn.execute(
+        "select id, provider, method, enabled, embedding from payrail.provider_methods where id = %s", (record_id,), binary=True
+    ).fetchone()
+    return _Saved(Ranked(record_id, provider, method), enabled, embedding.to_numpy() if embedding is not None else None)
 
 
-def effect_of(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], prepared: Prepared) -> Effect:
+def effect_of(
+    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], prepared: Prepared, *, search_at_most: int = SEARCH_AT_MOST
+) -> Effect:
     """The golden queries whose top three the prepared change (write.prepare_change) would change,
-    each with its top three before and after, computed as search would rank them once it is
-    saved; nothing is saved. The effect's outcome says why when the change cannot be saved."""
+    each with its top three before and after, as search ranks them once it is saved; nothing is
+    saved. The effect's outcome says why when the change cannot be saved.
+
+    The save is made in a transaction that rolls back (write.tentatively_saved), to read the
+    record as it would be stored and the name-path answers after it. A golden query keeps its top
+    three when it is named like the record neither before nor after (the name path answers it the
+    same) and three records of a sample are each more than 2E nearer to it by d' than the record
+    was and would be (its semantic top three is that of the other records both times:
+    _left_alone). The others are ranked before and after: by search itself when at most
+    search_at_most need it, else by one pass over every record's vector (_ranked_in_one_pass)."""
     if prepared.outcome is not None:
         return Effect(None, False, outcome=prepared.outcome)
     goldens = golden.golden_queries(conn)
     if not goldens:
         return Effect(None, bool(prepared.change.record.enabled))
-    now_names = _name_answers(conn, goldens)
-    saved = _after_save(conn, prepared, goldens)
-    if not isinstance(saved, _Saved):
-        return Effect(None, False, outcome=saved)
-    effect = Effect(saved.record, saved.enabled, len(goldens))
-    model = saved.model
-    if model is None:
-        return effect
-    record_id = saved.record.record_id
-
-    # Which golden queries take which path before and after; those on the semantic path in either need vectors.
-    semantic_now = {p for p, answer in enumerate(now_names) if not answer}
-    semantic_after = {p for p, answer in enumerate(saved.names) if not answer}
-    needing = sorted(semantic_now | semantic_after)
-    queries = _Queries(conn, embedder_factory, [goldens[p] for p in needing], model)
-    effect.embedded_now = queries.embedded_now
-    slot = {p: i for i, p in enumerate(needing)}
-    records = _Records(conn, model.dimensions)
-    bound = _error_bound(conn, model.dimensions)
-    edited_row = records.row_of.get(record_id)
-    after_unit = _unit(saved.vector[None, :])[0] if saved.enabled and saved.vector is not None else None
-
-    # Semantic before and after: unchanged when three other records of a sample are nearer than
-    # the record was and would be (db/SEARCH.md, "Golden queries in one pass").
-    both = sorted(semantic_now & semantic_after)
-    alone = _left_alone(records, queries.units[[slot[p] for p in both]], edited_row, after_unit, bound) if both else []
-    changed_both = {p for p, left in zip(both, alone) if not left}
-    ranked_before = changed_both | (semantic_now - semantic_after)
-    ranked_after = changed_both | (semantic_after - semantic_now)
-
-    before_pairs, after_pairs, extra_positions = {}, {}, []
-    for block in _position_blocks(sorted(ranked_before | ranked_after), len(records)):
-        units = queries.units[[slot[p] for p in block]]
-        similarities = records.similarities(units)
-        for p, rows in zip(block, _candidate_rows(similarities, _floor(similarities, bound))):
-            if p in ranked_before:
-                before_pairs[slot[p]] = records.ids[rows]
-        extra = units @ after_unit if after_unit is not None else None
-        floor = _floor(similarities, bound, edited_row, extra)
-        for p, rows, extra_in in zip(block, _candidate_rows(similarities, floor, edited_row), extra >= floor if extra is not None else [False] * len(block)):
-            if p in ranked_after:
-                after_pairs[slot[p]] = records.ids[rows]
-                if extra_in:
-                    extra_positions.append(slot[p])
-    before = _exact_top(conn, queries.raw, before_pairs)
-    extra = _Extra(saved.record, saved.vector) if after_unit is not None else None
-    after = _exact_top(conn, queries.raw, after_pairs, extra, extra_positions)
-
-    for p, g in enumerate(goldens):
-        if p in semantic_now and p not in ranked_before:
-            continue  # semantic before and after, and left alone
-        then = Ranking(g, now_names[p] or before.get(slot.get(p), ()), p not in semantic_now)
-        now = Ranking(g, saved.names[p] or after.get(slot.get(p), ()), p not in semantic_after)
+    record_id = prepared.record_id
+    stored_names = conn.execute("select provider, method from payrail.provider_methods where id = %s", (record_id,)).fetchone() if record_id else None
+    model = registry_model(conn)
+    if model is None and prepared.vector is not None:  # its first vector makes the registry's model
+        model = EmbeddingModel(prepared.model_name, prepared.vector.size)
+    queries = _Queries(conn, embedder_factory, goldens, model)
+    sample, old_unit, bound = None, None, 0.0
+    if model is not None:
+        sample = _Records(conn, model.dimensions, sample=SAMPLE_ROWS, excluded=record_id)
+        edited = _Records(conn, model.dimensions, only=record_id) if record_id is not None else None
+        old_unit = edited.vectors[0].astype(np.float32) if edited is not None and len(edited) else None
+        bound = _error_bound(conn, model.dimensions)
+    with tentatively_saved(conn, prepared) as outcome:
+        if isinstance(outcome, (Refused, Conflict)):
+            return Effect(None, False, outcome=outcome)
+        saved = _saved(conn, outcome.record_id)
+        effect = Effect(saved.record, saved.enabled, len(goldens), embedded_now=queries.embedded_now)
+        if model is None:  # no record has a vector, nor will this one: search answers nothing, before and after
+            return effect
+        named = _named_like(conn, goldens, ([tuple(stored_names)] if stored_names else []) + [(saved.record.provider, saved.record.method)])
+        after_named = dict(zip(named, _name_answers(conn, [goldens[p] for p in named])))
+        new_unit = _unit(saved.vector[None, :])[0] if saved.enabled and saved.vector is not None else None
+        others = [p for p in range(len(goldens)) if p not in after_named]
+        flagged = [p for p, alone in zip(others, _left_alone(sample, queries.units[others], old_unit, new_unit, bound)) if not alone]
+        # Named like the record neither before nor after: the name path answers them the same both times.
+        flagged_names = dict(zip(flagged, _name_answers(conn, [goldens[p] for p in flagged])))
+        semantic = [p for p in flagged if not flagged_names[p]]
+        after_semantic = semantic + [p for p in named if not after_named[p]]
+        by_search = len(semantic) + len(named) <= search_at_most
+        after = _searched(conn, queries, after_semantic, model) if by_search else {}
+    now_named = dict(zip(named, _name_answers(conn, [goldens[p] for p in named])))
+    before_semantic = semantic + [p for p in named if not now_named[p]]
+    if by_search:
+        before = _searched(conn, queries, before_semantic, model)
+    else:
+        before, after = _ranked_in_one_pass(conn, queries, model, bound, before_semantic, after_semantic, saved, new_unit)
+    for p in sorted({*named, *semantic}):
+        then = Ranking(goldens[p], now_named.get(p) or before.get(p, ()), bool(now_named.get(p)))
+        now = Ranking(goldens[p], after_named.get(p) or after.get(p, ()), bool(after_named.get(p)))
         if then.top != now.top:
-            effect.changes.append(QueryChange(g, then, now, record_id))
+            effect.changes.append(QueryChange(goldens[p], then, now, saved.record.record_id))
     effect.changes.sort(key=lambda change: VERDICT_ORDER[change.verdict])
     return effect
 
 
-def _left_alone(records: _Records, units: np.ndarray, edited_row: int | None, after_unit: np.ndarray | None, bound: float) -> list[bool]:
+def _ranked_in_one_pass(
+    conn: psycopg.Connection,
+    queries: _Queries,
+    model: EmbeddingModel,
+    bound: float,
+    before_positions: Sequence[int],
+    after_positions: Sequence[int],
+    saved: _Saved,
+    new_unit: np.ndarray | None,
+) -> tuple[dict[int, tuple[Ranked, ...]], dict[int, tuple[Ranked, ...]]]:
+    """The semantic top three of the queries at before_positions now, and of those at
+    after_positions after the save (the edited record's stored row left out, saved in: its new
+    vector new_unit, None when search will not find it), from one pass over every record's vector."""
+    records = _Records(conn, model.dimensions)
+    edited_row = records.row_of.get(saved.record.record_id)
+    before_set, after_set = set(before_positions), set(after_positions)
+    before_pairs, after_pairs, extra_positions = {}, {}, []
+    for block in _position_blocks(sorted(before_set | after_set), len(records)):
+        units = queries.units[block]
+        similarities = records.similarities(units)
+        for p, rows in zip(block, _candidate_rows(similarities, _floor(similarities, bound))):
+            if p in before_set:
+                before_pairs[p] = records.ids[rows]
+        extra = units @ new_unit if new_unit is not None else None
+        floor = _floor(similarities, bound, edited_row, extra)
+        extra_in = extra >= floor if extra is not None else np.zeros(len(block), bool)
+        for p, rows, in_it in zip(block, _candidate_rows(similarities, floor, edited_row), extra_in):
+            if p in after_set:
+                after_pairs[p] = records.ids[rows]
+                if in_it:
+                    extra_positions.append(p)
+    extra_record = _Extra(saved.record, saved.vector) if new_unit is not None else None
+    return _exact_top(conn, queries.raw, before_pairs), _exact_top(conn, queries.raw, after_pairs, extra_record, extra_positions)
+
+
+def _left_alone(sample: _Records, units: np.ndarray, old_unit: np.ndarray | None, new_unit: np.ndarray | None, bound: float) -> list[bool]:
     """For each query (units), whether the edited record is in its top three neither before nor
-    after: three records of a sample (not the edited one) are each more than 2E nearer by d' than
-    the record was (edited_row: its row; None when search did not find it) and would be
-    (after_unit; None when search will not). Their exact distances are then below the edited
-    record's, so the top three is that of the other records both times."""
-    rows = np.arange(0, len(records), max(1, len(records) // SAMPLE_ROWS))
-    if edited_row is not None:
-        rows = rows[rows != edited_row]
-    floor = _floor(records.similarities(units, rows), bound) if len(rows) >= TOP else None
-    if floor is None:
+    after: three records of the sample (which leaves the edited one out) are each more than 2E
+    nearer by d' than the record was (old_unit: its first-pass vector; None when search did not
+    find it) and would be (new_unit; None when search will not). Their exact distances are then
+    below the edited record's, so the top three is the other records' both times."""
+    if len(sample) < TOP:
         return [False] * len(units)
-    # Strictly below the floor: more than 2E from the 3rd of the sample.
+    # Strictly below the floor: more than 2E from the 3rd nearest of the sample.
+    floor = _floor(sample.similarities(units), bound)
     alone = np.ones(len(units), bool)
-    if edited_row is not None:
-        alone &= records.similarities(units, [edited_row])[0] < floor
-    if after_unit is not None:
-        alone &= units @ after_unit < floor
+    for unit in (old_unit, new_unit):
+        if unit is not None:
+            alone &= units @ unit < floor
     return alone.tolist()

@@ -540,6 +540,11 @@ class Prepared:
         """Its new content's vector, made now; None when the save keeps the stored vector (or has none)."""
         return self._plan.vector
 
+    @property
+    def model_name(self) -> str | None:
+        """The model that made vector (the registry's, or the one its first vector makes it); None without one."""
+        return self._plan.embedder.model_name if self._plan.vector is not None else None
+
     def embedder_factory(self, embedder_factory: Callable[[], Embedder]) -> Callable[[], Embedder]:
         """embedder_factory for save_changes, answering this change's text with the vector made
         for it instead of asking the embedding service again."""
