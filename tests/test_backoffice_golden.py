@@ -151,6 +151,22 @@ def test_a_refused_golden_query_is_said_in_words_with_the_typed_text_kept(golden
     assert golden_count(database_url) == 4
 
 
+def test_without_their_vectors_and_the_embedding_service_the_quality_page_says_so_and_a_record_page_still_opens(
+    golden_registry, backoffice, database_url, openai_fake
+):
+    with psycopg.connect(database_url) as conn:
+        conn.execute("delete from payrail.golden_query_embeddings")
+    openai_fake.behaviour = "500"
+    client = HttpClient(backoffice.url)
+    session = http_sign_in(client)
+    quality = client.get("/quality", cookies=session.cookies)
+    assert quality.status == 503 and "The golden queries cannot be ranked now: 4 golden queries have no vector" in unescape(quality.body)
+    page = client.get(f"/records/{record_id(database_url, WEATHER)}", cookies=session.cookies)
+    assert page.status == 200 and "The golden queries cannot be ranked now" in unescape(page.body)
+    openai_fake.behaviour = "ok"
+    assert "Misses: 1" in client.get("/quality", cookies=session.cookies).body
+
+
 def test_a_save_that_changes_golden_queries_shows_them_first_and_saves_on_the_second_save(golden_registry, backoffice, database_url, openai_fake):
     client = HttpClient(backoffice.url)
     session = http_sign_in(client)

@@ -243,7 +243,8 @@ class _Queries:
                 made = golden.embedded_by(conn, embedder_factory, model, [self.goldens[p].query for p in missing])
             except EmbeddingUnavailable as error:
                 raise SearchUnavailable(
-                    f"{len(missing)} golden queries have no vector by {model.name} kept, and embedding them failed: {error} "
+                    f"{len(missing)} golden {'query has' if len(missing) == 1 else 'queries have'} no vector by {model.name} kept, "
+                    f"and embedding {'it' if len(missing) == 1 else 'them'} failed: {error} "
                     "(`payrail-embedder sync` keeps them once the service is back)",
                     "embedding_service",
                 ) from error

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg.rows import dict_row
 
 from .embedders import Embedder
 from .evaluation import METRICS
@@ -27,17 +26,15 @@ from .registry_model import EmbeddingModel, registry_model
 # The longest lists the page shows; it says how many more there are.
 SHOWN = 100
 
-# Enabled records in no golden query's top three, those golden queries name first.
-NEVER_FOUND = """
-select pm.id, pm.provider, pm.method, pm.named, pg_catalog.count(*) over () as total
-from (
-  select p.id, p.provider, p.method,
-         (select pg_catalog.count(*) from payrail.golden_query_records as r where r.record_id = p.id) as named
-  from payrail.provider_methods as p
-  where p.enabled and p.id <> all(%s::bigint[])
-) as pm
-order by pm.named desc, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
-limit %s
+# Every enabled record, with how many golden queries name it: the records no golden query finds
+# are those left when the found ones are taken out, in Python, where the found ids already are
+# (rather than sending thousands of them back to the server as an array).
+ENABLED_RECORDS = """
+select p.id, p.provider, p.method, coalesce(n.named, 0)
+from payrail.provider_methods as p
+left join (select r.record_id, pg_catalog.count(*) as named from payrail.golden_query_records as r group by r.record_id) as n
+  on n.record_id = p.id
+where p.enabled
 """
 
 
@@ -75,15 +72,16 @@ class QualityReport:
 def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]) -> QualityReport:
     rankings, embedded_now = rank_golden_queries(conn, embedder_factory)
     metrics = {name: sum(r.metrics[name] for r in rankings) / len(rankings) for name in METRICS} if rankings else {}
-    found = sorted({ranked.record_id for ranking in rankings for ranked in ranking.top})
-    rows = conn.cursor(row_factory=dict_row).execute(NEVER_FOUND, (found, SHOWN)).fetchall()
+    found = {ranked.record_id for ranking in rankings for ranked in ranking.top}
+    never = [NeverFound(Ranked(*row[:3]), row[3]) for row in conn.execute(ENABLED_RECORDS) if row[0] not in found]
+    never.sort(key=lambda n: (-n.named_by, n.record.provider.casefold(), n.record.method.casefold(), n.record.record_id))
     return QualityReport(
         registry_model(conn),
         rankings,
         metrics,
         [r for r in rankings if not r.metrics["hit@3"]],
-        [NeverFound(Ranked(row["id"], row["provider"], row["method"]), row["named"]) for row in rows],
-        rows[0]["total"] if rows else 0,
+        never[:SHOWN],
+        len(never),
         confusions(rankings),
         embedded_now,
     )
