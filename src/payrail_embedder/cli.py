@@ -685,7 +685,9 @@ def golden_add(settings: Settings, query, names, as_json):
 
     The query obeys search's rules; the same query (ignoring case, compatibility forms, invisible
     characters and runs of white space) cannot be added twice: `golden remove` it first to label
-    it anew. Drafts may be named (eval warns that search never returns them).
+    it anew. Drafts may be named (eval warns that search never returns them). The query is
+    embedded with the registry's model first and its vector kept beside it (the backoffice ranks
+    golden queries with it; search never reads it): nothing is added when that fails.
     """
     query = check_query(read_query(query))
     started = time.monotonic()
@@ -730,7 +732,8 @@ def golden_import(settings: Settings, file, as_json):
     refused line printed with its number: a record no record goes by, one named twice, a query
     an earlier line has, or one the registry holds with other records (`golden remove` it first).
     One refused line adds nothing (exit 2). A query the registry holds with the same records is
-    left as it is, so importing the same file again changes nothing.
+    left as it is, so importing the same file again changes nothing. The new queries are embedded
+    with the registry's model first and their vectors kept, as `golden add` does.
     """
     started = time.monotonic()
     queries = evaluation.read_labelled_queries(file, only_known_fields=True)
