@@ -30,6 +30,7 @@ set client_min_messages = warning;
 \ir schema/060-rules.sql
 \ir schema/070-provider_method_states.sql
 \ir schema/080-golden_queries.sql
+\ir schema/082-golden_query_embeddings.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/104-lookalikes.sql
 \ir functions/110-embedding_model.sql

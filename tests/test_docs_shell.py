@@ -63,6 +63,8 @@ COMMANDS = {
     "payrail-embedder backoffice --public-url https://registry.example.com": HELP,
     'psql "$(payrail-embedder db url)"': RUN,
     'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json': RUN,
+    'payrail-embedder preview --draft "Acme Maps / Geocode an address"': RUN,
+    'payrail-embedder edit --yes "Acme Maps / Geocode an address"': RUN,
     'payrail-embedder history "Acme Maps / Geocode an address"': RUN,
     "payrail-embedder restore 42": RUN,
     "payrail-embedder restore 42 --as-draft": RUN,
@@ -197,6 +199,9 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
         (REPO / "catalog.jsonl").unlink(missing_ok=True)
     # Golden queries: added, listed, measured and gated through search, exported, removed, imported again.
     assert ok(env, GOLDEN_ADD).startswith("added golden query 1: " + GOLDEN_QUERY)
+    # What enabling a record would change for them (it is enabled: nothing); edit --yes, closed unchanged.
+    assert ok(env, 'payrail-embedder preview --draft "Acme Maps / Geocode an address"') == "No golden query's top three changes (1 golden query).\n"
+    assert ok(env, 'payrail-embedder edit --yes "Acme Maps / Geocode an address"') == "nothing saved\n"
     listed = ok(env, "payrail-embedder golden list")
     assert "relevant: Twilio / Programmable Messaging: Send an SMS\n" in listed and listed.endswith("1 golden query\n"), listed
     assert "1 queries\nhit@1            1.000\nhit@3            1.000\n" in ok(env, "payrail-embedder eval")

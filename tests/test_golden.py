@@ -315,3 +315,24 @@ def test_every_change_of_the_golden_queries_is_logged_with_who_and_where(registr
 
     [event] = events(run_cli(registry, "golden", "remove", "charge a card").stderr)
     assert (event["event"], event["role"], event["removed"]) == ("golden_remove", user, "1"), event
+
+
+def test_add_and_import_add_nothing_when_the_embedding_service_fails(registry, database_url, openai_fake, tmp_path):
+    """golden add and golden import embed the new queries first and keep their vectors: without the
+    embedding service they add nothing, and say which service failed."""
+    assert run_cli(registry, "golden", "add", "charge a card", "--relevant", "Stripe / Create a PaymentIntent").returncode == 0
+    before = stored_golden(database_url)
+    lines = write_lines(tmp_path / "golden.jsonl", ['{"query": "send a text", "relevant": [["Twilio", "Send an SMS"]]}'])
+    openai_fake.behaviour = "500"
+    try:
+        added = cli_json(registry, "golden", "add", "--json", "give money back", "--relevant", "Stripe / Create a refund")
+        imported = cli_json(registry, "golden", "import", "--json", str(lines))
+    finally:
+        openai_fake.behaviour = "ok"
+    for code, failure, _ in (added, imported):
+        assert (code, failure["error"]) == (1, "unavailable"), failure
+        assert "fake-embedding-1 via OpenAI API" in failure["detail"], failure
+    assert stored_golden(database_url) == before
+    with psycopg.connect(database_url) as conn:
+        kept = conn.execute("select g.query from payrail.golden_query_embeddings as e join payrail.golden_queries as g on g.id = e.golden_query_id").fetchall()
+    assert kept == [("charge a card",)]

@@ -149,6 +149,10 @@ grant execute on function
   payrail._refuse_golden_query_without_records(text)
   to payrail_operator;
 grant execute on function payrail._golden_query_named(text) to payrail_embedder;
+-- Their embeddings (the backoffice ranks golden queries with them; search never reads them): the
+-- embedder writes them, operators and the embedder read them, agents nothing.
+grant select on payrail.golden_query_embeddings to payrail_operator, payrail_embedder;
+grant insert, update, delete on payrail.golden_query_embeddings to payrail_embedder;
 
 -- Model switch: the embedder stages the next model's vectors and switches.
 grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;

@@ -3,7 +3,7 @@
 -- rules), read by operators and the embedder, refused to agents; a record they name is not
 -- deleted unless they go with it; search answers the same with or without them.
 begin;
-select plan(46);
+select plan(53);
 \ir include/error_of.sql
 
 select payrail.set_embedding_model('test-model', 3);
@@ -211,6 +211,29 @@ select throws_ok($$select * from payrail._golden_query_named('refund an earlier 
 select throws_ok($$select payrail.add_golden_query('agent question', array[1]::bigint[])$$, '42501', null, 'agent: cannot add one');
 select throws_ok($$select payrail.remove_golden_query('send a text by hand')$$, '42501', null, 'agent: cannot remove one');
 reset role;
+
+-- Their vectors (golden_query_embeddings): the embedder writes them, operators read them, agents nothing.
+select payrail.add_golden_query('turn an address into coordinates', array[:charge]::bigint[]) as vector_query_id \gset
+set local role payrail_embedder;
+select lives_ok(
+  format($$insert into payrail.golden_query_embeddings (golden_query_id, model, query, embedding)
+           values (%s, 'test-model', 'turn an address into coordinates', '[1,0.5,0]')$$, :vector_query_id),
+  'embedder: keeps a golden query''s vector');
+select throws_ok(
+  format($$insert into payrail.golden_query_embeddings (golden_query_id, model, query, embedding) values (%s, 'other-model', 'x', '[0,0,0]')$$, :vector_query_id),
+  '23514', null, '... never the zero vector, which search refuses as a query');
+reset role;
+set local role payrail_operator;
+select is((select count(*)::int from payrail.golden_query_embeddings), 1, 'operator: reads them');
+select throws_ok($$delete from payrail.golden_query_embeddings$$, '42501', null, 'operator: cannot write them');
+reset role;
+set local role payrail_agent;
+select throws_ok('select * from payrail.golden_query_embeddings', '42501', 'permission denied for table golden_query_embeddings',
+  'agent: cannot read their vectors');
+reset role;
+select is(payrail.remove_golden_query('turn an address into coordinates'), :vector_query_id::bigint, 'a golden query removed ...');
+select is((select count(*)::int from payrail.golden_query_embeddings), 0, '... takes its vectors with it');
+
 select is(
   (select count(*)::int from pg_proc where pronamespace = 'payrail'::regnamespace and prosrc like '%golden%'
      and proname in ('search_provider_methods', '_search', '_first_pass', '_name_path_matches', 'query_takes_name_path', 'preview_search')),

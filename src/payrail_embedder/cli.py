@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import psycopg
 
-from . import catalog, database, deploy, embedded, evaluation, input_files, logins, logs, model_switch, stored, tuning
+from . import catalog, database, deploy, embedded, evaluation, golden_rankings, input_files, logins, logs, model_switch, stored, tuning
 from . import edit as edit_module
 from . import golden as golden_module
 from . import history as history_module
@@ -26,12 +26,12 @@ from . import sync as sync_module
 from .embedders import OPENAI_MAX_BATCH, tuned_models
 from .errors import EXIT_STATUS, as_json, as_text, code_and_detail
 from .progress import progress
-from .records import RECORD_LINE, json_text, parse_lines
+from .records import RECORD_LINE, ProviderMethod, json_text, parse_lines
 from .registry_model import registry_model
 from .safe_text import escape_controls, one_line
 from .search import Connections, Match, SearchUnavailable, check_query, search_provider_methods
 from .settings import Settings, settings_options
-from .write import Conflict, Refused, Saved
+from .write import Change, Conflict, Refused, Saved, prepare_change
 
 
 class Failure(click.ClickException):
@@ -435,11 +435,12 @@ def echo_pending(report) -> None:
 @JSON_OPTION
 @click.pass_obj
 def sync(settings: Settings, dry_run, batch_size, as_json):
-    """Embed every record whose vector is missing or stale.
+    """Embed every record whose vector is missing or stale, then every golden query without a vector.
 
     Each batch commits on its own, and a vector is written only while its record still holds
     the content it was made from, so an interrupted run keeps its work and a rerun finishes
-    it. Exits 1 and lists the records left pending when the embedder fails.
+    it. Exits 1 and lists the records left pending when the embedder fails. Golden queries get a
+    vector by the registry's model (the backoffice ranks them with it; search never reads it).
     """
     started = time.monotonic()
     with settings.connect() as conn:
@@ -453,17 +454,19 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
         with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
         log_change(
-            "sync", conn, started, failed=bool(report.pending), embedded=report.embedded,
-            changed_meanwhile=report.changed_meanwhile, pending=len(report.pending), error=report.error,
+            "sync", conn, started, failed=bool(report.pending or report.error), embedded=report.embedded,
+            changed_meanwhile=report.changed_meanwhile, pending=len(report.pending),
+            golden_queries=report.golden_queries or None, error=report.error,
         )  # fmt: skip
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
         echo_pending(report)
+        golden_queries = f", {report.golden_queries} golden quer{'y' if report.golden_queries == 1 else 'ies'} embedded" if report.golden_queries else ""
         click.echo(
-            f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending"
+            f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending{golden_queries}"
         )
-    if report.pending:
+    if report.pending or report.error:
         sys.exit(EXIT_STATUS["unavailable"])
 
 
@@ -691,12 +694,14 @@ def golden_add(settings: Settings, query, names, as_json):
 
     The query obeys search's rules; the same query (ignoring case, compatibility forms, invisible
     characters and runs of white space) cannot be added twice: `golden remove` it first to label
-    it anew. Drafts may be named (eval warns that search never returns them).
+    it anew. Drafts may be named (eval warns that search never returns them). The query is
+    embedded with the registry's model first and its vector kept beside it (the backoffice ranks
+    golden queries with it; search never reads it): nothing is added when that fails.
     """
     query = check_query(read_query(query))
     started = time.monotonic()
     with settings.connect() as conn:
-        added = golden_module.add_golden_query(conn, query, names)
+        added = golden_module.add_golden_query(conn, settings.embedder, query, names)
         log_change("golden_add", conn, started, golden_query=added.golden_query_id, relevant=len(added.relevant))
     if as_json:
         click.echo(json_text(added.to_json()))
@@ -736,12 +741,13 @@ def golden_import(settings: Settings, file, as_json):
     refused line printed with its number: a record no record goes by, one named twice, a query
     an earlier line has, or one the registry holds with other records (`golden remove` it first).
     One refused line adds nothing (exit 2). A query the registry holds with the same records is
-    left as it is, so importing the same file again changes nothing.
+    left as it is, so importing the same file again changes nothing. The new queries are embedded
+    with the registry's model first and their vectors kept, as `golden add` does.
     """
     started = time.monotonic()
     queries = evaluation.read_labelled_queries(file, only_known_fields=True)
     with settings.connect() as conn:
-        report = golden_module.import_golden_queries(conn, queries, str(file))
+        report = golden_module.import_golden_queries(conn, settings.embedder, queries, str(file))
         log_change(
             "golden_import", conn, started, failed=not report.saved, added=report.added, unchanged=report.unchanged,
             refused=len(report.refused),
@@ -770,26 +776,52 @@ def golden_export(settings: Settings, file):
 
 
 @cli.command("preview")
-@QUERY_ARGUMENT
+@click.argument("query", metavar="[QUERY]", required=False)
 @click.option(
     "--draft",
     required=True,
     metavar='"PROVIDER / METHOD"',
     help='The record to count as enabled: "Provider / Method" or "Provider Method", as the name path writes a pair.',
 )
-@click.option("--json", "as_json", is_flag=True, help='Print {"matches": [...]} or {"error", "detail"}, as search --json does.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"matches": [...]} or {"error", "detail"}, as search --json does; without QUERY, the effect: '
+    '{"record", "enabled", "goldenQueries", "changes": [...], "embeddedNow"}.',
+)
 @click.pass_obj
 def preview(settings: Settings, query, draft, as_json):
     """Show what search would answer for QUERY if the draft were enabled; changes nothing.
 
     The same paths, order, errors and exit statuses as search (payrail.preview_search). The draft
     needs a vector of its current content: run `payrail-embedder sync` first.
+
+    Without QUERY: which golden queries' top three enabling the draft would change (it gains
+    them, another loses them, ...), each with its top three now and after, as `eval` would find
+    them once it is enabled. A draft without a vector is embedded for this, not saved.
     """
+    if query is None:
+        with settings.connect() as conn:
+            row = stored.find_by_name(conn, [draft])
+            effect = golden_effect(conn, settings, replace(stored.record_of(row), enabled=True), row)
+        click.echo(json_text(effect.to_json()) if as_json else "\n".join(effect.describe()))
+        return
     query = check_query(read_query(query))
     connections = one_connection_at_a_time(settings)
     row = connections(lambda conn: stored.find_by_name(conn, [draft]))
     matches = search_provider_methods(connections, settings.embedder, query, counted_draft=(row["provider"], row["method"]))
     echo_matches(matches, as_json)
+
+
+def golden_effect(conn: psycopg.Connection, settings: Settings, record: ProviderMethod, row: dict) -> golden_rankings.Effect:
+    """What saving record over row would change in the golden queries' top threes (nothing is
+    saved); a Failure when the save would be refused."""
+    prepared = prepare_change(conn, settings.embedder, Change(record, row["id"], row["version"]))
+    effect = golden_rankings.effect_of(conn, settings.embedder, prepared)
+    if effect.outcome is not None:
+        raise Failure("invalid_input" if isinstance(effect.outcome, Refused) else "unavailable", effect.outcome.reason)
+    return effect
 
 
 NAME_ARGUMENT = click.argument("name", nargs=-1, metavar="PROVIDER METHOD")
@@ -798,8 +830,9 @@ NAME_ARGUMENT = click.argument("name", nargs=-1, metavar="PROVIDER METHOD")
 @cli.command("edit")
 @NAME_ARGUMENT
 @click.option("--new", "new", is_flag=True, help="Start a new record (a draft unless you enable it).")
+@click.option("--yes", "-y", is_flag=True, help="Save without asking what to do when the edit changes golden queries' top threes (it still prints what).")
 @click.pass_obj
-def edit(settings: Settings, name, new):
+def edit(settings: Settings, name, new, yes):
     """Edit one record in $EDITOR, saved through the same write path as import and the backoffice.
 
     Name it as PROVIDER METHOD (two arguments) or as one "Provider / Method". The record opens
@@ -808,13 +841,25 @@ def edit(settings: Settings, name, new):
     saved and an enabled record stays enabled. A refusal opens the editor again with the reasons
     and the help on top and your text kept; so does a save that someone else's save got ahead
     of. Leaving without saving after such a reopen exits non-zero (2 for a refusal, 1 otherwise).
+
+    Before it saves, it prints which golden queries' top three the edit would change, and when
+    any would, asks: save it (y), edit it again (e) or leave it unsaved (n). --yes saves without asking.
     """
     if new == bool(name):
         raise click.UsageError("name one record to edit (PROVIDER METHOD), or pass --new")
     started = time.monotonic()
+
+    def confirm(effect: golden_rankings.Effect) -> str:
+        if effect.golden_queries:
+            click.echo("\n".join(effect.describe()))
+        if yes or not effect.changes:
+            return edit_module.SAVE
+        answer = click.prompt("Save it? y: save, e: edit it again, n: leave it unsaved", type=click.Choice(["y", "e", "n"]))
+        return {"y": edit_module.SAVE, "e": edit_module.EDIT_AGAIN, "n": edit_module.LEAVE}[answer]
+
     with settings.connect() as conn:
         row = None if new else stored.find_by_name(conn, name)
-        saved = edit_module.edit_record(conn, settings.embedder, row)  # LeftUnsaved is a failure with its code
+        saved = edit_module.edit_record(conn, settings.embedder, row, confirm=confirm)  # LeftUnsaved is a failure with its code
         if saved is None:
             click.echo("nothing saved")
             return
@@ -944,7 +989,8 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
 
     NEW_MODEL runs on the backend of --embedder. Until the switch, search keeps answering with
     the current model; staged vectors are kept batch by batch, so an interrupted run resumes.
-    Exits 1 and lists the records left pending when the embedder fails.
+    The golden queries are embedded with NEW_MODEL before the switch too. Exits 1 and lists the
+    records left pending when the embedder fails.
     """
     started = time.monotonic()
     embedder = replace(settings, model=new_model).embedder()
@@ -954,7 +1000,8 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
         log_change(
             "model_switch", conn, started, failed=report.error is not None, model=report.model,
             previous=report.previous.name if report.previous else None, switched=report.switched, staged=report.staged,
-            moved=report.moved, drafts_cleared=report.drafts_cleared, pending=len(report.pending), error=report.error,
+            moved=report.moved, drafts_cleared=report.drafts_cleared, pending=len(report.pending),
+            golden_queries=report.golden_queries or None, error=report.error,
         )  # fmt: skip
     if as_json:
         click.echo(json_text(report.to_json()))
@@ -962,6 +1009,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
         click.echo(
             f"switched to {report.model} ({report.dimensions} dimensions): {report.staged} embedded now, "
             f"{report.moved} records moved, {report.drafts_cleared} drafts left without a vector"
+            + (f", {report.golden_queries} golden queries embedded" if report.golden_queries else "")
         )
     elif report.error is None:
         click.echo(f"the registry already uses {report.model} ({report.dimensions} dimensions)")

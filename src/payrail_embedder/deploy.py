@@ -48,6 +48,7 @@ LOCK_ORDER = (
     "payrail.provider_method_history",
     "payrail.golden_queries",
     "payrail.golden_query_records",
+    "payrail.golden_query_embeddings",
 )
 # Serializes applies: a lock on a table no role but the deployer (its owner) may lock.
 DEPLOY_LOCK_TABLE = "payrail.deployments"

@@ -18,6 +18,10 @@ once per URL), a blank line, and the guidance as it reads, line breaks and all:
 A refusal, a conflict with someone else's save, or a failing embedding service opens the editor
 again with the reason and the help on top and the operator's text kept, so nothing typed is lost.
 Leaving the editor without saving after such a reopen is a failure (LeftUnsaved), so scripts can tell.
+
+Before it saves, an edit's effect on the golden queries is computed (golden_rankings.effect_of,
+with the vector the save then uses): confirm sees it, and answers to save it, edit it again (the
+editor reopens with the effect on top) or leave it unsaved.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import psycopg
 from . import stored
 from .embedders import Embedder, EmbeddingUnavailable
 from .errors import CodedError
+from .golden_rankings import Effect, effect_of
 from .records import NEW_RECORD, ProviderMethod, lines_of
-from .write import Change, Conflict, Refused, Saved, save_changes
+from .search import SearchError
+from .write import Change, Conflict, Refused, Saved, prepare_change, save_changes
 
 COMMENT = "#"
 # Header names, as the editor shows them; "URL" comes once per URL.
@@ -147,15 +153,22 @@ def instructions(row: dict | None) -> list[str]:
     ]
 
 
+# What confirm answers after seeing an edit's effect.
+SAVE, EDIT_AGAIN, LEAVE = "save", "edit", "leave"
+
+
 def edit_record(
     conn: psycopg.Connection,
     embedder_factory: Callable[[], Embedder],
     row: dict | None,
     *,
     open_editor: Callable[[str], str | None] = lambda text: click.edit(text, extension=".txt", require_save=True),
+    confirm: Callable[[Effect], str] = lambda effect: SAVE,
 ) -> Saved | None:
     """Edits the stored record row (None: a new one) until it is saved, or the operator leaves
-    without a change (None). Raises LeftUnsaved when they leave after a reopen that said why not."""
+    without a change (None). Raises LeftUnsaved when they leave after a reopen that said why not.
+    confirm sees what the edit changes for the golden queries before it is saved, and answers
+    SAVE, EDIT_AGAIN or LEAVE (nothing saved: None)."""
     record_id, version = (row["id"], row["version"]) if row else (None, 0)
     body = editable_text(stored.record_of(row) if row else NEW_RECORD)
     problem: list[str] = []
@@ -168,12 +181,22 @@ def edit_record(
             return None
         body = split_help(edited)[1]
         try:
-            record = parse_editor_text(edited)
-            outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
+            change = Change(parse_editor_text(edited), record_id, version)
+            prepared = prepare_change(conn, embedder_factory, change)
+            effect = effect_of(conn, embedder_factory, prepared)
+            outcome = effect.outcome
+            if outcome is None:
+                answer = confirm(effect)
+                if answer == LEAVE:
+                    return None
+                if answer == EDIT_AGAIN:
+                    left, problem = None, ["NOT SAVED YET: you chose to edit it again. Saving it would change this:", *effect.describe()]
+                    continue
+                outcome = save_changes(conn, prepared.embedder_factory(embedder_factory), [change], checked=True)[0]
         except ValueError as error:
             left, problem = ("invalid_input", str(error)), [f"NOT SAVED: {error}"]
-        except EmbeddingUnavailable as error:
-            why = f"the embedding service is unavailable: {error}"
+        except (EmbeddingUnavailable, SearchError) as error:
+            why = f"the embedding service is unavailable: {error.detail}"
             left, problem = ("unavailable", why), [f"NOT SAVED: {why}", "Save again to retry."]
         else:
             if isinstance(outcome, Saved):

@@ -15,17 +15,20 @@ registry holding the same records exports the same bytes again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
 import psycopg
 
 from . import stored
+from .embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors
 from .errors import CodedError, database_reason
 from .evaluation import LabelledQuery, NormalizedNames
 from .records import Refusal, json_text
-from .search import check_query
+from .registry_model import EmbeddingModel, RegistryModelMismatch, registry_model, require_embedder_model
+from .search import check_query, embed_queries
 
 # db/schema/080-golden_queries.sql: golden_query_records_ordinal_check.
 MAX_RELEVANT = 100
@@ -126,18 +129,25 @@ def export_lines(conn: psycopg.Connection) -> list[str]:
     return [golden.line() for golden in golden_queries(conn)]
 
 
-def add_golden_query(conn: psycopg.Connection, query: str, names: Sequence[str]) -> GoldenQuery:
-    """Adds a golden query: query, and the records it should find, each named as a user names a
-    record ("Provider / Method", or "Provider Method": stored.find_by_name). InvalidQuery for a
-    query search would refuse, UnknownRecord for a name no record (or several) goes by,
-    GoldenRefused for what the registry refuses (the same query, a record twice, ...)."""
+def add_golden_query(
+    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], query: str, names: Sequence[str], record_ids: Sequence[int] = ()
+) -> GoldenQuery:
+    """Adds a golden query: query, and the records it should find: those of record_ids, then each
+    of names as a user names a record ("Provider / Method", or "Provider Method":
+    stored.find_by_name). The query is embedded with the registry's model first and its vector
+    kept with it (embedded_now). InvalidQuery for a query search would refuse, UnknownRecord for a
+    name no record (or several) goes by, GoldenRefused for what the registry refuses (the same
+    query, a record twice, ...), EmbeddingUnavailable when the query cannot be embedded: nothing
+    is added then."""
     check_query(query)
-    record_ids = [stored.find_by_name(conn, [name])["id"] for name in names]
+    record_ids = [*record_ids, *(stored.find_by_name(conn, [name])["id"] for name in names)]
+    vectors = QueryVectors.made(conn, embedder_factory, [query])
     with conn.transaction():
         try:
             (golden_id,) = conn.execute("select payrail.add_golden_query(%s, %s)", (query, record_ids)).fetchone()
         except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as error:
             raise GoldenRefused(database_reason(error)) from None
+        vectors.store(conn, [(golden_id, query)])
         (added,) = _golden_queries(conn, "where g.id = %s", (golden_id,))
     return added
 
@@ -185,15 +195,18 @@ class ImportReport:
         return f"{self.added} golden quer{'y' if self.added == 1 else 'ies'} added, {self.unchanged} unchanged"
 
 
-def import_golden_queries(conn: psycopg.Connection, queries: Sequence[LabelledQuery], source: str) -> ImportReport:
+def import_golden_queries(
+    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery], source: str
+) -> ImportReport:
     """Adds the labelled queries of a file (evaluation.read_labelled_queries) as golden queries, all or none.
 
     Every line is checked first and every problem reported, naming its line: a record no record
     goes by, one named twice, more than MAX_RELEVANT, a query the file has on an earlier line, or
     one the registry holds with other records. A query the registry holds with the same records
     (in any order) is left as it is, so importing a file again changes nothing. The rest are added
-    in one transaction; a refusal of the database (another session added the same query
-    meanwhile) saves none of them either.
+    in one transaction, with their vectors by the registry's model (embedded first, in batches: a
+    failing embedding service adds none); a refusal of the database (another session added the
+    same query meanwhile) saves none of them either.
     """
     names = NormalizedNames(conn, [pair for q in queries for pair in q.relevant])
     existing = _existing(conn, queries)
@@ -226,14 +239,18 @@ def import_golden_queries(conn: psycopg.Connection, queries: Sequence[LabelledQu
             to_add.append((labelled, ids))
     if refused:
         return ImportReport(refused=refused)
+    vectors = QueryVectors.made(conn, embedder_factory, [labelled.query for labelled, _ in to_add])
     refusal = None
     with conn.transaction() as transaction:
+        added = []
         for labelled, ids in to_add:
             try:
-                conn.execute("select payrail.add_golden_query(%s, %s)", (labelled.query, ids))
+                (golden_id,) = conn.execute("select payrail.add_golden_query(%s, %s)", (labelled.query, ids)).fetchone()
             except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as error:
                 refusal = Refusal(source, labelled.line, database_reason(error))
                 raise psycopg.Rollback(transaction) from None
+            added.append((golden_id, labelled.query))
+        vectors.store(conn, added)
     if refusal is not None:
         return ImportReport(refused=[refusal])
     return ImportReport(len(to_add), unchanged, saved=True)
@@ -255,3 +272,98 @@ def _existing(conn: psycopg.Connection, queries: Sequence[LabelledQuery]) -> lis
             ([q.query for q in queries],),
         )
     ]
+
+
+# The vectors of the golden queries' texts by a model, in payrail.golden_query_embeddings (each
+# golden query's vector is used while its text is the query's), and the golden queries lacking
+# one: those a registry without a model added, those written in psql, those of a switch's next
+# model not staged yet.
+MISSING_VECTORS = """
+select g.id, g.query from payrail.golden_queries as g
+where not exists (
+  select from payrail.golden_query_embeddings as e
+  where e.golden_query_id = g.id and e.model = %(model)s and e.query = g.query and vector_dims(e.embedding) = %(dimensions)s
+  offset 0)
+order by g.id
+"""
+STORE_VECTORS = """
+insert into payrail.golden_query_embeddings as e (golden_query_id, model, query, embedding)
+select u.id, %s, u.query, u.embedding from unnest(%s::bigint[], %s::text[], %b::vector[]) as u(id, query, embedding)
+on conflict (golden_query_id, model) do update
+  set query = excluded.query, embedding = excluded.embedding, embedded_at = pg_catalog.now()
+"""
+
+
+@dataclass
+class QueryVectors:
+    """Vectors of golden queries' texts made by one embedder, to keep with them."""
+
+    embedder: Embedder | None
+    by_text: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def made(cls, conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[str]) -> QueryVectors:
+        """queries embedded by the registry's model, in batches, before any transaction; none
+        while the registry has no model (its first vector chooses one; sync embeds them then).
+        Raises EmbeddingUnavailable, or RegistryModelMismatch for an embedder of another model."""
+        model = registry_model(conn)
+        if model is None or not queries:
+            return cls(None)
+        embedder = require_embedder_model(conn, embedder_factory())
+        return cls(embedder, dict(zip(queries, embedded(embedder, list(queries), model))))
+
+    def store(self, conn: psycopg.Connection, golden: Sequence[tuple[int, str]]) -> None:
+        """Keeps the vector of each (golden query id, query) made, in the caller's transaction.
+        A login that may not write them (payrail_operator alone) leaves them to sync."""
+        golden = [(golden_id, query) for golden_id, query in golden if query in self.by_text]
+        if self.embedder is None or not golden or not may_store_vectors(conn):
+            return
+        store_vectors(conn, self.embedder.model_name, [(i, q, self.by_text[q]) for i, q in golden])
+
+
+def may_store_vectors(conn: psycopg.Connection) -> bool:
+    """Whether this login may keep golden queries' vectors (payrail_embedder's privilege)."""
+    return conn.execute("select pg_catalog.has_table_privilege('payrail.golden_query_embeddings', 'insert')").fetchone()[0]
+
+
+def store_vectors(conn: psycopg.Connection, model_name: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
+    """Keeps each (golden query id, its text, the text's vector by model_name)."""
+    ids, queries, vectors = zip(*rows) if rows else ((), (), ())
+    conn.execute(STORE_VECTORS, (model_name, list(ids), list(queries), list(vectors)))
+
+
+def embedded_by(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], model: EmbeddingModel, queries: Sequence[str]) -> list[np.ndarray]:
+    """queries embedded by model (the registry's, or the one a save is about to make it), with
+    embedder_factory's embedder; RegistryModelMismatch when that embeds with another model."""
+    embedder = require_embedder_model(conn, embedder_factory())
+    if embedder.model_name != model.name:
+        raise RegistryModelMismatch(f"the golden queries are ranked by {model.name}, but the embedder is configured for {embedder.model_name}")
+    return embedded(embedder, list(queries), model)
+
+
+def embedded(embedder: Embedder, queries: list[str], model: EmbeddingModel | None) -> list[np.ndarray]:
+    """queries embedded as search embeds a query (embed_queries), a request per backend batch."""
+    vectors = []
+    for batch in batched(queries, getattr(embedder, "batch_size", len(queries))):
+        vectors += checked_vectors(embed_queries(embedder, list(batch)), len(batch), embedder.model_name)
+    if model is not None and vectors and vectors[0].size != model.dimensions:
+        raise EmbeddingUnavailable(
+            f"{embedder.model_name} returned {vectors[0].size}-dimensional embeddings, but the registry's model has {model.dimensions} dimensions"
+        )
+    return vectors
+
+
+def missing_vectors(conn: psycopg.Connection, model: EmbeddingModel) -> list[tuple[int, str]]:
+    """(id, query) of every golden query without a vector of its text by model."""
+    return conn.execute(MISSING_VECTORS, {"model": model.name, "dimensions": model.dimensions}).fetchall()
+
+
+def embed_missing(conn: psycopg.Connection, embedder: Embedder, model: EmbeddingModel, *, batch_size: int | None = None) -> int:
+    """Embeds every golden query lacking a vector by model with embedder (of that model), a
+    transaction per batch; returns how many. What sync and model switch do for golden queries."""
+    missing = missing_vectors(conn, model)
+    for batch in batched(missing, batch_size or getattr(embedder, "batch_size", 256)):
+        vectors = embedded(embedder, [query for _, query in batch], model)
+        with conn.transaction():
+            store_vectors(conn, model.name, [(golden_id, query, vector) for (golden_id, query), vector in zip(batch, vectors)])
+    return len(missing)

@@ -1,5 +1,7 @@
 """Switching the registry's embedding model: stage every record's vector by the new model while
-the current one stays in force, then switch in one transaction (payrail.switch_embedding_model)."""
+the current one stays in force, then switch in one transaction (payrail.switch_embedding_model).
+The golden queries get their vectors by the new model before the switch too (kept by model, so
+nothing moves); those of other models go with it."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.rows import dict_row
 
-from . import database, errcodes
+from . import database, errcodes, golden
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors
+from .errors import reason
 from .registry_model import EmbeddingModel, registry_model
 from .sync import EMBEDDING_ORDER, PASSES, embed_in_batches, records_by_ids
 
@@ -28,6 +31,8 @@ class SwitchReport:
     # Of the switch itself: records given their staged vector, drafts left without one.
     moved: int = 0
     drafts_cleared: int = 0
+    # Golden queries given a vector by the new model by this run.
+    golden_queries: int = 0
     pending: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -43,6 +48,8 @@ class SwitchReport:
             "draftsCleared": self.drafts_cleared,
             "pending": self.pending,
         }
+        if self.golden_queries:
+            report["goldenQueriesEmbedded"] = self.golden_queries
         if self.error is not None:
             report["error"] = self.error
         return report
@@ -151,6 +158,11 @@ def switch_model(
                 report.error = str(error)
                 return report
         try:
+            report.golden_queries += golden.embed_missing(conn, embedder, EmbeddingModel(embedder.model_name, report.dimensions), batch_size=batch_size)
+        except (EmbeddingUnavailable, psycopg.Error) as error:
+            report.error = f"golden queries: {reason(error)}"
+            return report
+        try:
             report.moved, report.drafts_cleared = database.retry_transient(lambda: _switch(conn, embedder.model_name, report.dimensions))
         except psycopg.Error as error:
             # PYE02: a record was edited after it was staged. Stage it again and retry, a few times.
@@ -163,9 +175,12 @@ def switch_model(
 
 def _switch(conn: psycopg.Connection, model: str, dimensions: int) -> tuple[int, int]:
     with conn.transaction():
-        return conn.execute(
+        moved = conn.execute(
             "select embedded, drafts_cleared from payrail.switch_embedding_model(%s, %s)", (model, dimensions)
         ).fetchone()
+        # The old model's vectors of golden queries are of no use once it is not in force.
+        conn.execute("delete from payrail.golden_query_embeddings where model <> %s", (model,))
+        return moved
 
 
 def describe(conn: psycopg.Connection) -> dict:

@@ -1,5 +1,7 @@
 """Embedding stored records batch by batch: sync (missing or stale vectors) and the staging of a model switch.
 
+sync also embeds the golden queries that lack a vector by the registry's model (golden.embed_missing).
+
 Both read the records to embed, embed them a batch at a time (one embedding request each) and
 commit each batch on its own, writing a vector only while its record still holds the content
 it was made from. A record edited meanwhile is embedded again with its new content, a few
@@ -15,10 +17,10 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.rows import dict_row
 
-from . import database
+from . import database, golden
 from .embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
 from .errors import reason
-from .registry_model import RegistryModelMismatch, adopt_embedder_model, require_embedder_model
+from .registry_model import RegistryModelMismatch, adopt_embedder_model, registry_model, require_embedder_model
 
 # Records to embed, shortest texts first: a batch is padded to its longest text, so batches of
 # similar lengths spare the local model most of its work (sync of the 2,479 benchmark records:
@@ -165,9 +167,13 @@ class SyncReport:
     changed_meanwhile: int
     pending: list[str]
     error: str | None
+    # Golden queries given a vector by the registry's model (golden.embed_missing).
+    golden_queries: int = 0
 
     def to_json(self) -> dict:
         report = {"embedded": self.embedded, "changedMeanwhile": self.changed_meanwhile, "pending": self.pending}
+        if self.golden_queries:
+            report["goldenQueriesEmbedded"] = self.golden_queries
         if self.error is not None:
             report["error"] = self.error
         return report
@@ -180,7 +186,8 @@ def sync(
     batch_size: int | None = None,
     progress: Callable[[int], None] = lambda done: None,
 ) -> SyncReport:
-    """Embeds every record whose vector is missing or stale, committing batch by batch.
+    """Embeds every record whose vector is missing or stale, committing batch by batch, then
+    every golden query without a vector by the registry's model.
 
     A vector is written only while the record still holds the content it was made from. When
     the embedder fails, sync stops and the report lists every record still pending, with the error.
@@ -207,4 +214,11 @@ def sync(
         conn, embedder, lambda: ids_to_sync(conn), lambda ids: records_to_sync(conn, ids), write_vectors,
         batch_size=batch_size, progress=progress,
     )
-    return SyncReport(run.done, run.changed_meanwhile, run.pending, run.error)
+    report = SyncReport(run.done, run.changed_meanwhile, run.pending, run.error)
+    model = registry_model(conn)
+    if report.error is None and model is not None and golden.may_store_vectors(conn):
+        try:
+            report.golden_queries = golden.embed_missing(conn, embedder, model, batch_size=batch_size)
+        except (EmbeddingUnavailable, psycopg.Error) as error:
+            report.error = f"golden queries: {reason(error)}"
+    return report

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -512,3 +513,87 @@ def delete_record(
             raise
         return Conflict.of(error)
     return None
+
+
+@dataclass
+class Prepared:
+    """One change checked and its content embedded, not saved (prepare_change): what a preview
+    shows the effect of before the operator saves it."""
+
+    change: Change
+    # Why it cannot be saved (a rule refuses it, or it conflicts); None when nothing stands in the way.
+    outcome: Refused | Conflict | None
+    _plan: _Plan
+
+    @property
+    def record_id(self) -> int | None:
+        """The record it changes; None for a new one."""
+        return self.change.record_id if self.change.record_id is not None else self._plan.record_id
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """Its provider and method as the registry would store them."""
+        return self._plan.provider, self._plan.method
+
+    @property
+    def vector(self):
+        """Its new content's vector, made now; None when the save keeps the stored vector (or has none)."""
+        return self._plan.vector
+
+    @property
+    def model_name(self) -> str | None:
+        """The model that made vector (the registry's, or the one its first vector makes it); None without one."""
+        return self._plan.embedder.model_name if self._plan.vector is not None else None
+
+    def embedder_factory(self, embedder_factory: Callable[[], Embedder]) -> Callable[[], Embedder]:
+        """embedder_factory for save_changes, answering this change's text with the vector made
+        for it instead of asking the embedding service again."""
+        if self._plan.vector is None:
+            return embedder_factory
+        return lambda: _Remembering(self._plan.embedder, {self._plan.text: self._plan.vector})
+
+
+class _Remembering:
+    """An embedder that answers the texts it was given vectors for, and asks its embedder for the rest."""
+
+    def __init__(self, embedder: Embedder, vectors: dict) -> None:
+        self.embedder, self.vectors = embedder, vectors
+        self.model_name = embedder.model_name
+
+    def embed(self, texts: Sequence[str]) -> list:
+        missing = [text for text in texts if text not in self.vectors]
+        made = dict(zip(missing, self.embedder.embed(missing))) if missing else {}
+        return [self.vectors[text] if text in self.vectors else made[text] for text in texts]
+
+
+def prepare_change(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], change: Change) -> Prepared:
+    """What save_changes does before it saves one change: checked against every rule as it would
+    be (nothing embedded when one refuses it), then its changed content (or a record enabled
+    without a current vector) embedded with the registry's model. Nothing is written. Raises what
+    save_changes raises (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure)."""
+    if not conn.autocommit:
+        raise ValueError("prepare_change needs a connection in autocommit mode")
+    (plan,) = _plan(conn, _with_ascii_hosts([change]))
+    _check_rules(conn, [plan], in_database=plan.needs_embedding)
+    if plan.outcome is None:
+        _embed(conn, functools.cache(embedder_factory), [plan])
+    return Prepared(change, plan.outcome, plan)
+
+
+@contextmanager
+def tentatively_saved(conn: psycopg.Connection, prepared: Prepared) -> Iterator[Outcome]:
+    """The prepared change saved in a transaction rolled back when the block ends: statements in
+    the block see the registry as the save would leave it (every trigger ran: search's derived
+    rows, the names as stored), nobody else does, and nothing of it stays. The record stays
+    locked until the block ends. Yields the save's outcome; a refusal or conflict saved nothing."""
+    plan = replace(prepared._plan, outcome=None)
+    with conn.transaction(force_rollback=True):
+        if plan.vector is not None:
+            adopt_embedder_model(conn, plan.embedder, len(plan.vector))
+        try:
+            outcome = _save_one(conn, plan)
+        except psycopg.Error as error:
+            if not (errcodes.refuses_input(error.sqlstate) or error.sqlstate == errcodes.RECORD_CHANGED):
+                raise
+            outcome = _outcome_of_failure(conn, error, plan)
+        yield outcome

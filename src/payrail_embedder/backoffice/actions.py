@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .. import catalog, history, logs, stored
+from .. import catalog, golden, history, logs, quality, stored
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..errors import database_reason
+from ..errors import CodedError, database_reason
+from ..golden_rankings import Effect, Ranking, effect_of, rank_golden_queries
 from ..records import FIELD_LABELS, ProviderMethod, catalog_lines
 from ..registry_model import RegistryModelMismatch
 from ..search import SearchError, holding, search_provider_methods
-from ..write import Change, Conflict, Refused, Saved, TransientFailure, delete_record, save_changes
+from ..write import Change, Conflict, Prepared, Refused, Saved, TransientFailure, delete_record, prepare_change, save_changes
 from . import views
 
 EmbedderFactory = Callable[[], Embedder]
@@ -36,6 +37,10 @@ class SaveResult:
     problem: str | None = None
     field_errors: dict[str, str] = field(default_factory=dict)
     conflict: bool = False
+    # What the edit would change in the golden queries' top threes (a preview, or a save that
+    # waits for the operator to see it); prepared: the change as previewed, its vector made.
+    effect: Effect | None = None
+    prepared: Prepared | None = None
 
 
 def _not_saved(conn: psycopg.Connection, error: Exception, prefix: str = "Not saved") -> str:
@@ -58,15 +63,23 @@ def _log(event: str, conn: psycopg.Connection, *, failed: bool, **fields) -> Non
 
 
 def save_record(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int
+    conn: psycopg.Connection,
+    embedder_factory: EmbedderFactory,
+    record: ProviderMethod,
+    record_id: int | None,
+    version: int,
+    *,
+    previewed: Prepared | None = None,
 ) -> SaveResult:
     """Saves the form's record through the write path; version is the one the form was read at
-    (0 for a new record)."""
-    result = _save_record(conn, embedder_factory, record, record_id, version)
+    (0 for a new record). Unless previewed (the operator saw its effect: the change as it was
+    previewed, its vector reused), an edit that changes some golden query's top three is not
+    saved: the result carries its effect for the operator to see first."""
+    result = _save_record(conn, embedder_factory, record, record_id, version, previewed)
     saved = result.saved
     if saved is not None:
         _log("save", conn, failed=False, outcome=saved.outcome, record=saved.record_id, version=saved.version, embedded=saved.embedded)
-    else:
+    elif result.effect is None:
         _log(
             "save", conn, failed=True, outcome="conflict" if result.conflict else "refused", record=record_id,
             version=version, fields=",".join(result.field_errors) or None, reason=result.problem,
@@ -74,28 +87,57 @@ def save_record(
     return result
 
 
-def _save_record(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int
+def preview_record(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int,
+    prefix: str = "No preview",
 ) -> SaveResult:
+    """What saving the form would change in the golden queries' top threes; nothing is saved.
+    The result says why not instead (after prefix) when the save would be refused or conflict."""
+    change = Change(record, record_id, version)
     try:
-        outcome = save_changes(conn, embedder_factory, [Change(record, record_id, version)])[0]
+        prepared = prepare_change(conn, embedder_factory, change)
+        effect = effect_of(conn, embedder_factory, prepared)
+    except WRITE_FAILURES + (SearchError,) as error:
+        return SaveResult(problem=_not_saved(conn, error, prefix))
+    if effect.outcome is not None:
+        return _unsaved(conn, effect.outcome, record_id, prefix)
+    return SaveResult(effect=effect, prepared=prepared)
+
+
+def _save_record(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int, previewed: Prepared | None
+) -> SaveResult:
+    change = Change(record, record_id, version)
+    try:
+        prepared = previewed if previewed is not None and previewed.change == change else None
+        if prepared is None:
+            preview = preview_record(conn, embedder_factory, record, record_id, version, "Not saved")
+            if preview.effect is None or preview.effect.changes:
+                return preview
+            prepared = preview.prepared
+        outcome = save_changes(conn, prepared.embedder_factory(embedder_factory), [change], checked=True)[0]
     except WRITE_FAILURES as error:
         return SaveResult(problem=_not_saved(conn, error))
     if isinstance(outcome, Saved):
         return SaveResult(saved=outcome, row=stored.get(conn, outcome.record_id))
+    return _unsaved(conn, outcome, record_id)
+
+
+def _unsaved(conn: psycopg.Connection, outcome: Refused | Conflict, record_id: int | None, prefix: str = "Not saved") -> SaveResult:
+    """Why the form was not saved (or previewed): every broken rule, or the conflict with the version saved meanwhile."""
     if isinstance(outcome, Refused):
-        return refused(outcome)
+        return refused(outcome, prefix)
     current = stored.get(conn, record_id) if record_id is not None else None
     if current is None:
-        return SaveResult(problem=f"Not saved: {outcome.reason}. Save again to create it anew with your text.", conflict=True)
+        return SaveResult(problem=f"{prefix}: {outcome.reason}. Save again to create it anew with your text.", conflict=True)
     return SaveResult(
-        problem=f"Not saved: {outcome.reason}. Both versions are shown: merge what you need into your text and save again.",
+        problem=f"{prefix}: {outcome.reason}. Both versions are shown: merge what you need into your text and save again.",
         row=current,
         conflict=True,
     )
 
 
-def refused(outcome: Refused) -> SaveResult:
+def refused(outcome: Refused, prefix: str = "Not saved") -> SaveResult:
     """Each broken rule next to each of its fields, all at once; a rule about no field on top."""
     field_errors: dict[str, str] = {}
     for rule in outcome.rules:
@@ -107,7 +149,7 @@ def refused(outcome: Refused) -> SaveResult:
     labels = [FIELD_LABELS[name] for name in FIELD_LABELS if name in field_errors]
     if labels:
         general.append(f"Fix the field{'s' if len(labels) > 1 else ''} marked below: {', '.join(labels)}.")
-    return SaveResult(problem=" ".join(["Not saved.", *general]), field_errors=field_errors)
+    return SaveResult(problem=" ".join([f"{prefix}.", *general]), field_errors=field_errors)
 
 
 # Records per page of the list: a page stays small (tens of kB) at any size of registry.
@@ -132,13 +174,61 @@ def records_list(conn: psycopg.Connection, text: str, state: str | None, after: 
 class RecordPage:
     row: dict
     versions: list[views.Version]
+    # The golden queries that should find it, each with what search answers it now.
+    golden: list[Ranking] = field(default_factory=list)
+    golden_problem: str | None = None
 
 
-def record_page(conn: psycopg.Connection, record_id: int) -> RecordPage | None:
+def record_page(conn: psycopg.Connection, record_id: int, embedder_factory: EmbedderFactory | None = None) -> RecordPage | None:
+    """The record with its history; with embedder_factory, also its golden queries, ranked."""
     row = stored.get(conn, record_id)
     if row is None:
         return None
-    return RecordPage(row, views.versions(row, history.record_history(conn, record_id)))
+    page = RecordPage(row, views.versions(row, history.record_history(conn, record_id)))
+    if embedder_factory is not None:
+        try:
+            page.golden, _ = rank_golden_queries(conn, embedder_factory, golden.golden_queries(conn, record_id=record_id))
+        except (SearchError, RegistryModelMismatch) as error:
+            page.golden_problem = f"The golden queries cannot be ranked now: {error}"
+    return page
+
+
+def golden_queries_of(conn: psycopg.Connection, record_id: int) -> list[golden.GoldenQuery]:
+    """The golden queries that name the record (what its delete page lists)."""
+    return golden.golden_queries(conn, record_id=record_id)
+
+
+def add_golden(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str]) -> str | None:
+    """Adds a golden query that should find the record (and the records named in others, "Provider
+    / Method" each); None when added, else why not, in words (nothing added)."""
+    try:
+        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id])
+    except CodedError as error:
+        why = f"{EMBEDDING_UNAVAILABLE} ({error}); try again when it is back" if isinstance(error, EmbeddingUnavailable) else error.detail
+        problem = f"Not added: {why}"
+        _log("golden_add", conn, failed=True, record=record_id, reason=problem)
+        return problem
+    _log("golden_add", conn, failed=False, record=record_id, golden_query=added.golden_query_id, relevant=len(added.relevant))
+    return None
+
+
+def remove_golden(conn: psycopg.Connection, record_id: int, query: str) -> str | None:
+    """Removes the golden query query; None when removed, else why not."""
+    try:
+        (removed,) = golden.remove_golden_queries(conn, [query])
+    except CodedError as error:
+        _log("golden_remove", conn, failed=True, record=record_id, reason=error.detail)
+        return f"Not removed: {error.detail}"
+    _log("golden_remove", conn, failed=False, record=record_id, golden_query=removed.golden_query_id)
+    return None
+
+
+def quality_report(conn: psycopg.Connection, embedder_factory: EmbedderFactory) -> tuple[quality.QualityReport | None, str | None]:
+    """The Quality page's report, or why it cannot be made now."""
+    try:
+        return quality.quality_report(conn, embedder_factory), None
+    except (SearchError, RegistryModelMismatch) as error:
+        return None, f"The golden queries cannot be ranked now: {error}"
 
 
 @dataclass
@@ -202,15 +292,18 @@ def _restore(
     return "error", f"Not restored: {outcome.reason}", None
 
 
-def delete(conn: psycopg.Connection, record_id: int, version: int) -> tuple[dict | None, Conflict | Refused | None]:
+def delete(
+    conn: psycopg.Connection, record_id: int, version: int, with_golden_queries: bool = False
+) -> tuple[dict | None, Conflict | Refused | None]:
     """Deletes the record if it is still at version: (the record as it was, None), else (the record
-    as it is now or None, the Conflict, or the refusal while golden queries name it)."""
+    as it is now or None, the Conflict, or the refusal while golden queries name it, unless
+    with_golden_queries: then it leaves them, and those that named it alone go with it)."""
     row = stored.get(conn, record_id)
-    problem = delete_record(conn, record_id, version)
+    problem = delete_record(conn, record_id, version, with_golden_queries=with_golden_queries)
     outcome = "deleted" if problem is None else "conflict" if isinstance(problem, Conflict) else "refused"
     _log(
         "delete", conn, failed=problem is not None, outcome=outcome, record=record_id,
-        version=version, reason=problem.reason if problem else None,
+        version=version, with_golden_queries=with_golden_queries or None, reason=problem.reason if problem else None,
     )  # fmt: skip
     return (stored.get(conn, record_id) if problem else row), problem
 

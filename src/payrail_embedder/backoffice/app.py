@@ -44,7 +44,7 @@ from .sessions import (
     open_connection,
     typed_problem,
 )
-from .views import differing, record_from_form, record_name, saved_message
+from .views import differing, form_digest, lines, record_from_form, record_name, saved_message
 from .web import (
     CSRF_FIELD,
     HERE,
@@ -173,8 +173,12 @@ async def records(request: Request, session: Session, form: None) -> Response:
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
-    """The record page: the form (what the operator typed, or the record), history, Try a query."""
-    context = {"page": None, "trial": None, "query": "", "problem": None, "errors": {}, "saved_now": None} | context
+    """The record page: the form (what the operator typed, or the record), what saving it changes
+    (after a preview), Try a query, golden queries, history."""
+    context = {
+        "page": None, "trial": None, "query": "", "problem": None, "notice": None, "errors": {}, "saved_now": None,
+        "effect": None, "previewed": None, "golden_problem": None, "golden_query": "", "golden_also": "",
+    } | context  # fmt: skip
     row = context["page"].row if context["page"] else None
     # Beside the version saved meanwhile, the fields where it and the operator's text differ are marked.
     differs = differing(context["record"], record_of(context["saved_now"])) if context["saved_now"] else []
@@ -186,19 +190,39 @@ async def new_record(request: Request, session: Session, form: None) -> Response
     return _record_form(request, record=NEW_RECORD, record_id=None, version=0)
 
 
-async def _save(request: Request, session: Session, form: FormData, record_id: int | None) -> Response:
+async def _save(request: Request, session: Session, form: FormData, record_id: int | None, *, preview_only: bool = False) -> Response:
+    """Saves the form (or, preview_only, shows what saving it would change). A save that changes
+    some golden query's top three shows that first, unless the form is the one just previewed."""
     version = _form_int(form, "version")
     if version is None:
         return _incomplete(request)
     record = record_from_form(form)
+    digest = form_digest(record, record_id, version)
     try:
-        result = await work(request, session, actions.save_record, _embedder(request), record, record_id, version)
+        if preview_only:
+            result = await work(request, session, actions.preview_record, _embedder(request), record, record_id, version)
+        else:
+            previewed = session.previews.get(digest) if form.get("previewed") == digest else None
+            save = functools.partial(actions.save_record, previewed=previewed)
+            result = await work(request, session, save, _embedder(request), record, record_id, version)
     except (DatabaseUnreachable, SessionEnded) as error:
         return _unsaved_form(request, error, record=record, record_id=record_id, version=version)
     if result.saved is not None:
+        session.previews.pop(digest, None)
         session.messages.append(("info", saved_message(result.saved, result.row)))
         return redirect(f"/records/{result.saved.record_id}")
-    page = await work(request, session, actions.record_page, record_id) if record_id is not None else None
+    page = await work(request, session, actions.record_page, record_id, _embedder(request)) if record_id is not None else None
+    if result.effect is not None:
+        session.remember_preview(digest, result.prepared)
+        notice = None
+        if not preview_only:
+            notice = (
+                f"Not saved yet: this edit changes the top three of {len(result.effect.changes)} golden "
+                f"{'query' if len(result.effect.changes) == 1 else 'queries'} (below). Save again to save it as it is."
+            )
+        return _record_form(
+            request, record=record, record_id=record_id, version=version, page=page, effect=result.effect, previewed=digest, notice=notice
+        )
     if result.conflict:
         # The form now stands for the version saved meanwhile: saving it again replaces that
         # version with the operator's (merged) text. A record deleted meanwhile is saved anew.
@@ -243,10 +267,21 @@ async def save_record(request: Request, session: Session, form: FormData) -> Res
     return await _save(request, session, form, request.path_params["record_id"])
 
 
-async def _stored_page(request: Request, session: Session) -> actions.RecordPage | Response:
-    """The record of the request's path with its history, or the page saying there is none."""
+@signed_in
+async def preview_new_record(request: Request, session: Session, form: FormData) -> Response:
+    return await _save(request, session, form, None, preview_only=True)
+
+
+@signed_in
+async def preview_record(request: Request, session: Session, form: FormData) -> Response:
+    return await _save(request, session, form, request.path_params["record_id"], preview_only=True)
+
+
+async def _stored_page(request: Request, session: Session, *, with_golden: bool = False) -> actions.RecordPage | Response:
+    """The record of the request's path with its history (and its golden queries, ranked), or the
+    page saying there is none."""
     record_id = request.path_params["record_id"]
-    page = await work(request, session, actions.record_page, record_id)
+    page = await work(request, session, actions.record_page, record_id, _embedder(request) if with_golden else None)
     if page is None:
         return render(
             request,
@@ -260,14 +295,47 @@ async def _stored_page(request: Request, session: Session) -> actions.RecordPage
 
 @signed_in
 async def record(request: Request, session: Session, form: None) -> Response:
-    page = await _stored_page(request, session)
+    return await _record_page(request, session)
+
+
+async def _record_page(request: Request, session: Session, status_code: int = 200, **context) -> Response:
+    """The stored record's page, as GET shows it, with context's additions (a refused golden query)."""
+    page = await _stored_page(request, session, with_golden=True)
     if isinstance(page, Response):
         return page
     query = request.query_params.get("query")
     trial = await work(request, session, actions.try_query, _embedder(request), page.row, query) if query else None
     return _record_form(
-        request, record=record_of(page.row), record_id=page.row["id"], version=page.row["version"], page=page, trial=trial, query=query or ""
-    )
+        request, status_code, record=record_of(page.row), record_id=page.row["id"], version=page.row["version"], page=page,
+        trial=trial, query=query or "", **context,
+    )  # fmt: skip
+
+
+@signed_in
+async def add_golden_query(request: Request, session: Session, form: FormData) -> Response:
+    record_id = request.path_params["record_id"]
+    query, also = str(form.get("query", "")).replace("\r\n", "\n"), str(form.get("also", "")).replace("\r\n", "\n")
+    problem = await work(request, session, actions.add_golden, _embedder(request), record_id, query, lines(also))
+    if problem is None:
+        session.messages.append(("info", f"Added the golden query \"{query}\"."))
+        return redirect(f"/records/{record_id}")
+    # The form again, with what was typed and why it was not added.
+    return await _record_page(request, session, 422, golden_problem=problem, golden_query=query, golden_also=also)
+
+
+@signed_in
+async def remove_golden_query(request: Request, session: Session, form: FormData) -> Response:
+    record_id = request.path_params["record_id"]
+    query = str(form.get("query", ""))
+    problem = await work(request, session, actions.remove_golden, record_id, query)
+    session.messages.append(("error", problem) if problem else ("info", f"Removed the golden query \"{query}\"."))
+    return redirect(f"/records/{record_id}")
+
+
+@signed_in
+async def quality_page(request: Request, session: Session, form: None) -> Response:
+    report, problem = await work(request, session, actions.quality_report, _embedder(request))
+    return render(request, "quality.html", 503 if problem else 200, report=report, problem=problem)
 
 
 @signed_in
@@ -282,12 +350,16 @@ async def restore(request: Request, session: Session, form: FormData) -> Respons
     return redirect(f"/records/{shown}" if shown is not None else "/records")
 
 
+def _delete_page(request: Request, row: dict, status_code: int = 200, problem: str | None = None, golden: list | None = None) -> Response:
+    return render(request, "delete.html", status_code, row=row, problem=problem, golden=golden or [])
+
+
 @signed_in
 async def confirm_delete(request: Request, session: Session, form: None) -> Response:
     page = await _stored_page(request, session)
     if isinstance(page, Response):
         return page
-    return render(request, "delete.html", row=page.row, problem=None)
+    return _delete_page(request, page.row, golden=await work(request, session, actions.golden_queries_of, page.row["id"]))
 
 
 @signed_in
@@ -296,16 +368,18 @@ async def delete(request: Request, session: Session, form: FormData) -> Response
     version = _form_int(form, "version")
     if version is None:
         return _incomplete(request)
-    row, refusal = await work(request, session, actions.delete, record_id, version)
+    with_golden = "with_golden_queries" in form
+    row, refusal = await work(request, session, actions.delete, record_id, version, with_golden)
     if refusal is None:
-        session.messages.append(("info", f'Deleted "{record_name(row)}". The history keeps its last version.'))
+        session.messages.append(("info", f'Deleted "{record_name(row)}"{" and its golden queries" if with_golden else ""}. The history keeps its last version.'))
         return redirect("/records")
     if row is None:  # deleted meanwhile
         return await _stored_page(request, session)
+    golden = await work(request, session, actions.golden_queries_of, record_id)
     if isinstance(refusal, Refused):  # golden queries name it
-        return render(request, "delete.html", 409, row=row, problem=f"Not deleted: {refusal.reason}")
-    problem = f"Not deleted: {refusal.reason}. Look at the record again before deleting it."
-    return render(request, "delete.html", 409, row=row, problem=problem)
+        problem = f"Not deleted: {refusal.reason}. Tick “Delete it from its golden queries too” to delete it with them."
+        return _delete_page(request, row, 409, problem, golden)
+    return _delete_page(request, row, 409, f"Not deleted: {refusal.reason}. Look at the record again before deleting it.", golden)
 
 
 @signed_in
@@ -420,6 +494,11 @@ def create_app(
         Route("/records/{record_id:int}/restore", restore, methods=["POST"]),
         Route("/records/{record_id:int}/delete", confirm_delete, methods=["GET"]),
         Route("/records/{record_id:int}/delete", delete, methods=["POST"]),
+        Route("/records/new/preview", preview_new_record, methods=["POST"]),
+        Route("/records/{record_id:int}/preview", preview_record, methods=["POST"]),
+        Route("/records/{record_id:int}/golden", add_golden_query, methods=["POST"]),
+        Route("/records/{record_id:int}/golden/remove", remove_golden_query, methods=["POST"]),
+        Route("/quality", quality_page, methods=["GET"]),
         Route("/import", import_page, methods=["GET"]),
         Route("/import", import_catalog, methods=["POST"]),
         Route("/export", export),

@@ -54,6 +54,8 @@ EMBEDDED_STOPPED = (
     "this machine). Start it again with `payrail-embedder db start` (every payrail-embedder command that uses "
     "the database starts it too), then sign in."
 )
+# Previewed forms a session keeps (each holds one vector: 6 kB at 1,536 dimensions).
+MAX_PREVIEWS = 4
 MAX_MESSAGES = 10  # kept for the next page of a session; a client that never reads them grows nothing
 
 
@@ -223,6 +225,15 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Messages shown on the next page (after a save and its redirect).
     messages: deque = field(default_factory=lambda: deque(maxlen=MAX_MESSAGES))
+    # The last forms previewed (views.form_digest -> write.Prepared, oldest first): a Save of one
+    # saves what was previewed, with the vector made for it, without a second preview.
+    previews: dict = field(default_factory=dict)
+
+    def remember_preview(self, digest: str, prepared) -> None:
+        self.previews.pop(digest, None)
+        self.previews[digest] = prepared
+        while len(self.previews) > MAX_PREVIEWS:
+            del self.previews[next(iter(self.previews))]
 
 
 class Sessions:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +29,7 @@ TYPED_SPACE = " \t"
 def record_from_form(form: Mapping[str, str]) -> ProviderMethod:
     """The record as the operator typed it: URLs one per line (blank lines ignored), an empty Docs
     URL is none, Enabled is the checkbox. Values are not judged here: the database does."""
-    urls = [line.strip(TYPED_SPACE) for line in _text(form, "urls").split("\n") if line.strip(TYPED_SPACE)]
+    urls = lines(str(form.get("urls", "")))
     return ProviderMethod(
         provider=_text(form, "provider"),
         method=_text(form, "method"),
@@ -37,6 +39,18 @@ def record_from_form(form: Mapping[str, str]) -> ProviderMethod:
         enabled="enabled" in form,
         mixed_scripts="mixedScripts" in form,
     )
+
+
+def form_digest(record: ProviderMethod, record_id: int | None, version: int) -> str:
+    """What a previewed form held: its Save is the save the operator saw the effect of while the
+    form still holds the same (the hidden field "previewed" carries it)."""
+    form = json.dumps([record.to_json(), record.mixed_scripts, record_id, version], ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(form.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def lines(text: str) -> list[str]:
+    """The lines of a textarea that hold something, without the spaces and tabs around them."""
+    return [line.strip(TYPED_SPACE) for line in _text({"text": text}, "text").split("\n") if line.strip(TYPED_SPACE)]
 
 
 def record_name(record: ProviderMethod | Mapping) -> str:

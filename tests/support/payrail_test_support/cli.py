@@ -118,14 +118,15 @@ def cli_import(env: dict[str, str], path: Path, records: list[dict]) -> dict:
     return report
 
 
-def run_edit(env: dict[str, str], tmp_path: Path, steps: list[dict], *args: str):
-    """`payrail-embedder edit ARGS` with $EDITOR tests/fake_editor.py doing steps (see there);
-    returns the result and the texts the editor was shown, in order."""
+def run_edit(env: dict[str, str], tmp_path: Path, steps: list[dict], *args: str, input: str | None = None):
+    """`payrail-embedder edit ARGS` with $EDITOR tests/fake_editor.py doing steps (see there) and
+    standard input `input` (the answers to its questions); returns the result and the texts the
+    editor was shown, in order."""
     directory = tmp_path / f"editor-{len(list(tmp_path.glob('editor-*')))}"
     directory.mkdir()
     (directory / "steps.json").write_text(json.dumps(steps), encoding="utf-8")
     env = {**env, "EDITOR": f"{sys.executable} {REPO / 'tests' / 'fake_editor.py'}", "FAKE_EDITOR_DIR": str(directory)}
-    result = run_cli(env, "edit", *args)
+    result = run_cli(env, "edit", *args, input=input)
     return result, [p.read_text(encoding="utf-8") for p in sorted(directory.glob("shown-*.txt"))]
 
 
