@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from payrail_embedder import golden, golden_rankings
+from payrail_embedder.connection import naming_pgvector
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_embedder.evaluation import run_queries
@@ -188,7 +189,9 @@ def test_golden_queries_without_a_vector_kept_are_embedded_and_search_never_read
     assert {r.golden.query: pairs(r) for r in rankings} == eval_tops(conn, embedder_factory)
     # A vector kept for a golden query changes no search: not even a wrong one.
     before = eval_tops(conn, embedder_factory)
-    conn.execute("update payrail.golden_query_embeddings set embedding = array_fill(1, array[vector_dims(embedding)])::real[]::vector")
+    conn.execute(
+        naming_pgvector(conn, "update payrail.golden_query_embeddings set embedding = array_fill(1, array[{pgvector}.vector_dims(embedding)])::real[]::{pgvector}.vector")
+    )
     assert eval_tops(conn, embedder_factory) == before
 
 

@@ -117,6 +117,8 @@ class PinnedConnection(psycopg.Connection):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.cursor_factory = PinnedCursor
+        # pgvector's schema, found by prepare(): PACKAGE_PATH leaves it out.
+        self.pgvector_schema: str | None = None
 
     @contextmanager
     def transaction(self, savepoint_name: str | None = None, force_rollback: bool = False):
@@ -135,10 +137,19 @@ def prepare(conn: PinnedConnection) -> None:
     """Registers pgvector's types by their OIDs; leaves the connection idle. The pool's
     `configure`, and connect's."""
     for schema, name, oid, array_oid in psycopg.Cursor(conn).execute(PGVECTOR_TYPES).fetchall():
+        conn.pgvector_schema = schema
         regtype = sql.Identifier(schema, name).as_string(conn)
         REGISTER_TYPE[name](conn, TypeInfo(name, oid, array_oid, regtype=regtype))
     if not conn.autocommit:
         conn.commit()
+
+
+def naming_pgvector(conn: PinnedConnection, statement: str) -> sql.Composed:
+    """statement with each {pgvector} naming pgvector's schema, for the few statements that call its
+    functions or operators or cast to its types (on PACKAGE_PATH they are found by schema only)."""
+    if conn.pgvector_schema is None:
+        raise psycopg.errors.UndefinedObject("pgvector is not installed in this database: `payrail-embedder db apply` installs it")
+    return sql.SQL(statement).format(pgvector=sql.Identifier(conn.pgvector_schema))
 
 
 def check(conn: PinnedConnection) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import psycopg
 
 from . import stored
+from .connection import naming_pgvector
 from .embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors
 from .errors import CodedError, database_reason
 from .evaluation import LabelledQuery, NormalizedNames
@@ -282,13 +283,13 @@ MISSING_VECTORS = """
 select g.id, g.query from payrail.golden_queries as g
 where not exists (
   select from payrail.golden_query_embeddings as e
-  where e.golden_query_id = g.id and e.model = %(model)s and e.query = g.query and vector_dims(e.embedding) = %(dimensions)s
+  where e.golden_query_id = g.id and e.model = %(model)s and e.query = g.query and {pgvector}.vector_dims(e.embedding) = %(dimensions)s
   offset 0)
 order by g.id
 """
 STORE_VECTORS = """
 insert into payrail.golden_query_embeddings as e (golden_query_id, model, query, embedding)
-select u.id, %s, u.query, u.embedding from unnest(%s::bigint[], %s::text[], %b::vector[]) as u(id, query, embedding)
+select u.id, %s, u.query, u.embedding from unnest(%s::bigint[], %s::text[], %b::{pgvector}.vector[]) as u(id, query, embedding)
 on conflict (golden_query_id, model) do update
   set query = excluded.query, embedding = excluded.embedding, embedded_at = pg_catalog.now()
 """
@@ -329,7 +330,7 @@ def may_store_vectors(conn: psycopg.Connection) -> bool:
 def store_vectors(conn: psycopg.Connection, model_name: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
     """Keeps each (golden query id, its text, the text's vector by model_name)."""
     ids, queries, vectors = zip(*rows) if rows else ((), (), ())
-    conn.execute(STORE_VECTORS, (model_name, list(ids), list(queries), list(vectors)))
+    conn.execute(naming_pgvector(conn, STORE_VECTORS), (model_name, list(ids), list(queries), list(vectors)))
 
 
 def embedded_by(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], model: EmbeddingModel, queries: Sequence[str]) -> list[np.ndarray]:
@@ -355,7 +356,7 @@ def embedded(embedder: Embedder, queries: list[str], model: EmbeddingModel | Non
 
 def missing_vectors(conn: psycopg.Connection, model: EmbeddingModel) -> list[tuple[int, str]]:
     """(id, query) of every golden query without a vector of its text by model."""
-    return conn.execute(MISSING_VECTORS, {"model": model.name, "dimensions": model.dimensions}).fetchall()
+    return conn.execute(naming_pgvector(conn, MISSING_VECTORS), {"model": model.name, "dimensions": model.dimensions}).fetchall()
 
 
 def embed_missing(conn: psycopg.Connection, embedder: Embedder, model: EmbeddingModel, *, batch_size: int | None = None) -> int:

@@ -33,6 +33,7 @@ import numpy as np
 import psycopg
 
 from . import golden
+from .connection import naming_pgvector
 from .embedders import Embedder, EmbeddingUnavailable
 from .evaluation import query_metrics
 from .golden import GoldenQuery
@@ -227,9 +228,12 @@ class _Queries:
         ids = [self.goldens[p].golden_query_id for p in positions]
         stored = dict(
             conn.execute(
-                """select e.golden_query_id, e.embedding from payrail.golden_query_embeddings as e
+                naming_pgvector(
+                    conn,
+                    """select e.golden_query_id, e.embedding from payrail.golden_query_embeddings as e
                    join payrail.golden_queries as g on g.id = e.golden_query_id
-                   where e.golden_query_id = any(%s) and e.model = %s and e.query = g.query and vector_dims(e.embedding) = %s""",
+                   where e.golden_query_id = any(%s) and e.model = %s and e.query = g.query and {pgvector}.vector_dims(e.embedding) = %s""",
+                ),
                 (ids, model.name, model.dimensions),
                 binary=True,
             ).fetchall()
@@ -274,12 +278,12 @@ class _Records:
         if sample is not None:
             low, high = conn.execute(f"select pg_catalog.min({id_column}), pg_catalog.max({id_column}) from {table} where {enabled}").fetchone()
             stride = max(1, (high - low + 1) // sample) if low is not None else 1
-        statement = f"""
-            select pg_catalog.count(*), pg_catalog.max(r.id), pg_catalog.string_agg(pg_catalog.int8send(r.id) || {send}(r.v), ''::bytea)
+        statement = naming_pgvector(conn, f"""
+            select pg_catalog.count(*), pg_catalog.max(r.id), pg_catalog.string_agg(pg_catalog.int8send(r.id) || {{pgvector}}.{send}(r.v), ''::bytea)
             from (select t.{id_column}, t.{vector_column} from {table} as t
                   where {enabled} and t.{id_column} > %(after)s and t.{id_column} %% %(stride)s = 0 and t.{id_column} is distinct from %(excluded)s
                     and (%(only)s::bigint is null or t.{id_column} = %(only)s)
-                  order by t.{id_column} limit %(limit)s) as r(id, v)"""
+                  order by t.{id_column} limit %(limit)s) as r(id, v)""")
         # Each row: the id (int8), then the vector's binary form: dimensions and a reserved int16, the components big-endian.
         row = np.dtype([("id", ">i8"), ("dimensions", ">i2"), ("unused", ">i2"), ("x", ">f2" if half else ">f4", (dimensions,))])
         ids, vectors, after = [], [], 0
@@ -366,20 +370,20 @@ def _candidate_rows(similarities: np.ndarray, floor: np.ndarray, excluded_row: i
 # and method, in the database's collation), the first three of each query. A record in no table
 # (the edited record as a save would leave it) comes as one row more: its vector and names given.
 EXACT_TOP = """
-with q as (select * from unnest(%(vectors)b::vector[]) with ordinality as q(embedding, p))
+with q as (select * from unnest(%(vectors)b::{pgvector}.vector[]) with ordinality as q(embedding, p))
 select c.p, c.id, c.provider, c.method
 from (
   select n.p, n.id, n.provider, n.method,
          pg_catalog.row_number() over (partition by n.p order by n.distance, n.provider_key, n.method_key) as rank
   from (
-    select u.p, pm.id, pm.provider, pm.method, pm.embedding <=> l2_normalize(q.embedding) as distance,
+    select u.p, pm.id, pm.provider, pm.method, pm.embedding operator({pgvector}.<=>) {pgvector}.l2_normalize(q.embedding) as distance,
            payrail._normalize_name(pm.provider) as provider_key, payrail._normalize_name(pm.method) as method_key
     from unnest(%(positions)s::int[], %(ids)s::bigint[]) as u(p, id)
     join q on q.p = u.p
     cross join lateral (select p.id, p.provider, p.method, p.embedding from payrail.provider_methods as p where p.id = u.id offset 0) as pm
     union all
     select q.p, %(extra_id)s::bigint, %(extra_provider)s::text, %(extra_method)s::text,
-           %(extra_vector)b::vector <=> l2_normalize(q.embedding),
+           %(extra_vector)b::{pgvector}.vector operator({pgvector}.<=>) {pgvector}.l2_normalize(q.embedding),
            payrail._normalize_name(%(extra_provider)s::text), payrail._normalize_name(%(extra_method)s::text)
     from q
     where q.p = any(%(extra_positions)s::int[])
@@ -410,7 +414,7 @@ def _exact_top(
     number = {p: n for n, p in enumerate(positions, start=1)}
     flat = [(number[p], int(i)) for p, ids in pairs.items() for i in ids]
     rows = conn.execute(
-        EXACT_TOP,
+        naming_pgvector(conn, EXACT_TOP),
         {
             "positions": [n for n, _ in flat],
             "ids": [i for _, i in flat],
@@ -452,7 +456,7 @@ SEARCH_AT_MOST = 24
 # What search answers a golden query, each record with its id (found by its unique normalized names).
 SEARCHED = """
 select pm.id, pm.provider, pm.method
-from rows from (payrail.search_provider_methods(%s, %b::vector, %s)) with ordinality as s
+from rows from (payrail.search_provider_methods(%s, %b::{pgvector}.vector, %s)) with ordinality as s
 cross join lateral (
   select p.id, p.provider, p.method from payrail.provider_methods as p
   where payrail._normalize_name(p.provider) = payrail._normalize_name(s.provider)
@@ -466,7 +470,7 @@ order by s.ordinality
 def _searched(conn: psycopg.Connection, queries: _Queries, positions: Sequence[int], model: EmbeddingModel) -> dict[int, tuple[Ranked, ...]]:
     """What search answers the golden queries at positions, one search each, with their vectors."""
     return {
-        p: tuple(Ranked(*row) for row in conn.execute(SEARCHED, (queries.goldens[p].query, queries.raw[p], model.name)).fetchall())
+        p: tuple(Ranked(*row) for row in conn.execute(naming_pgvector(conn, SEARCHED), (queries.goldens[p].query, queries.raw[p], model.name)).fetchall())
         for p in positions
     }
 
