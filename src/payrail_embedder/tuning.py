@@ -90,7 +90,7 @@ class TuneOptions:
 
     def uses_record_pairs(self, golden_queries: int) -> bool:
         """Whether record pairs are trained on, given this many golden queries (usable or not):
-        "auto" uses them only where there are none (docs/benchmarks.md, Tuning the local model)."""
+        "auto" uses them only where there are none (docs/benchmarks.md, Retrieval quality)."""
         return self.record_pairs == "on" or (self.record_pairs == "auto" and not golden_queries)
 
 
