@@ -1,21 +1,32 @@
-"""Tuning the local model on the benchmark's dev queries: what it gains on providers the tuning never
-saw, with paired bootstrap intervals, and what it costs at 300, 1,000 and 5,000 golden queries.
+"""Tuning the local model on the benchmark's dev queries, side by side: the bundled model, tuned on
+golden queries (the model that decides, and the final one trained on all of them), tuned on the
+records alone, and on both; what each gains on queries no tuning saw, and what it costs.
 
-    ./scripts/benchmark tune [--eval-dir benchmarks/data] [--validation-fraction 0.3] [--seed 0]
-                             [--epochs 2] [--threads 1] [--sizes 300,1000,5000]
+    ./scripts/benchmark tune [--eval-dir benchmarks/data] [--outer-fraction 0.3] [--seed 0]
+                             [--epochs 2] [--record-epochs 1] [--threads 1]
+                             [--configs golden,records,both] [--sizes 300,1000,5000]
 
 Starts a throwaway embedded PostgreSQL 18 and imports records.jsonl through the product's import
 path with the bundled model, every record enabled (as benchmarks/quality.py does).
 
-Quality: `model tune`'s own code (tuning.tune) on queries-dev.jsonl, split by provider: the
-validation queries name only providers no training query names. eval's metrics on them before
-(the bundled model, through the SQL search path) and after (the tuned model, ranked in memory as
-`eval --compare` ranks it), on all of them and on those that name no relevant provider, with the
-paired difference's 95% interval (10,000 bootstrap resamples of the queries, seeded). A check
-first: ranked in memory, the bundled model gives exactly the SQL path's answers.
+Quality: an OUTER split by provider (tuning.split_by_provider, --outer-fraction, --seed) holds the
+test queries apart from everything: they name only providers no training query names, and no
+tuning sees them. The outer training part plays the registry's golden queries. Each
+configuration runs `model tune`'s own code (tuning.tune, forced so that every configuration gets
+its final model): it splits its golden queries again by provider (the product's default fraction)
+to decide, then trains the final model on all of them. Both models are measured on the test
+queries (tune's measure hook, ranked in memory as `eval --compare` ranks), so the final model's
+figure is honest too. Each row gives hit@3 and MRR@3 there and the paired difference from the
+bundled model with its 95% interval (10,000 bootstrap resamples of the queries, seeded), whether
+tune's own decision said the model is better, the training seconds, and the peak resident memory
+of the whole tune call (VmHWM, reset before each configuration). Records: tuned with no golden
+queries (--record-pairs auto), on the Purpose lines of all records (records are the registry's
+content, not the test's answers). Record configurations train --record-epochs passes (records
+give about eight times golden's pairs). A check first: ranked in memory, the bundled model gives
+exactly the SQL path's answers on the test queries.
 
-Cost: `payrail-embedder model tune GOLDEN --json` in a new process per golden set, its peak
-resident memory (wait4) and its own report (pairs, steps, the time it expected, training and
+Cost (--sizes, none by default): `payrail-embedder model tune GOLDEN --json` in a new process per golden set, its peak
+resident memory and its own report (pairs, steps, the time it expected, training and
 total seconds). A golden set of N queries is the dev queries, then queries made from records:
 each record's Purpose sentence, and "METHOD (CATEGORY API)", in a seeded order, each with its
 record as the one relevant record. Those measure time and memory only: a record's own sentence
@@ -42,10 +53,10 @@ from payrail_embedder import evaluation, tuning
 from payrail_embedder.database import connect
 from payrail_embedder.embedders import LocalEmbedder
 from payrail_test_support import CLI
-from quality import DEFAULT_EVAL_DIR, benchmark_data, imported_registry, names_a_relevant_provider, print_table
+from quality import DEFAULT_EVAL_DIR, benchmark_data, imported_registry, print_table
 from throwaway_postgres import throwaway_postgres
 
-SHOWN = ("hit@1", "hit@3", "mrr@3")
+SHOWN = ("hit@3", "mrr@3")
 RESAMPLES = 10_000
 COST_HEADERS = ("golden queries", "training pairs", "steps", "expected min", "training min", "command min", "command CPU min", "peak RSS MiB")
 
@@ -58,14 +69,12 @@ def paired_interval(before: np.ndarray, after: np.ndarray, seed: int) -> tuple[f
     return float(difference.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def comparison_rows(before: evaluation.EvaluationReport, after: evaluation.EvaluationReport, indexes: list[int], seed: int) -> list[tuple]:
-    rows = []
-    for metric in SHOWN:
-        old = np.array([before.per_query[i][metric] for i in indexes])
-        new = np.array([after.per_query[i][metric] for i in indexes])
-        change, low, high = paired_interval(old, new, seed)
-        rows.append((metric, float(old.mean()), float(new.mean()), f"{change:+.3f}", f"[{low:+.3f}, {high:+.3f}]"))
-    return rows
+def versus_bundled(bundled: evaluation.EvaluationReport, model: evaluation.EvaluationReport, metric: str, seed: int) -> str:
+    """A model's mean of metric on the test queries and its paired difference from bundled, 95% interval."""
+    old = np.array([query[metric] for query in bundled.per_query])
+    new = np.array([query[metric] for query in model.per_query])
+    change, low, high = paired_interval(old, new, seed)
+    return f"{new.mean():.3f} ({change:+.3f} [{low:+.3f}, {high:+.3f}])"
 
 
 def synthesized_queries(records: list[dict], seed: int) -> list[dict]:
@@ -122,85 +131,129 @@ def run_tune_process(env: dict, golden: Path, options: list[str]) -> tuple[dict,
     return json.loads(text), seconds, cpu, peak
 
 
-def show_progress(step: int, steps: int) -> None:
-    if step and (step % 10 == 0 or step == steps):
-        print(f"step {step}/{steps}", flush=True)
+def reset_peak_resident() -> None:
+    """Resets this process's VmHWM to its current resident memory (Linux 4.0+), so that the next
+    reading is the peak of what ran since."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def embed_once(candidate: LocalEmbedder) -> None:
+    """Makes candidate answer texts it has embedded once from memory: measured here on the test
+    queries, the same model is then measured by tune on its own, every record embedded again
+    otherwise (minutes each on 2 cores)."""
+    embed, seen = candidate.embed, {}
+
+    def remembered(texts: list[str]) -> list:
+        key = tuple(texts)
+        if key not in seen:
+            seen[key] = embed(texts)
+        return seen[key]
+
+    candidate.embed = remembered
+
+
+# Each tuned configuration: its rows' label, and tune's record-pairs option (golden queries are
+# given to every configuration but records, which tunes a registry without any).
+CONFIGS = {"golden": ("golden", "off"), "records": ("records alone", "auto"), "both": ("golden + records", "on")}
+TABLE_HEADERS = ("model", "hit@3 (vs bundled, 95% CI)", "MRR@3 (vs bundled, 95% CI)", "tune's decision", "training s", "peak RSS MiB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL_DIR, help="holds records.jsonl, queries-dev.jsonl")
-    parser.add_argument("--validation-fraction", type=float, default=0.3, help="share of the dev queries kept aside, by provider")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--outer-fraction", type=float, default=0.3, help="share of the dev queries held out from all tuning, by provider")
+    parser.add_argument("--seed", type=int, default=0, help="seeds both splits, the training and the bootstrap")
+    parser.add_argument("--epochs", type=int, default=2, help="passes over golden queries alone")
+    parser.add_argument("--record-epochs", type=int, default=1, help="passes in configurations that train on records")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads to train on")
-    parser.add_argument("--sizes", default="300,1000,5000", help="golden set sizes whose cost is measured ('' for none)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"tuned configurations, in order, of {','.join(CONFIGS)}")
+    parser.add_argument("--sizes", default="", help="golden set sizes whose command cost is measured, e.g. 300,1000,5000")
     args = parser.parse_args()
+    configs = [name for name in args.configs.split(",") if name]
+    if unknown := set(configs) - set(CONFIGS):
+        parser.error(f"--configs: unknown {sorted(unknown)}")
     lines, queries = benchmark_data(args.eval_dir)
-    options = tuning.TuneOptions(args.validation_fraction, args.seed, args.epochs, threads=args.threads, force=True)
     sizes = [int(size) for size in args.sizes.split(",") if size]
     bundled = LocalEmbedder()
 
     with throwaway_postgres() as server, tempfile.TemporaryDirectory(prefix="payrail-tune-") as scratch:
         url, _ = imported_registry(server, "tune", bundled, lines)
-        models_dir = Path(scratch) / "models"
         with connect(url, autocommit=True) as conn:
-            report = tuning.tune(
-                conn,
-                bundled,
-                models_dir,
-                args.eval_dir / "queries-dev.jsonl",
-                options,
-                announce=lambda plan: print(f"expected: {plan.estimated_seconds:.0f} s ({plan.steps} steps at {plan.seconds_per_step:.2f} s)", flush=True),
-                progress=show_progress,
+            usable, _ = tuning.golden_queries(conn, queries)
+            outer = tuning.split_by_provider(usable, args.outer_fraction, args.seed)
+            test = [query.labelled for query in outer.validation]
+            golden_file = Path(scratch) / "outer-training.jsonl"
+            golden_file.write_text("".join(query.labelled.file_line() + "\n" for query in outer.training), encoding="utf-8")
+            # The bundled model through the SQL path, as the registry answers (ranked in memory it gives
+            # the same answers: tests/test_eval.py; not redone here, as it embeds every record again).
+            bundled_report = evaluation.evaluate(conn, lambda: bundled, test)
+            print(f"records: {len(lines)}; dev queries: {len(queries)} ({args.eval_dir}); {os.cpu_count()} CPUs, {args.threads} training thread(s)")
+            print(
+                f"outer split by provider (fraction {args.outer_fraction}, seed {args.seed}): {len(outer.training)} golden queries to tune on "
+                f"over {outer.providers - len(outer.validation_providers)} providers; {len(test)} test queries over "
+                f"{len(outer.validation_providers)} providers no tuning sees; {len(outer.left_out)} naming both left out\n",
+                flush=True,
             )
-            validation = [q.labelled for q in report.plan.split.validation]
-            in_memory = evaluation.evaluate_candidate(conn, bundled, validation)
+            rows = [("bundled all-MiniLM-L6-v2", f"{bundled_report.metrics['hit@3']:.3f}", f"{bundled_report.metrics['mrr@3']:.3f}", "", "", "")]
+            for name in configs:
+                label, record_pairs = CONFIGS[name]
+                epochs = args.epochs if name == "golden" else args.record_epochs
+                options = tuning.TuneOptions(seed=args.seed, epochs=epochs, threads=args.threads, force=True, record_pairs=record_pairs)
+                measured = {}
+
+                def measure(stage: str, candidate: LocalEmbedder) -> None:
+                    embed_once(candidate)
+                    measured[stage] = evaluation.evaluate_candidate(conn, candidate, test)
+
+                def announce(plan: tuning.TunePlan) -> None:
+                    print(f"{label}: {plan.steps} + {plan.final_steps} steps, expected {plan.estimated_seconds / 60:.0f} min", flush=True)
+
+                def show_progress(stage: str, step: int, steps: int) -> None:
+                    if step and (step % 20 == 0 or step == steps):
+                        print(f"  {stage} step {step}/{steps}", flush=True)
+
+                reset_peak_resident()
+                report = tuning.tune(
+                    conn, bundled, Path(scratch) / name, golden_file if name != "records" else None, options,
+                    announce=announce, progress=show_progress, measure=measure,
+                )  # fmt: skip
+                peak = round(peak_resident_mib(os.getpid()))
+                decision = f"{'better' if report.better else 'not better'}: MRR@3 {report.before.metrics['mrr@3']:.3f} -> {report.after.metrics['mrr@3']:.3f}"
+                deciding, final = report.plan, report.final
+                rows.append(
+                    (f"{label}, split-decided ({deciding.pairs} pairs, {epochs} ep)", *(versus_bundled(bundled_report, measured["tune"], m, args.seed) for m in SHOWN), decision, round(report.training_seconds), peak)
+                )
+                rows.append(
+                    (f"{label}, final ({final.pairs} pairs, {epochs} ep)", *(versus_bundled(bundled_report, measured["tune_final"], m, args.seed) for m in SHOWN), "kept (forced)" if not report.better else "kept", round(final.training_seconds), peak)
+                )
+                # Each configuration as soon as it is measured: a long run interrupted still leaves its figures.
+                print("  " + " | ".join(str(cell) for cell in rows[-2]), flush=True)
+                print("  " + " | ".join(str(cell) for cell in rows[-1]), flush=True)
+            print(f"\non the {len(test)} held-out test queries (paired bootstrap vs bundled, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))")
+            print_table(TABLE_HEADERS, rows)
             records = [
                 {"provider": p, "method": m, "guidance": g}
                 for p, m, g in conn.execute("select provider, method, guidance from payrail.provider_methods order by id").fetchall()
             ]
-
-        split, plan = report.plan.split, report.plan
-        same = in_memory.per_query == report.before.per_query
-        print(f"\nrecords: {len(lines)}; dev queries: {len(queries)} ({args.eval_dir}); {os.cpu_count()} CPUs, {plan.threads} training thread(s)")
-        print(f"check: the bundled model ranked in memory {'gives exactly' if same else 'DIFFERS FROM'} the SQL path's answers on the validation queries")
-        print(
-            f"split by provider (validation fraction {args.validation_fraction}, seed {args.seed}): {len(split.training)} training queries "
-            f"({plan.pairs} pairs) over {split.providers - len(split.validation_providers)} providers; {len(split.validation)} validation "
-            f"queries over {len(split.validation_providers)} providers the training never saw; {len(split.left_out)} naming both left out"
-        )
-        print(
-            f"tuned {report.model}: {args.epochs} epochs, {plan.steps} steps of {options.batch_size}, learning rate {options.learning_rate:g}; "
-            f"training {report.training_seconds / 60:.1f} min, the whole command {report.seconds / 60:.1f} min "
-            f"(it expected {plan.estimated_seconds / 60:.1f})\n"
-        )
-        unnamed = [i for i, labelled in enumerate(validation) if not names_a_relevant_provider(labelled)]
-        headers = ["metric", "all-MiniLM-L6-v2", "tuned", "change", "95% interval"]
-        print(f"validation, all {len(validation)} queries (paired bootstrap, {RESAMPLES:,} resamples)")
-        print_table(headers, comparison_rows(report.before, report.after, list(range(len(validation))), args.seed))
-        print(f"validation, the {len(unnamed)} queries that name no relevant provider")
-        print_table(headers, comparison_rows(report.before, report.after, unnamed, args.seed))
 
         if sizes:
             dev = [json.loads(line) for line in (args.eval_dir / "queries-dev.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
             made = synthesized_queries(records, args.seed)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
             env.update(PAYRAIL_DATABASE_URL=url, PAYRAIL_DATA_DIR=scratch, PAYRAIL_EMBEDDER="local", HF_HUB_OFFLINE="1")
-            command = ["--epochs", str(args.epochs), "--threads", str(args.threads), "--seed", str(args.seed)]
-            rows = []
+            command = ["--epochs", str(args.epochs), "--threads", str(args.threads), "--seed", str(args.seed), "--record-pairs", "off"]
+            cost = []
             for size in sizes:
                 golden = Path(scratch) / f"golden-{size}.jsonl"
                 golden.write_text("".join(json.dumps(q) + "\n" for q in golden_set(size, dev, made)), encoding="utf-8")
                 tuned, seconds, cpu, peak = run_tune_process(env, golden, command)
                 training = tuned["training"]
-                rows.append(
+                cost.append(
                     (size, training["pairs"], training["steps"], round(tuned["estimatedSeconds"] / 60, 1), round(training["seconds"] / 60, 1), round(seconds / 60, 1), round(cpu / 60, 1), round(peak))
                 )
-                # Each size as soon as it is measured: a long run interrupted still leaves its figures.
-                print(f"cost at {size} golden queries: {dict(zip(COST_HEADERS, rows[-1]))}", flush=True)
-            print(f"\ncost of `model tune` ({args.epochs} epochs, batch {options.batch_size}, {args.threads} thread(s), default validation fraction), a new process each")
-            print_table(COST_HEADERS, rows)
+                print(f"cost at {size} golden queries: {dict(zip(COST_HEADERS, cost[-1]))}", flush=True)
+            print(f"\ncost of `model tune` ({args.epochs} epochs, batch 32, {args.threads} thread(s), default validation fraction), a new process each")
+            print_table(COST_HEADERS, cost)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ COMMANDS = {
     "payrail-embedder golden import golden.jsonl": RUN,
     "payrail-embedder --embedder openai model switch text-embedding-3-large": HELP,
     # Tuning takes minutes and labelled queries of the registry's own: tests/test_tune.py runs it.
+    "payrail-embedder model tune": HELP,
     "payrail-embedder model tune golden.jsonl": HELP,
     "payrail-embedder eval golden.jsonl --compare all-MiniLM-L6-v2-tuned-3f9c0e1a7b42": HELP,
     "payrail-embedder model switch all-MiniLM-L6-v2-tuned-3f9c0e1a7b42": HELP,

@@ -4,17 +4,18 @@ The catalog is 36 records, one provider each: six kinds of service (weather fore
 rates, ...) for six places (mountain regions, coastal towns, ...). Its labelled queries name the
 kind by a made-up word the bundled model cannot know ("a glorp for desert areas" is the weather
 forecast for desert areas), so before tuning only the place matches and the right kind is luck.
-The queries of a quarter of the providers are held apart: never in the golden file the model is
-tuned on, they show whether what tuning learnt carries over to records it never saw. The model
-is tuned once (the module's fixture, through the command on PostgreSQL 18: tuning reads the
-registry's records, the same on every server); every server then installs it as a copy from
-another machine, switches to it and is measured. Expected answers come from
+The queries of a quarter of the providers are held apart: never among the golden queries the
+model is tuned on, they show whether what tuning learnt carries over to records it never saw. The
+model is tuned once on the registry's golden queries (the module's fixture, through the command on
+PostgreSQL 18: tuning reads the registry's records and golden queries, the same on every server);
+every server then installs it as a copy from another machine, switches to it and is measured. Expected answers come from
 payrail_test_support.ranking with the tuned model's own vectors, never from the code under test.
 Training is tiny (a few seconds) and seeded, so every figure is the same on every run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -105,15 +106,18 @@ def eval_json(env: dict[str, str], path: Path, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def tuned(servers, tmp_path_factory) -> dict:
-    """`model tune` of GOLDEN on a registry of RECORDS: its report, standard error and models directory."""
+    """`model tune` with no file on a registry of RECORDS whose golden queries are GOLDEN: its
+    report, standard error and models directory."""
     server = servers("pg18")
     database_url = server.create_database()
     directory = tmp_path_factory.mktemp("tuned")
     import_catalog(database_url, directory)
     env = local_env(database_url, directory / "data")
     golden = write_jsonl(directory / "golden.jsonl", GOLDEN)
+    code, imported, stderr = cli_json(env, "golden", "import", "--json", golden)
+    assert code == 0 and imported["added"] == len(GOLDEN), (imported, stderr)
 
-    result = tune_process({**env, "PAYRAIL_PROGRESS_INTERVAL": "0"}, golden, "--json", *TUNE_OPTIONS, timeout=900)
+    result = tune_process({**env, "PAYRAIL_PROGRESS_INTERVAL": "0"}, "--json", *TUNE_OPTIONS, timeout=900)
 
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -127,34 +131,70 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
 
     assert re.fullmatch(r"all-MiniLM-L6-v2-tuned-[0-9a-f]{12}", name)
     assert report["kept"] and report["better"] and report["tunedFrom"] == "all-MiniLM-L6-v2"
+    assert report["golden"]["source"] == "the registry's golden queries" and report["golden"]["queries"] == len(GOLDEN)
+    assert report["recordPairs"] == {"option": "auto", "queries": 0, "pairs": 0}  # golden queries: auto leaves them out
     split = report["split"]
+    assert split["on"] == "golden queries"
     assert split["training"] + split["validation"] + split["leftOut"] == len(GOLDEN) == report["golden"]["usable"]
     assert split["validation"] >= 0.3 * len(GOLDEN) and split["leftOut"] == 0  # one provider per query here
     assert report["training"]["pairs"] == split["training"] and report["training"]["threads"] == 1
     before, after = report["validation"]["before"], report["validation"]["after"]
     assert after["mrr@3"] > before["mrr@3"] and after["hit@1"] > before["hit@1"]
+    # The kept model learnt from every golden query, the validation ones included; its figures are on them.
+    final = report["final"]
+    assert final["pairs"] == len(GOLDEN) and final["steps"] == 3 * -(-len(GOLDEN) // 16)
+    assert final["trainedOn"]["queries"] == len(GOLDEN)
+    assert final["trainedOn"]["after"]["mrr@3"] > final["trainedOn"]["before"]["mrr@3"]
 
-    # Before it starts: what and how long; then progress lines for logs (not a terminal; one a step here).
+    # Before it starts: what and how long; then progress lines for logs (not a terminal; one a step
+    # here), the deciding training's and then the kept model's.
     lines = stderr.splitlines()
     expected = next(i for i, line in enumerate(lines) if line.startswith("expected: about "))
+    assert lines[expected - 2].startswith(f"tuning all-MiniLM-L6-v2 on the registry's golden queries: {len(GOLDEN)} of {len(GOLDEN)} golden queries")
     steps = [i for i, line in enumerate(lines) if line.startswith("progress task=tune ")]
-    assert steps and expected < steps[0]
+    final_steps = [i for i, line in enumerate(lines) if line.startswith("progress task=tune_final ")]
+    assert steps and final_steps and expected < steps[0] and steps[-1] < final_steps[0]
     assert f"{split['validation']} validation queries" in stderr and f"{split['training']} training queries" in stderr
     total = report["training"]["steps"]
     assert re.fullmatch(rf"progress task=tune done=1 total={total} elapsed_s=\d+", lines[steps[0]])
     assert re.fullmatch(rf"progress task=tune done={total} total={total} elapsed_s=\d+", lines[steps[-1]])
+    assert re.fullmatch(rf"progress task=tune_final done={final['steps']} total={final['steps']} elapsed_s=\d+", lines[final_steps[-1]])
     assert "\r" not in stderr and "Traceback" not in stderr
 
     model_dir = tuned["models_dir"] / name
     assert Path(report["path"]) == model_dir
     assert tuned_models.content_digest(model_dir).startswith(name.rsplit("-", 1)[1])
     manifest = json.loads((model_dir / "tuning.json").read_text())
-    assert manifest["validation"] == report["validation"] and manifest["goldenFile"]["name"] == "golden.jsonl"
+    assert manifest["validation"] == report["validation"] and manifest["final"] == final
+    exported = run_cli(tuned["env"], "golden", "export")
+    assert manifest["goldenQueries"] == {"file": None, "sha256": hashlib.sha256(exported.stdout.encode()).hexdigest()}
     assert not list(tuned["models_dir"].glob(".tuning-*")), "the scratch directory is left behind"
 
     listed = run_cli(tuned["env"], "model", "list")
     assert listed.returncode == 0, listed.stderr
-    assert f"{name} (tuned from all-MiniLM-L6-v2" in listed.stdout and f"MRR@3 {before['mrr@3']:.3f} -> {after['mrr@3']:.3f}" in listed.stdout
+    assert f"{name} (tuned from all-MiniLM-L6-v2" in listed.stdout and f"validation MRR@3 {before['mrr@3']:.3f} -> {after['mrr@3']:.3f}" in listed.stdout
+    trained_on = final["trainedOn"]
+    assert f"on its {len(GOLDEN)} training queries (optimistic) MRR@3 {trained_on['before']['mrr@3']:.3f} -> {trained_on['after']['mrr@3']:.3f}" in listed.stdout
+
+
+def test_the_kept_model_is_the_one_trained_on_every_golden_query(tuned, tmp_path):
+    """The same training on every golden query, in the order they were added, made here: the same
+    weights, hence the same name (the one trained without the validation queries has other weights).
+    Made in this process, without the command's HF_HUB_OFFLINE: the name does not depend on it."""
+    import torch
+
+    from payrail_embedder.embedders.local_model import bundled_model_dir
+
+    by_provider = {record["provider"]: record for record in RECORDS}
+    pairs = [(q["query"], record_text(*(by_provider[q["relevant"][0][0]][key] for key in ("provider", "method", "guidance")))) for q in GOLDEN]
+    options = TuneOptions(seed=0, epochs=3, batch_size=16, learning_rate=1e-4, threads=1)  # TUNE_OPTIONS
+    threads = torch.get_num_threads()
+    try:
+        Training(bundled_model_dir(), pairs, options).run(tmp_path / "every-query", lambda step, total: None)
+    finally:
+        torch.set_num_threads(threads)
+
+    assert tuned["report"]["model"] == tuned_models.tuned_name("all-MiniLM-L6-v2", tmp_path / "every-query")
 
 
 def test_the_split_keeps_every_validation_provider_out_of_training():
@@ -362,17 +402,70 @@ def test_a_model_that_does_not_beat_the_registrys_is_not_kept_unless_forced(tune
     # A learning rate that leaves the weights as they were: nothing to gain, so nothing is kept.
     unchanged = [*TUNE_OPTIONS, "--epochs", "1", "--learning-rate", "1e-12"]
 
+    # A file's queries still work in place of the registry's.
     result = tune_process(env, tuned["golden"], "--json", *unchanged, timeout=900)
 
     assert result.returncode == 2, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert not report["kept"] and not report["better"] and report["path"] is None
+    assert report["golden"]["source"] == "golden.jsonl"
+    assert not report["kept"] and not report["better"] and report["path"] is None and report["model"] is None
     assert report["validation"]["after"]["mrr@3"] <= report["validation"]["before"]["mrr@3"]
+    assert report["final"] is None and "task=tune_final" not in result.stderr  # no second training
     assert list((tmp_path / "data" / "models").iterdir()) == []
     text = tune_process(env, tuned["golden"], *unchanged, "--force", timeout=900)
     assert text.returncode == 0, text.stderr[-3000:]
-    assert f"kept {report['model']} in {tmp_path / 'data' / 'models' / report['model']}" in text.stdout
-    assert "kept by --force" in text.stdout
+    kept = re.search(r"^kept (all-MiniLM-L6-v2-tuned-[0-9a-f]{12}) in (\S+) \(validation MRR@3 .*, kept by --force\)", text.stdout, flags=re.M)
+    assert kept and Path(kept[2]) == tmp_path / "data" / "models" / kept[1], text.stdout
+    assert f"it was then trained on all {len(GOLDEN)} golden queries ({len(GOLDEN)} pairs)" in text.stdout
+    # The same queries as the registry's, hashed the same way: as `golden export` writes them.
+    manifest = json.loads((Path(kept[2]) / "tuning.json").read_text())
+    registry_digest = json.loads((tuned["models_dir"] / tuned["report"]["model"] / "tuning.json").read_text())["goldenQueries"]["sha256"]
+    assert manifest["goldenQueries"] == {"file": "golden.jsonl", "sha256": registry_digest}
+
+
+@pytest.mark.slow
+def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines(database_url, tmp_path):
+    """Every record's Purpose line is a query its record answers (tests/test_record_queries.py
+    checks which); they decide on providers held apart, as golden queries would."""
+    import_catalog(database_url, tmp_path)
+    env = local_env(database_url, tmp_path / "data")
+    options = [*TUNE_OPTIONS, "--epochs", "1"]
+
+    result = tune_process(env, "--json", *options, "--force", timeout=900)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["golden"]["usable"] == 0 and report["recordPairs"] == {"option": "auto", "queries": len(RECORDS), "pairs": len(RECORDS)}
+    split = report["split"]
+    assert split["on"] == "record queries" and split["training"] + split["validation"] == len(RECORDS)
+    assert report["training"]["pairs"] == split["training"]
+    assert report["validation"]["queries"] == split["validation"]
+    assert report["final"]["pairs"] == len(RECORDS) and report["final"]["trainedOn"]["queries"] == len(RECORDS)
+    assert (tmp_path / "data" / "models" / report["model"] / "onnx" / "model.onnx").is_file()
+    assert "(the record queries: no golden query to decide on)" in result.stderr
+
+    # Off, with no golden query, there is nothing to train on: refused in words, nothing kept.
+    code, failure, _ = cli_json({**env, "PAYRAIL_DATA_DIR": str(tmp_path / "other")}, "model", "tune", "--json", "--record-pairs", "off")
+    assert code == 2 and failure["error"] == "invalid_input"
+    assert failure["detail"].startswith("the registry's golden queries: there are no golden queries, and --record-pairs is off")
+    assert "golden add" in failure["detail"] and not (tmp_path / "other" / "models").exists()
+
+
+@pytest.mark.slow
+def test_record_pairs_on_train_beside_the_golden_queries(tuned, tmp_path):
+    env = {**tuned["env"], "PAYRAIL_DATA_DIR": str(tmp_path / "data")}
+
+    result = tune_process(env, "--json", *TUNE_OPTIONS, "--epochs", "1", "--record-pairs", "on", "--force", timeout=900)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    split = report["split"]
+    assert report["recordPairs"] == {"option": "on", "queries": len(RECORDS), "pairs": len(RECORDS)}
+    # Golden queries decide; every record's Purpose line is trained on in both trainings (no
+    # validation query's label is in them); the figures are on the golden queries alone.
+    assert split["on"] == "golden queries" and split["training"] + split["validation"] == len(GOLDEN)
+    assert report["training"]["pairs"] == split["training"] + len(RECORDS)
+    assert report["final"]["pairs"] == len(GOLDEN) + len(RECORDS) and report["final"]["trainedOn"]["queries"] == len(GOLDEN)
 
 
 def test_openai_models_cannot_be_tuned(cli_env, tmp_path):
@@ -397,6 +490,12 @@ def test_tune_refuses_golden_queries_that_leave_nothing_to_train_or_validate_on(
     code, failure, _ = cli_json(env, "model", "tune", one_provider, "--json")
     assert code == 2 and failure["error"] == "invalid_input"
     assert "2 of 3 queries name enabled records of this registry, over 1 providers" in failure["detail"]
+    # Golden queries naming no enabled record: refused, not tuned on the records behind the operator's back.
+    unknown = write_jsonl(tmp_path / "unknown.jsonl", [{"query": "x", "relevant": [["Nobody", "Nothing"]]}])
+    code, failure, _ = cli_json(env, "model", "tune", unknown, "--json")
+    assert code == 2 and failure["error"] == "invalid_input"
+    assert failure["detail"].startswith("unknown.jsonl: none of 1 golden queries names an enabled record of this registry")
+    assert "--record-pairs on" in failure["detail"]
     assert not (tmp_path / "data" / "models").exists()
 
 

@@ -1021,13 +1021,13 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
 
 
 @model.command("tune")
-@click.argument("golden_file", metavar="GOLDEN.jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("golden_file", metavar="[GOLDEN.jsonl]", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--validation-fraction",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=tuning.TuneOptions.validation_fraction,
     show_default=True,
-    help="Keep about this share of the queries aside for validation, split by provider: no training query names a validation query's providers.",
+    help="Keep about this share of the queries aside to decide, split by provider: no training query names a validation query's providers.",
 )
 @click.option("--seed", type=int, default=tuning.TuneOptions.seed, show_default=True, help="Seeds the split and the training: the same inputs and seed give the same model.")
 @click.option("--epochs", type=click.IntRange(1, 100), default=tuning.TuneOptions.epochs, show_default=True, help="Passes over the training pairs.")
@@ -1039,30 +1039,42 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     help="Pairs per training step; each query's negatives are the other records of its step.",
 )
 @click.option("--learning-rate", type=click.FloatRange(0, 1, min_open=True), default=tuning.TuneOptions.learning_rate, show_default=True, help="Peak learning rate (AdamW, linear decay after a 10% warm-up).")
+@click.option(
+    "--record-pairs",
+    type=click.Choice(tuning.RECORD_PAIRS),
+    default=tuning.TuneOptions.record_pairs,
+    show_default=True,
+    help="Also train on queries made from the records: each enabled record's Purpose line against its record. "
+    "auto: only when there are no golden queries; on: beside them too; off: never.",
+)
 @click.option("--threads", type=click.IntRange(1, 1024), help="CPU threads to train on (default: torch's, one per core). The same count gives the same model.")
-@click.option("--force", is_flag=True, help="Keep the model even when it does not beat the registry's model on validation.")
+@click.option("--force", is_flag=True, help="Keep a model even when the one trained to decide does not beat the registry's model on validation.")
 @JSON_OPTION
 @click.pass_obj
-def model_tune(settings: Settings, golden_file, validation_fraction, seed, epochs, batch_size, learning_rate, threads, force, as_json):
-    """Fine-tune the registry's local model on labelled queries (eval's GOLDEN.jsonl format).
+def model_tune(settings: Settings, golden_file, validation_fraction, seed, epochs, batch_size, learning_rate, record_pairs, threads, force, as_json):
+    """Fine-tune the registry's local model on its golden queries (or GOLDEN.jsonl, eval's format).
 
     Each query is paired with the record text of each relevant record, as the registry embeds it,
     and trained against the other records of its batch. Queries on a seeded share of the providers
-    are kept aside; eval's metrics on them are printed before and after. A model that raises MRR@3
-    there is kept as BASE-tuned-<content hash> in the models directory under the data directory;
-    otherwise nothing is kept and the command exits 2 (--force keeps it). The registry is not
-    changed: `model switch NAME` makes it the registry's model. Says how long it expects to take
-    before it starts, and shows progress on standard error. The local backend only: OpenAI's
-    models cannot be tuned.
+    are kept aside, and a first model trained without them decides: eval's metrics on them are
+    printed before and after. If it raises MRR@3 there, a second model is trained the same way on
+    every query and kept as BASE-tuned-<content hash> in the models directory under the data
+    directory, with its figures on the queries it trained on (optimistic: the validation figures
+    are the honest ones); otherwise nothing is kept and the command exits 2 (--force keeps it).
+    With no golden queries, --record-pairs auto tunes on the records alone and decides on their
+    Purpose lines. The registry is not changed: `model switch NAME` makes it the registry's model.
+    Says how long it expects to take before it starts, and shows progress on standard error. The
+    local backend only: OpenAI's models cannot be tuned.
     """
-    options = tuning.TuneOptions(validation_fraction, seed, epochs, batch_size, learning_rate, threads, force)
+    options = tuning.TuneOptions(validation_fraction, seed, epochs, batch_size, learning_rate, threads, force, record_pairs)
     with settings.connect() as conn, contextlib.ExitStack() as training:
         advance, done = None, 0
 
-        def training_progress(step: int, steps: int) -> None:
+        def training_progress(stage: str, step: int, steps: int) -> None:
             nonlocal advance, done
-            if advance is None:  # training starts, and the progress lines' clock with it
-                advance = training.enter_context(progress("tune", steps))
+            if step == 0:  # a training starts, and its progress lines' clock with it
+                training.close()
+                advance, done = training.enter_context(progress(stage, steps)), 0
             if step > done:
                 advance(step - done)
                 done = step
@@ -1075,35 +1087,57 @@ def model_tune(settings: Settings, golden_file, validation_fraction, seed, epoch
             settings.models_dir,
             golden_file,
             options,
-            announce=lambda plan: echo_tune_plan(plan, golden_file),
+            announce=echo_tune_plan,
             progress=training_progress,
         )
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
-        click.echo(f"validation: {len(report.plan.split.validation)} queries on providers the training never saw")
-        echo_side_by_side([report.plan.tuned_from, "tuned"], [report.before.metrics, report.after.metrics])
-        change = f"MRR@3 {report.before.metrics[tuning.DECIDING_METRIC]:.3f} -> {report.after.metrics[tuning.DECIDING_METRIC]:.3f}"
-        if report.kept:
-            click.echo(f"kept {report.model} in {report.path} ({change}{'' if report.better else ', kept by --force'}), in {duration(report.seconds)}")
-            click.echo(f"see it side by side: payrail-embedder eval {golden_file} --compare {report.model}")
-            click.echo(f"make it the registry's model: payrail-embedder model switch {report.model}")
-        else:
-            click.echo(f"not kept: {change} does not beat the registry's model {report.plan.tuned_from}; --force keeps it anyway")
+        echo_tune_report(report, golden_file)
     if not report.kept:
         sys.exit(EXIT_STATUS["invalid_input"])
 
 
-def echo_tune_plan(plan: tuning.TunePlan, golden_file: Path) -> None:
+def mrr_change(before: evaluation.EvaluationReport, after: evaluation.EvaluationReport) -> str:
+    return f"MRR@3 {before.metrics[tuning.DECIDING_METRIC]:.3f} -> {after.metrics[tuning.DECIDING_METRIC]:.3f}"
+
+
+def echo_tune_report(report: tuning.TuneReport, golden_file: Path | None) -> None:
+    """model tune's result for people: the deciding figures, then the kept model's."""
+    data = report.plan.data
+    click.echo(f"validation: {len(report.plan.split.validation)} {'' if data.decides_on_golden else 'record '}queries on providers the training never saw")
+    echo_side_by_side([report.plan.tuned_from, "tuned"], [report.before.metrics, report.after.metrics])
+    change = mrr_change(report.before, report.after)
+    if not report.kept:
+        click.echo(f"not kept: {change} does not beat the registry's model {report.plan.tuned_from}; --force keeps it anyway")
+        return
+    final = report.final
+    click.echo(
+        f"kept {report.model} in {report.path} (validation {change}{'' if report.better else ', kept by --force'}), in {duration(report.seconds)}"
+    )
+    click.echo(
+        f"it was then trained on all {final.before.queries} {'golden' if data.decides_on_golden else 'record'} queries "
+        f"({final.pairs} pairs): {mrr_change(final.before, final.after)} on them, optimistic as it trained on them; "
+        "the validation figures are the honest estimate"
+    )
+    click.echo(f"see it side by side: payrail-embedder eval{f' {golden_file}' if golden_file else ''} --compare {report.model}")
+    click.echo(f"make it the registry's model: payrail-embedder model switch {report.model}")
+
+
+def echo_tune_plan(plan: tuning.TunePlan) -> None:
     """What tune is about to do and how long it expects it to take, on standard error."""
-    split = plan.split
+    data, split = plan.data, plan.split
+    queries = f"{len(data.usable)} of {data.golden_queries} golden queries name enabled records"
+    made = f"{len(data.made)} queries made from the records' Purpose lines"
     lines = [
-        f"tuning {plan.tuned_from} on {golden_file}: {plan.usable_queries} of {plan.golden_queries} queries name enabled records",
-        f"split by provider: {len(split.validation)} validation queries over {len(split.validation_providers)} of {split.providers} providers; "
-        f"{len(split.training)} training queries ({plan.pairs} pairs); {len(split.left_out)} naming both sides left out",
-        f"expected: about {duration(plan.estimated_seconds)} ({plan.steps} training steps at {plan.seconds_per_step:.1f} s, timed on one batch "
-        f"on {plan.threads} thread{'s' if plan.threads > 1 else ''}; embedding {plan.records} records for validation, {duration(plan.embedding_seconds)}; "
-        f"the ONNX export, about {duration(tuning.EXPORT_SECONDS)})",
+        f"tuning {plan.tuned_from} on {data.source}: {queries}" + (f"; {made}" if data.made else ""),
+        f"split by provider{'' if data.decides_on_golden else ' (the record queries: no golden query to decide on)'}: "
+        f"{len(split.validation)} validation queries over {len(split.validation_providers)} of {split.providers} providers; "
+        f"{len(split.training)} training queries; {len(split.left_out)} naming both sides left out",
+        f"expected: about {duration(plan.estimated_seconds)} if kept ({plan.steps} training steps to decide ({plan.pairs} pairs), then "
+        f"{plan.final_steps} on every query ({plan.final_pairs} pairs), at {plan.seconds_per_step:.1f} s a step, timed on one batch "
+        f"on {plan.threads} thread{'s' if plan.threads > 1 else ''}; embedding {plan.records} records for each model, "
+        f"{duration(plan.embedding_seconds)}; each ONNX export, about {duration(tuning.EXPORT_SECONDS)})",
     ]
     for line in lines:
         click.echo(line, err=True)
@@ -1142,11 +1176,11 @@ def model_list(settings: Settings, as_json):
         click.echo(f"no tuned models in {settings.models_dir}")
     for item in models:
         tuning_report = item["tuning"] or {}
-        measured = tuning_report.get("validation", {})
-        scores = (
-            f", validation MRR@3 {measured['before'][tuning.DECIDING_METRIC]:.3f} -> {measured['after'][tuning.DECIDING_METRIC]:.3f}"
-            if measured
-            else ""
+        measured, final = tuning_report.get("validation"), (tuning_report.get("final") or {}).get("trainedOn")
+        scores = "".join(
+            f", {label} MRR@3 {figures['before'][tuning.DECIDING_METRIC]:.3f} -> {figures['after'][tuning.DECIDING_METRIC]:.3f}"
+            for label, figures in (("validation", measured), (f"on its {final and final['queries']} training queries (optimistic)", final))
+            if figures
         )
         origin = f" (tuned from {tuning_report['tunedFrom']} {tuning_report.get('created', '')}{scores})" if tuning_report else ""
         click.echo(f"{item['name']}{origin}: {item['path']}")

@@ -23,7 +23,7 @@ import psycopg
 from .embedders import Embedder, EmbeddingUnavailable, record_text
 from .errors import CodedError
 from .input_files import LineLimit, NumberedLine, open_input
-from .records import RECORD_LINE, refuse_duplicate_keys
+from .records import RECORD_LINE, json_text, refuse_duplicate_keys
 from .registry_model import embedder_for, registry_model
 from .search import InvalidQuery, SearchError, SearchUnavailable, check_query, embed_queries, holding, search_provider_methods
 
@@ -55,6 +55,10 @@ class LabelledQuery:
 
     def describe_origin(self) -> str:
         return origin_text(self.origin())
+
+    def file_line(self) -> str:
+        """The query as a line of the file format, without its newline, as `golden export` writes it."""
+        return json_text({"query": self.query, "relevant": [list(pair) for pair in self.relevant]})
 
 
 def origin_text(item: dict) -> str:

@@ -92,7 +92,7 @@ class GoldenQuery:
 
     def line(self) -> str:
         """The query as a line of the file format, without its newline (the module's doc)."""
-        return json_text({"query": self.query, "relevant": [[r.provider, r.method] for r in self.relevant]})
+        return self.labelled().file_line()
 
     def to_json(self) -> dict:
         return {
