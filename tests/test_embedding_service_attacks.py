@@ -360,7 +360,8 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
     limit: were their connections held, exact names would be refused (too many connections)."""
     import_catalog(database_url, openai_fake, tmp_path)
     openai_fake.behaviour = "hang"
-    env = {**cli_env, "PAYRAIL_DATABASE_URL": limited_login}
+    # A deadline long enough for the last process to start while the first still waits, under load too.
+    env = {**cli_env, "PAYRAIL_DATABASE_URL": limited_login, "PAYRAIL_EMBEDDING_TIMEOUT": "20"}
     searches = [
         subprocess.Popen([str(CLI), "search", "--json", SEMANTIC_QUERY], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         for _ in range(3)

@@ -144,12 +144,23 @@ def prepare(conn: PinnedConnection) -> None:
         conn.commit()
 
 
-def naming_pgvector(conn: PinnedConnection, statement: str) -> sql.Composed:
+# pgvector's schema, for a connection prepare() did not see.
+PGVECTOR_SCHEMA = SelfPinned(
+    "select n.nspname from pg_catalog.pg_extension as e join pg_catalog.pg_namespace as n on n.oid operator(pg_catalog.=) e.extnamespace "
+    "where e.extname operator(pg_catalog.=) 'vector'"
+)
+
+
+def naming_pgvector(conn: psycopg.Connection, statement: str) -> sql.Composed:
     """statement with each {pgvector} naming pgvector's schema, for the few statements that call its
     functions or operators or cast to its types (on PACKAGE_PATH they are found by schema only)."""
-    if conn.pgvector_schema is None:
-        raise psycopg.errors.UndefinedObject("pgvector is not installed in this database: `payrail-embedder db apply` installs it")
-    return sql.SQL(statement).format(pgvector=sql.Identifier(conn.pgvector_schema))
+    schema = conn.pgvector_schema if isinstance(conn, PinnedConnection) else None
+    if schema is None:
+        row = psycopg.Cursor(conn).execute(PGVECTOR_SCHEMA).fetchone()
+        if row is None:
+            raise psycopg.errors.UndefinedObject("pgvector is not installed in this database: `payrail-embedder db apply` installs it")
+        schema = row[0]
+    return sql.SQL(statement).format(pgvector=sql.Identifier(schema))
 
 
 def check(conn: PinnedConnection) -> None:

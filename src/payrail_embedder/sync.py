@@ -215,10 +215,12 @@ def sync(
         batch_size=batch_size, progress=progress,
     )
     report = SyncReport(run.done, run.changed_meanwhile, run.pending, run.error)
-    model = registry_model(conn)
-    if report.error is None and model is not None and golden.may_store_vectors(conn):
-        try:
+    if report.error is not None:  # the records' failure is the report's (a lost database is asked nothing more)
+        return report
+    try:
+        model = registry_model(conn)
+        if model is not None and golden.may_store_vectors(conn):
             report.golden_queries = golden.embed_missing(conn, embedder, model, batch_size=batch_size)
-        except (EmbeddingUnavailable, psycopg.Error) as error:
-            report.error = f"golden queries: {reason(error)}"
+    except (EmbeddingUnavailable, psycopg.Error) as error:
+        report.error = f"golden queries: {reason(error)}"
     return report
