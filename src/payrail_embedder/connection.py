@@ -144,19 +144,12 @@ def prepare(conn: PinnedConnection) -> None:
         conn.commit()
 
 
-# pgvector's schema, for a connection prepare() did not see.
-PGVECTOR_SCHEMA = SelfPinned(
-    "select n.nspname from pg_catalog.pg_extension as e join pg_catalog.pg_namespace as n on n.oid operator(pg_catalog.=) e.extnamespace "
-    "where e.extname operator(pg_catalog.=) 'vector'"
-)
-
-
 def naming_pgvector(conn: psycopg.Connection, statement: str) -> sql.Composed:
     """statement with each {pgvector} naming pgvector's schema, for the few statements that call its
     functions or operators or cast to its types (on PACKAGE_PATH they are found by schema only)."""
     schema = conn.pgvector_schema if isinstance(conn, PinnedConnection) else None
     if schema is None:
-        row = psycopg.Cursor(conn).execute(PGVECTOR_SCHEMA).fetchone()
+        row = psycopg.Cursor(conn).execute(PGVECTOR_TYPES).fetchone()  # a connection prepare() did not see
         if row is None:
             raise psycopg.errors.UndefinedObject("pgvector is not installed in this database: `payrail-embedder db apply` installs it")
         schema = row[0]
