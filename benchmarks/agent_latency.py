@@ -27,6 +27,9 @@ What it does:
   prepare" is the API with prepared statements off (PAYRAIL_PREPARED_STATEMENTS=off, for
   PgBouncer in transaction mode); "connect" is what every CLI command pays to open its
   connection (database.connect: the registry's path and pgvector's types, looked up once);
+- counts the round trips of a warm call of each path (Python API, MCP tool) on the wire: a TCP
+  proxy in front of the server reads what the client sends, each simple Query and each Sync
+  (payrail_test_support.round_trips, which tests/test_round_trips.py uses too);
 - with --pgbouncer, the same Python API calls behind Debian's PgBouncer (1.18) in transaction mode
   with one server connection, through two Registries taking turns (so a statement one prepared
   there the other meets): "pgbouncer, prepare on" leaves PAYRAIL_PREPARED_STATEMENTS unset, as an
@@ -52,11 +55,12 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from payrail_embedder import catalog, database, deploy
 from payrail_embedder.api import Registry, SearchUnavailable
-from payrail_embedder.search import SEARCH_SQL
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
-from payrail_embedder.records import read_lines
+from payrail_embedder.postgres import connection, deploy
+from payrail_embedder.registry import catalog
+from payrail_embedder.registry.records import read_lines
+from payrail_embedder.registry.search import SEARCH_SQL
 
 REPO = Path(__file__).resolve().parents[1]
 DIMENSIONS = 384
@@ -120,9 +124,7 @@ def fill_to(url: str, size: int, rng: random.Random, np_rng: np.random.Generator
         register_vector(conn)
         conn.execute("select payrail.set_embedding_model(%s, %s)", (LOCAL_DEFAULT_MODEL, DIMENSIONS))
         enabled = conn.execute("select count(*) from payrail.provider_methods where enabled").fetchone()[0]
-        generated = conn.execute(
-            "select count(*) from payrail.provider_methods where provider like 'Bench Provider %'"
-        ).fetchone()[0]
+        generated = conn.execute("select count(*) from payrail.provider_methods where provider like 'Bench Provider %'").fetchone()[0]
         with conn.cursor() as cursor:
             cursor.executemany(
                 """
@@ -131,10 +133,7 @@ def fill_to(url: str, size: int, rng: random.Random, np_rng: np.random.Generator
                    embedding, embedding_model, embedding_content_hash)
                 values (%s, %s, %s, %s, %s, true, %s, %s, payrail._content_hash(%s, %s, %s))
                 """,
-                [
-                    (p, m, u, d, g, v, LOCAL_DEFAULT_MODEL, p, m, g)
-                    for p, m, u, d, g, v in generated_rows(generated, generated + size - enabled, rng, np_rng)
-                ],
+                [(p, m, u, d, g, v, LOCAL_DEFAULT_MODEL, p, m, g) for p, m, u, d, g, v in generated_rows(generated, generated + size - enabled, rng, np_rng)],
             )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("vacuum analyze payrail.provider_methods")
@@ -165,7 +164,7 @@ def sql_samples(url: str, embedder: LocalEmbedder, calls: int, *, own_transactio
     own_transaction: sent as a statement that is not self-pinned (connection.SelfPinned), in a
     transaction of its own that sets the search path first."""
     embeddings = dict(zip(SEMANTIC_QUERIES, embedder.embed(SEMANTIC_QUERIES)))
-    with database.connect(url, autocommit=True) as conn:
+    with connection.connect(url, autocommit=True) as conn:
         statement = str(SEARCH_SQL) if own_transaction else SEARCH_SQL
 
         def call(query):
@@ -177,7 +176,7 @@ def sql_samples(url: str, embedder: LocalEmbedder, calls: int, *, own_transactio
 
 def connect_samples(url: str, calls: int) -> dict[str, list[float]]:
     """Opening (and closing) the connection of a CLI command: libpq's connection and the package's set-up."""
-    return {"name": measure(lambda query: database.connect(url, autocommit=True).close(), [NAME_QUERY], calls)}
+    return {"name": measure(lambda query: connection.connect(url, autocommit=True).close(), [NAME_QUERY], calls)}
 
 
 def api_samples(registry: Registry, calls: int) -> dict[str, list[float]]:
@@ -197,9 +196,10 @@ def pooled_samples(server, url: str, embedder: LocalEmbedder, calls: int) -> tup
     samples, failures = {}, {}
     try:
         for interface, prepared in (("pgbouncer, prepare on", None), ("pgbouncer, prepare off", False)):
-            with Registry(bouncer.through(url), embedder=embedder, prepared_statements=prepared) as first, Registry(
-                bouncer.through(url), embedder=embedder, prepared_statements=prepared
-            ) as second:
+            with (
+                Registry(bouncer.through(url), embedder=embedder, prepared_statements=prepared) as first,
+                Registry(bouncer.through(url), embedder=embedder, prepared_statements=prepared) as second,
+            ):
                 turns = itertools.cycle((first, second))
                 failed = made = 0
 
@@ -268,6 +268,41 @@ def mcp_samples(url: str, calls: int, log: Path) -> dict[str, list[float]]:
     return anyio.run(main)
 
 
+def round_trip_rows(url: str, embedder: LocalEmbedder, calls: int, log: Path) -> list[tuple[str, str, float]]:
+    """Round trips per warm call of the Python API and the MCP tool, counted on the wire: a TCP
+    proxy in front of the server reads what the client sends (payrail_test_support.round_trips:
+    each simple Query and each Sync, after which the client waits for the server)."""
+    import anyio
+
+    from payrail_test_support.round_trips import RoundTripCounter
+
+    counter = RoundTripCounter(url)
+    paths = (("name", [NAME_QUERY]), ("semantic", SEMANTIC_QUERIES))
+    rows = []
+    try:
+        with Registry(counter.url(), embedder=embedder) as registry:
+            for path, queries in paths:
+                measure(registry.search_provider_methods, queries, 6)  # prepared from the 5th use on
+                counter.reset()
+                measure(registry.search_provider_methods, queries, calls, warm_up=0)
+                rows.append(("python api", path, counter.count / calls))
+
+        async def over_mcp():
+            env = agent_env(PAYRAIL_DATABASE_URL=counter.url(), PAYRAIL_EMBEDDER="local")
+            async with mcp_client(Path(sys.executable).parent / "payrail-embedder", env, REPO, log) as client:
+                for path, queries in paths:
+                    for index in range(6 + calls):
+                        if index == 6:
+                            counter.reset()
+                        await call_search_tool(client, queries[index % len(queries)])
+                    rows.append(("mcp tool", path, counter.count / calls))
+
+        anyio.run(over_mcp)
+    finally:
+        counter.close()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="warm calls per interface, path and size")
@@ -283,10 +318,11 @@ def main() -> None:
     server, url = start_server(root)
     rows = []
     failures: dict[tuple[str, int], tuple[int, int]] = {}
+    round_trips: list[tuple[str, str, float]] = []
     try:
         deploy.apply_schema(url)
         embedder = LocalEmbedder()
-        with database.connect(url, autocommit=True) as conn:
+        with connection.connect(url, autocommit=True) as conn:
             report = catalog.import_records(conn, lambda: embedder, read_lines(REPO / "catalog" / "sample.jsonl"))
         print(f"sample catalog: {report.created} records imported with {LOCAL_DEFAULT_MODEL}", file=sys.stderr)
         rng, np_rng = random.Random(42), np.random.default_rng(42)
@@ -295,6 +331,7 @@ def main() -> None:
                 started = time.monotonic()
                 fill_to(url, size, rng, np_rng)
                 print(f"{size} enabled records ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
+                round_trips = round_trips or round_trip_rows(url, embedder, min(args.calls, 50), root / "mcp-stderr.log")
                 for interface, samples in (
                     ("model", embedding_samples(embedder, args.calls)),
                     ("sql only", sql_samples(url, embedder, args.calls)),
@@ -324,6 +361,9 @@ def main() -> None:
     print(f"{'interface':<23} {'path':<11} {'records':>8} {'p50 ms':>8} {'p95 ms':>8}")
     for interface, path, size, p50, p95 in rows:
         print(f"{interface:<23} {path:<11} {size:>8,} {p50:>8.2f} {p95:>8.2f}")
+    print("\nround trips per warm call, counted on the wire (the same at every size):")
+    for interface, path, count in round_trips:
+        print(f"{interface:<23} {path:<11} {count:>5.2f}")
     for (interface, size), (failed, made) in failures.items():
         print(f"{interface} at {size:,} records: {failed} of {made} searches failed ({failed / made:.0%})")
     semantic_p50 = {(interface, size): p50 for interface, path, size, p50, _ in rows if path == "semantic"}

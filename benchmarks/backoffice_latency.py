@@ -46,7 +46,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from agent_latency import DIMENSIONS, generated_rows, percentile
-from payrail_embedder import database, embedded, logins, stored
+from payrail_embedder.postgres import connection, local_server, logins
+from payrail_embedder.registry import stored
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FakeOpenAI
 from throwaway_postgres import throwaway_postgres
@@ -93,14 +94,12 @@ def token_of(html: str) -> str:
 
 def with_operator_login(server, url: str) -> None:
     """The embedded default's pg_hba.conf on server, and OPERATOR_LOGIN on it, as `operator add` makes it."""
-    embedded.use_hba_rules(server.admin_url, embedded.EMBEDDED_HBA)
-    with database.connect(url, autocommit=True) as conn:
+    local_server.use_hba_rules(server.admin_url, local_server.EMBEDDED_HBA)
+    with connection.connect(url, autocommit=True) as conn:
         logins.add_operator(conn, *OPERATOR_LOGIN)
 
 
-def start_backoffice(
-    url: str, log: Path, *args: str, cli: Path = CLI, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen, str]:
+def start_backoffice(url: str, log: Path, *args: str, cli: Path = CLI, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """`cli backoffice --port 0 ARGS` on the registry at url (with the local model, unless env says
     otherwise); returns the process and its address."""
     if env is None:
@@ -141,13 +140,17 @@ def write_catalog(path: Path, records: int) -> None:
 
 def deep_cursor(url: str, position: int) -> str:
     """A page link's cursor: the records after the one at position in the list's order."""
-    with database.connect(url) as conn:
-        row = conn.cursor(row_factory=dict_row).execute(
-            """select pm.id, pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
+    with connection.connect(url) as conn:
+        row = (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                """select pm.id, pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
                 from payrail.provider_methods as pm
                 order by pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id offset %s limit 1""",
-            (position,),
-        ).fetchone()
+                (position,),
+            )
+            .fetchone()
+        )
     return stored.encode_cursor(row)
 
 
@@ -162,8 +165,11 @@ def list_pages(browser: Browser, database_url: str, records: int, requests: int)
         (f"filtered by a common word ({COMMON_WORD})", f"/records?{urlencode({'q': COMMON_WORD})}", "records match."),
         (f"filtered by a rare word ({rare})", f"/records?{urlencode({'q': rare})}", f"1 of {records} records match."),
         (f"filtered by part of a URL ({part_of_url})", f"/records?{urlencode({'q': part_of_url})}", f"5 of {records} records match."),
-        (f"filtered by a provider ({provider}), page 2", f"/records?{urlencode({'q': provider, 'after': filtered_cursor(browser, provider)})}",
-         "records match."),
+        (
+            f"filtered by a provider ({provider}), page 2",
+            f"/records?{urlencode({'q': provider, 'after': filtered_cursor(browser, provider)})}",
+            "records match.",
+        ),
         ("filtered by one character (q)", f"/records?{urlencode({'q': 'q'})}", "records match."),
         ("filtered by state (drafts)", f"/records?{urlencode({'state': 'draft'})}", "records match."),
     ]
@@ -223,8 +229,7 @@ def record_pages(browser: Browser, requests: int) -> list[tuple[str, list[float]
     rows.append(("URL-only save (vector kept)", [save({"docsUrl": f"https://docs.bench.example/v{i}"}) for i in range(requests)], 0, 0))
     guidance = record_form(browser_get(browser, f"/records/{edited}"))["guidance"]
     rows.append(("content save (embedded first)", [save({"guidance": f"{guidance}\nNotes: edit {i}."}) for i in range(requests)], 0, 0))
-    rows.append(timed_page(browser, "Try a query (2 query embeddings)", f"/records/{ids[1]}?{urlencode({'query': QUERY})}", requests,
-                           "What agents get now"))
+    rows.append(timed_page(browser, "Try a query (2 query embeddings)", f"/records/{ids[1]}?{urlencode({'query': QUERY})}", requests, "What agents get now"))
     return rows
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from agent_latency import percentile
 from backoffice_latency import CLI, OPERATOR_LOGIN, Browser, start_backoffice, token_of, with_operator_login
-from payrail_embedder import database, logins
+from payrail_embedder.postgres import connection, logins
 from throwaway_postgres import throwaway_postgres
 
 KNOWN_ROLES = [f"bench_role_{n}" for n in range(10)]
@@ -94,7 +94,7 @@ def main() -> None:
     with throwaway_postgres(18) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-log-") as logs:
         url = server.registry("payrail_bench")
         with_operator_login(server, url)
-        with database.connect(url, autocommit=True) as conn:
+        with connection.connect(url, autocommit=True) as conn:
             for role in KNOWN_ROLES:
                 logins.add_operator(conn, role, "the right passphrase")
         process, base_url = start_backoffice(url, Path(logs) / "backoffice.log", cli=args.cli)

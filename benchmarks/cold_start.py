@@ -120,7 +120,9 @@ def main() -> None:
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     subject = run(["git", "log", "-1", "--format=%h %s", rev], dict(os.environ), REPO).stdout.strip()
     print(f"fresh clone of {subject[:100]}")
-    print(f"{os.cpu_count()} CPUs (load average {load}); embedded PostgreSQL 18; {args.runs} runs per command, each a new process; not analyzed by the benchmark (autovacuum on, as a server runs)")
+    print(
+        f"{os.cpu_count()} CPUs (load average {load}); embedded PostgreSQL 18; {args.runs} runs per command, each a new process; not analyzed by the benchmark (autovacuum on, as a server runs)"
+    )
     print(f"setup {setup_seconds:.0f} s; import of the sample catalog {import_seconds:.1f} s\n")
     print(f"| {'command':<38} | {'min s':>6} | {'median s':>8} | {'max s':>6} |")
     print(f"|{'-' * 40}|{'-' * 7}:|{'-' * 9}:|{'-' * 7}:|")

@@ -41,9 +41,9 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
+from import_throughput import METHODS_PER_PROVIDER, catalog_record, print_table
 from payrail_test_support.code import changed_tree, cli_of, code_tree, without_settings
 from payrail_test_support.traffic import Traffic, overlapping
-from import_throughput import METHODS_PER_PROVIDER, catalog_record, print_table
 from search_speed import MODEL, load_by_copy, shared_buffers_for, unit_vectors
 from throwaway_postgres import throwaway_postgres
 
@@ -53,7 +53,8 @@ CASES = {
     "current": (None, ()),
     "function changed": (("functions/200-search.sql", "message = 'query is empty',", "message = 'query is empty (deploy benchmark)',"), ()),
     "constraint changed": (
-        ("schema/030-provider_methods.sql", "char_length(guidance) operator(pg_catalog.<=) 8000", "char_length(guidance) operator(pg_catalog.<=) 8001"), (),
+        ("schema/030-provider_methods.sql", "char_length(guidance) operator(pg_catalog.<=) 8000", "char_length(guidance) operator(pg_catalog.<=) 8001"),
+        (),
     ),
     "forced": (None, ("--force",)),
 }
@@ -138,8 +139,7 @@ def main() -> None:
         tree = code_tree(Path(temp) / "code", args.rev)
         with psycopg.connect(server.admin_url) as conn:
             version = conn.execute("show server_version").fetchone()[0]
-        print(f"PostgreSQL {version}, code of {args.rev or 'this checkout'}, {os.cpu_count()} CPUs, "
-              f"{args.searchers} searchers and 1 editor\n", flush=True)
+        print(f"PostgreSQL {version}, code of {args.rev or 'this checkout'}, {os.cpu_count()} CPUs, {args.searchers} searchers and 1 editor\n", flush=True)
         for size in sizes:
             database = f"deploy_{size}"
             with psycopg.connect(server.admin_url, autocommit=True) as conn:
@@ -163,8 +163,19 @@ def main() -> None:
                 conn.execute("drop role bench_editor")
     print()
     print_table(
-        ["records", "db apply", "apply s", "apply's own s", "searches/s during", "failed searches", "worst search ms",
-         "median search ms", "failed edits", "worst edit ms", "searches/s alone"],
+        [
+            "records",
+            "db apply",
+            "apply s",
+            "apply's own s",
+            "searches/s during",
+            "failed searches",
+            "worst search ms",
+            "median search ms",
+            "failed edits",
+            "worst edit ms",
+            "searches/s alone",
+        ],
         rows,
     )
 

@@ -43,10 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from agent_latency import generated_rows, percentile
-from payrail_embedder import database, golden, golden_rankings, quality
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
-from payrail_embedder.evaluation import run_queries
-from payrail_embedder.write import Change, prepare_change, save_changes
+from payrail_embedder.model import golden_rankings, quality
+from payrail_embedder.model.evaluation import run_queries
+from payrail_embedder.postgres import connection
+from payrail_embedder.registry import golden
+from payrail_embedder.registry.write import Change, prepare_change, save_changes
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, random_embedding
 from throwaway_postgres import throwaway_postgres
@@ -136,7 +138,7 @@ def edits(conn, catalog: list[dict], golden_lines: list[dict]) -> list[tuple[str
 
     def change_of(record: dict, **fields) -> Change:
         record_id, version, _ = rows[(record["provider"], record["method"])]
-        from payrail_embedder.records import ProviderMethod
+        from payrail_embedder.registry.records import ProviderMethod
 
         current = ProviderMethod(record["provider"], record["method"], record["urls"], record["docsUrl"], record["guidance"], record["enabled"])
         return Change(replace(current, **fields), record_id, version)
@@ -176,7 +178,7 @@ def measure(args, dimensions: int) -> list[tuple[str, list[float], str]]:
                 return OpenAIEmbedder(FAKE_MODEL, api_key="bench", base_url=fake.base_url)
 
             rows = []
-            with database.connect(url, autocommit=True) as conn:
+            with connection.connect(url, autocommit=True) as conn:
                 for label, change in edits(conn, catalog, golden_lines):
                     samples, effect = timed(lambda: golden_rankings.effect_of(conn, embedder, prepare_change(conn, embedder, change)), args.repeats)
                     gains, loses, displaced = effect.counts()

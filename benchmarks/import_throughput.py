@@ -92,7 +92,9 @@ def cli_import(url: str, fake: FakeOpenAI, path: Path, scratch: Path) -> tuple[f
     started = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-c", MEASURED_CLI, str(peak_file), "import", "--json", str(path)],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     seconds = time.perf_counter() - started
     if result.returncode != 0:
@@ -124,8 +126,11 @@ def main() -> None:
     with throwaway_postgres(args.postgres, settings) as server, tempfile.TemporaryDirectory(prefix="payrail-import-") as scratch:
         with psycopg.connect(server.admin_url) as conn:
             version = conn.execute("show server_version").fetchone()[0]
-        print(f"PostgreSQL {version}, settings {settings}, {os.cpu_count()} CPUs; embeddings: {FAKE_MODEL} "
-              f"over HTTP, {args.dimensions} dimensions; not analyzed (autovacuum off)\n", flush=True)
+        print(
+            f"PostgreSQL {version}, settings {settings}, {os.cpu_count()} CPUs; embeddings: {FAKE_MODEL} "
+            f"over HTTP, {args.dimensions} dimensions; not analyzed (autovacuum off)\n",
+            flush=True,
+        )
         for size in (int(s) for s in args.sizes.split(",")):
             database = f"import_{size}"
             url = server.registry(database)
@@ -141,17 +146,16 @@ def main() -> None:
                 table_mb = conn.execute(
                     "select (pg_total_relation_size('payrail.provider_methods')"
                     " + pg_total_relation_size('payrail.provider_method_half_vectors')"
-                    " + pg_total_relation_size('payrail.provider_method_list_entries')) / 1e6").fetchone()[0]
-            rows.append([size, f"{path.stat().st_size / 1e6:.0f}", f"{float(table_mb):.0f}", seconds, size / seconds,
-                         peak_mb, *again])
+                    " + pg_total_relation_size('payrail.provider_method_list_entries')) / 1e6"
+                ).fetchone()[0]
+            rows.append([size, f"{path.stat().st_size / 1e6:.0f}", f"{float(table_mb):.0f}", seconds, size / seconds, peak_mb, *again])
             print(f"  done: {size} records", flush=True)
             path.unlink()
             server.drop(database)
     fake.stop()
     print()
     print_table(
-        ["records", "file MB", "tables MB", "import s", "records/s", "peak import MB",
-         "re-import (unchanged) s", "re-import records/s"],
+        ["records", "file MB", "tables MB", "import s", "records/s", "peak import MB", "re-import (unchanged) s", "re-import records/s"],
         rows,
         decimals=1,
     )

@@ -29,7 +29,7 @@ from pathlib import Path
 import psycopg
 
 from payrail_embedder.api import Registry
-from payrail_embedder.search import SearchUnavailable
+from payrail_embedder.registry.search import SearchUnavailable
 from throwaway_postgres import throwaway_postgres
 
 CLI = Path(sys.executable).parent / "payrail-embedder"
@@ -58,8 +58,7 @@ def timed(call) -> tuple[float, str]:
 
 
 def cli_search(url: str) -> str:
-    result = subprocess.run([str(CLI), "search", "--json", QUERY], env={"PAYRAIL_DATABASE_URL": url, "PATH": "/usr/bin:/bin"},
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run([str(CLI), "search", "--json", QUERY], env={"PAYRAIL_DATABASE_URL": url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     return json.loads(result.stdout).get("error", "ok")
 
 
@@ -178,10 +177,13 @@ def main() -> None:
         mcp_stderr.seek(0)
         rows["mcp"]["stderr lines"] = len(mcp_stderr.read().splitlines())
 
-    print(f"outage: {args.runs} runs of warm / stopped / restarted, name-path query {QUERY!r}; medians in ms; not analyzed by the benchmark (autovacuum on, as a server runs)")
+    print(
+        f"outage: {args.runs} runs of warm / stopped / restarted, name-path query {QUERY!r}; medians in ms; not analyzed by the benchmark (autovacuum on, as a server runs)"
+    )
     print("| interface | warm ms | while stopped ms | answer while stopped | first after restart ms | answer after restart | stderr lines |")
     print("|---|---:|---:|---|---:|---|---:|")
     for name, row in rows.items():
+
         def median(phase):
             return f"{statistics.median(ms for ms, _ in row[phase]):.1f}"
 

@@ -57,26 +57,37 @@ FUNCTIONS = {
     "sql_with_set_costs": ("sql", "stable set search_path from current set parallel_setup_cost = 0 set parallel_tuple_cost = 0", FIRST_PASS),
     "plpgsql_return_query": ("plpgsql", "stable", f"begin return query {FIRST_PASS}; end"),
     "plpgsql_select_into": ("plpgsql", "stable", SELECT_INTO.format(source=f"({FIRST_PASS})")),
-    "plpgsql_assignment": ("plpgsql", "stable", f"""
+    "plpgsql_assignment": (
+        "plpgsql",
+        "stable",
+        f"""
 declare
   v_ids bigint[];
 begin
   v_ids := (select pg_catalog.array_agg(n.id order by n.distance) from ({FIRST_PASS}) as n(id, distance));
   return query select i, 0::double precision from pg_catalog.unnest(v_ids) as i;
-end"""),
-    "plpgsql_for_loop": ("plpgsql", "stable", f"""
+end""",
+    ),
+    "plpgsql_for_loop": (
+        "plpgsql",
+        "stable",
+        f"""
 declare
   r record;
 begin
   for r in {FIRST_PASS} loop
     id := r.provider_method_id; distance := r.inner_product; return next;
   end loop;
-end"""),
+end""",
+    ),
     "plpgsql_into_over_sql_inlinable_safe": ("plpgsql", "stable", SELECT_INTO.format(source="shapes.sql_inlinable_safe(p_q, p_limit)")),
     "plpgsql_into_over_sql_with_set": ("plpgsql", "stable", SELECT_INTO.format(source="shapes.sql_with_set(p_q, p_limit)")),
     "plpgsql_into_over_plpgsql_return_query": ("plpgsql", "stable", SELECT_INTO.format(source="shapes.plpgsql_return_query(p_q, p_limit)")),
-    "sql_definer_over_plpgsql": ("sql", "stable security definer set search_path from current",
-                                 "select * from shapes.plpgsql_into_over_plpgsql_return_query(p_q, p_limit)"),
+    "sql_definer_over_plpgsql": (
+        "sql",
+        "stable security definer set search_path from current",
+        "select * from shapes.plpgsql_into_over_plpgsql_return_query(p_q, p_limit)",
+    ),
 }
 TOP_LEVEL = FIRST_PASS.replace("p_q", "%(q)s::vector").replace("p_limit", "64")
 SEARCH_IN_FROM = "select provider, method from payrail.search_provider_methods('shapes', %(q)s, %(model)s)"
@@ -151,14 +162,15 @@ def planned_workers(url: str, sql: str, settings: dict[str, str], role: str | No
 def workers_ran(url: str) -> Callable[[], object]:
     """A reading that grows when parallel workers run: launched workers (PostgreSQL 18) or pages
     read by background workers (16)."""
+
     def read() -> object:
         with psycopg.connect(url, autocommit=True) as conn:
             if conn.info.server_version >= 180000:
-                return conn.execute(
-                    "select parallel_workers_launched from pg_stat_database where datname = current_database()").fetchone()[0]
+                return conn.execute("select parallel_workers_launched from pg_stat_database where datname = current_database()").fetchone()[0]
             return conn.execute(
-                "select coalesce(sum(reads + hits), 0) from pg_stat_io"
-                " where backend_type = 'background worker' and object = 'relation'").fetchone()[0]
+                "select coalesce(sum(reads + hits), 0) from pg_stat_io where backend_type = 'background worker' and object = 'relation'"
+            ).fetchone()[0]
+
     return read
 
 
@@ -170,7 +182,8 @@ def measure(url: str, shapes: dict[str, str], settings: dict[str, str], queries:
     with ExitStack() as stack:
         sessions = {
             (name, workers): session(stack, url, {**settings, "max_parallel_workers_per_gather": str(workers)}, role_for(sql))
-            for name, sql in shapes.items() for workers in (0, 2)
+            for name, sql in shapes.items()
+            for workers in (0, 2)
         }
         times: dict[tuple[str, int], list[float]] = {key: [] for key in sessions}
         ran: dict[str, object] = {}
@@ -188,8 +201,7 @@ def measure(url: str, shapes: dict[str, str], settings: dict[str, str], queries:
                     times[(name, workers)].append(elapsed)
     q = unit_vectors(rng, 1, dimensions)[0]
     return [
-        [name, planned_workers(url, sql, settings, role_for(sql), q), ran[name],
-         statistics.median(times[(name, 0)]), statistics.median(times[(name, 2)])]
+        [name, planned_workers(url, sql, settings, role_for(sql), q), ran[name], statistics.median(times[(name, 0)]), statistics.median(times[(name, 2)])]
         for name, sql in shapes.items()
     ]
 
@@ -220,19 +232,23 @@ def main() -> None:
         with psycopg.connect(urls[args.records]) as conn:
             version = conn.execute("show server_version").fetchone()[0]
         ran = "workers launched per call" if args.postgres >= 18 else "background-worker pages read"
-        print(f"PostgreSQL {version}, {os.cpu_count()} CPUs, {args.records} records of {args.dimensions} dimensions;"
-              f" sessions: {WORKERS_FREE}; p50 of {args.queries} calls; loaded by binary COPY, then vacuum (analyze)\n")
+        print(
+            f"PostgreSQL {version}, {os.cpu_count()} CPUs, {args.records} records of {args.dimensions} dimensions;"
+            f" sessions: {WORKERS_FREE}; p50 of {args.queries} calls; loaded by binary COPY, then vacuum (analyze)\n"
+        )
         headers = ["shape", "workers planned", ran, "p50 ms, 0 workers", "p50 ms, 2 workers"]
-        print_table(headers, measure(urls[args.records], SHAPES, WORKERS_FREE, args.queries, args.dimensions)
-                    + measure(urls[args.records], SEARCHES, {}, args.queries, args.dimensions))
+        print_table(
+            headers,
+            measure(urls[args.records], SHAPES, WORKERS_FREE, args.queries, args.dimensions)
+            + measure(urls[args.records], SEARCHES, {}, args.queries, args.dimensions),
+        )
 
         print("\nSettings: default costs in the session unless stated\n")
         settings_rows = [
             [f"{records} records: {name}", *row[1:]]
             for records, name, shapes, session_settings in [
                 (args.records, "SQL function with a SET clause", {"x": in_from("sql_with_set")}, {}),
-                (args.records, "the same with SET parallel_setup_cost = 0, parallel_tuple_cost = 0 on the function",
-                 {"x": in_from("sql_with_set_costs")}, {}),
+                (args.records, "the same with SET parallel_setup_cost = 0, parallel_tuple_cost = 0 on the function", {"x": in_from("sql_with_set_costs")}, {}),
                 (args.small_records, "payrail.search_provider_methods as payrail_agent", {"x": SEARCH_IN_FROM}, {}),
                 (args.small_records, "top-level SELECT, session costs 0", {"x": TOP_LEVEL}, {"parallel_setup_cost": "0", "parallel_tuple_cost": "0"}),
             ]
@@ -242,8 +258,9 @@ def main() -> None:
             conn.execute("alter table payrail.provider_method_half_vectors set (parallel_workers = 2)")
         settings_rows += [
             [f"{args.small_records} records: top-level SELECT, session costs 0, table option parallel_workers = 2", *row[1:]]
-            for row in measure(urls[args.small_records], {"x": TOP_LEVEL}, {"parallel_setup_cost": "0", "parallel_tuple_cost": "0"},
-                               args.queries, args.dimensions)
+            for row in measure(
+                urls[args.small_records], {"x": TOP_LEVEL}, {"parallel_setup_cost": "0", "parallel_tuple_cost": "0"}, args.queries, args.dimensions
+            )
         ]
         print_table(headers, settings_rows)
 

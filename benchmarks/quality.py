@@ -26,11 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from payrail_embedder import catalog, evaluation, sync
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder, record_text
-from payrail_embedder.records import Line, read_lines
-from payrail_embedder.search import embed_queries
+from payrail_embedder.model import evaluation
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import catalog, labelled_queries, sync
+from payrail_embedder.registry.records import Line, read_lines
+from payrail_embedder.registry.search import embed_queries
 from throwaway_postgres import throwaway_postgres
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,8 +75,8 @@ class BM25:
 # Scoring ------------------------------------------------------------------------------------------
 
 
-def score(queries: Sequence[evaluation.LabelledQuery], rankings: Sequence[Sequence[tuple[str, str]]], names) -> dict:
-    """The metrics of rankings, names compared as the registry compares them (names: evaluation.NormalizedNames)."""
+def score(queries: Sequence[labelled_queries.LabelledQuery], rankings: Sequence[Sequence[tuple[str, str]]], names) -> dict:
+    """The metrics of rankings, names compared as the registry compares them (names: labelled_queries.NormalizedNames)."""
     totals = dict.fromkeys(METRICS, 0.0)
     for labelled, returned in zip(queries, rankings):
         relevant, ranked = [names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned]
@@ -84,17 +85,14 @@ def score(queries: Sequence[evaluation.LabelledQuery], rankings: Sequence[Sequen
     return {name: totals[name] / len(queries) for name in METRICS}
 
 
-def names_a_relevant_provider(labelled: evaluation.LabelledQuery) -> bool:
+def names_a_relevant_provider(labelled: labelled_queries.LabelledQuery) -> bool:
     return any(provider.lower() in labelled.query.lower() for provider, _ in labelled.relevant)
 
 
 def exact_cosine_top3(records: Sequence[dict], matrix: np.ndarray, query_vectors: np.ndarray, names) -> list[list]:
     """The semantic path's order in NumPy (evaluation.nearest_three), as (provider, method) pairs."""
     keys = [names.pair(r["provider"], r["method"]) for r in records]
-    return [
-        [(records[i]["provider"], records[i]["method"]) for i in top]
-        for top in evaluation.nearest_three(matrix, keys, query_vectors)
-    ]
+    return [[(records[i]["provider"], records[i]["method"]) for i in top] for top in evaluation.nearest_three(matrix, keys, query_vectors)]
 
 
 # Variants of what is embedded ---------------------------------------------------------------------
@@ -133,12 +131,8 @@ RECORD_VARIANTS: dict[str, Callable[[str, str, str], str]] = {
     "provider: method + Purpose + category": lambda p, m, g: "\n".join(
         filter(None, [f"{p}: {m}", guidance_lines(g).get("Purpose"), category(guidance_lines(g).get("Notes", ""))])
     ),
-    "guidance without Notes": lambda p, m, g: "\n".join(
-        filter(None, [f"{p}: {m}", guidance_lines(g).get("Purpose"), guidance_lines(g).get("Instructions")])
-    ),
-    "guidance without Instructions": lambda p, m, g: "\n".join(
-        filter(None, [f"{p}: {m}", guidance_lines(g).get("Purpose"), guidance_lines(g).get("Notes")])
-    ),
+    "guidance without Notes": lambda p, m, g: "\n".join(filter(None, [f"{p}: {m}", guidance_lines(g).get("Purpose"), guidance_lines(g).get("Instructions")])),
+    "guidance without Instructions": lambda p, m, g: "\n".join(filter(None, [f"{p}: {m}", guidance_lines(g).get("Purpose"), guidance_lines(g).get("Notes")])),
     "Purpose + plain parameters (no HTTP/labels/types)": lambda p, m, g: "\n".join(
         filter(
             None,
@@ -186,13 +180,13 @@ def run_variants(records: list[dict], queries: list, embedder: LocalEmbedder, pr
 # The registry ---------------------------------------------------------------------------------------
 
 
-def benchmark_data(eval_dir: Path) -> tuple[list[Line], list[evaluation.LabelledQuery]]:
+def benchmark_data(eval_dir: Path) -> tuple[list[Line], list[labelled_queries.LabelledQuery]]:
     """The benchmark's records (records.jsonl, every line valid) and dev queries (queries-dev.jsonl)."""
     lines = list(read_lines(eval_dir / "records.jsonl"))
     refused = [line for line in lines if not isinstance(line, Line)]
     if refused:
         sys.exit(f"records refused: {refused[:3]}")
-    return lines, evaluation.read_labelled_queries(eval_dir / "queries-dev.jsonl")
+    return lines, labelled_queries.read_labelled_queries(eval_dir / "queries-dev.jsonl")
 
 
 def imported_registry(server, name: str, embedder: LocalEmbedder, lines: Sequence[Line]) -> tuple[str, float]:
@@ -235,9 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--eval-dir", type=Path, default=DEFAULT_EVAL_DIR, help="holds records.jsonl, queries-dev.jsonl")
     parser.add_argument("--variants", action="store_true", help="also measure variants of the embedded texts")
-    parser.add_argument(
-        "--runtime", choices=LOCAL_RUNTIMES, default="onnx", help="run the local model on ONNX Runtime (the product's) or torch"
-    )
+    parser.add_argument("--runtime", choices=LOCAL_RUNTIMES, default="onnx", help="run the local model on ONNX Runtime (the product's) or torch")
     args = parser.parse_args()
     records_path, queries_path = args.eval_dir / "records.jsonl", args.eval_dir / "queries-dev.jsonl"
     lines, queries = benchmark_data(args.eval_dir)
@@ -252,8 +244,7 @@ def main() -> None:
         with connect(sync_url, autocommit=True) as conn:
             with conn.cursor() as cursor:
                 cursor.executemany(
-                    "insert into payrail.provider_methods (provider, method, urls, docs_url, guidance)"
-                    " values (%s, %s, %s, %s, %s)",
+                    "insert into payrail.provider_methods (provider, method, urls, docs_url, guidance) values (%s, %s, %s, %s, %s)",
                     [(ln.record.provider, ln.record.method, ln.record.urls, ln.record.docs_url, ln.record.guidance) for ln in lines],
                 )
             started = time.perf_counter()
@@ -269,10 +260,12 @@ def main() -> None:
             unnamed = [i for i, q in enumerate(queries) if not names_a_relevant_provider(q)]
             product_unnamed = evaluation.evaluate(conn, lambda: embedder, [queries[i] for i in unnamed])
             records = stored_records(conn)
-            names = evaluation.NormalizedNames(conn, [*((r["provider"], r["method"]) for r in records), *(pair for q in queries for pair in q.relevant)])
+            names = labelled_queries.NormalizedNames(conn, [*((r["provider"], r["method"]) for r in records), *(pair for q in queries for pair in q.relevant)])
 
     print(f"records: {len(records)} ({records_path}); dev queries: {len(queries)} ({queries_path})")
-    print(f"model: {embedder.model_name} on the {embedder.runtime} runtime, {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)")
+    print(
+        f"model: {embedder.model_name} on the {embedder.runtime} runtime, {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)"
+    )
     print(f"product record_text: {record_text('PROVIDER', 'METHOD', 'GUIDANCE')!r}")
     print_table(
         ["write path (local model)", "records", "seconds", "records/s"],
@@ -298,8 +291,7 @@ def main() -> None:
         print(f"variants (dev only, exact cosine in NumPy, {len(records)} records, {len(queries)} queries)")
         print_table(
             ["record text", "query text", *METRICS, "embedding s"],
-            [(r, q, *(m[k] for k in METRICS), s) for r, q, m, s in variant_rows]
-            + [("BM25 baseline", "-", *(bm25_metrics[k] for k in METRICS), 0.0)],
+            [(r, q, *(m[k] for k in METRICS), s) for r, q, m, s in variant_rows] + [("BM25 baseline", "-", *(bm25_metrics[k] for k in METRICS), 0.0)],
         )
 
 

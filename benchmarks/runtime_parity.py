@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from payrail_embedder import evaluation, search
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder
 from payrail_embedder.embedders.local_model import SAME_MODEL_TOLERANCE, cosine_distances
+from payrail_embedder.model import evaluation
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import search
 from quality import DEFAULT_EVAL_DIR, METRICS, benchmark_data, imported_registry, print_table, stored_records
 from throwaway_postgres import throwaway_postgres
 
@@ -44,9 +45,7 @@ def answers(conn, embedder: LocalEmbedder, queries, vectors) -> list[list[tuple[
 
 def pgvector_distances(conn, query_vector: np.ndarray) -> np.ndarray:
     """pgvector's cosine distance from the query to every enabled record, in id order."""
-    rows = conn.execute(
-        "select embedding <=> %s from payrail.provider_methods where enabled order by id", (query_vector,)
-    ).fetchall()
+    rows = conn.execute("select embedding <=> %s from payrail.provider_methods where enabled order by id", (query_vector,)).fetchall()
     return np.array([row[0] for row in rows])
 
 
@@ -88,7 +87,9 @@ def main() -> None:
         results = {runtime: run_runtime(server, runtime, lines, queries) for runtime in LOCAL_RUNTIMES}
     torch_run, onnx_run = results["torch"], results["onnx"]
 
-    print(f"{len(lines)} records, {len(queries)} dev queries ({args.eval_dir}); {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)")
+    print(
+        f"{len(lines)} records, {len(queries)} dev queries ({args.eval_dir}); {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)"
+    )
     print_table(
         ["runtime", "import: records/s", "queries embedded in one batch: s"],
         [(r, len(lines) / results[r]["import_seconds"], results[r]["query_seconds"]) for r in LOCAL_RUNTIMES],
@@ -96,9 +97,7 @@ def main() -> None:
 
     keys = [(r["provider"], r["method"]) for r in torch_run["records"]]
     assert keys == [(r["provider"], r["method"]) for r in onnx_run["records"]], "the registries hold other records"
-    record_distances = cosine_distances(
-        np.array([r["embedding"] for r in onnx_run["records"]]), np.array([r["embedding"] for r in torch_run["records"]])
-    )
+    record_distances = cosine_distances(np.array([r["embedding"] for r in onnx_run["records"]]), np.array([r["embedding"] for r in torch_run["records"]]))
     query_distances = cosine_distances(onnx_run["queries"], torch_run["queries"])
     print_table(
         ["vectors (onnx vs torch)", "count", "max cosine distance", "max allowed", "all within"],

@@ -30,19 +30,17 @@ from pathlib import Path
 from psycopg import pq
 
 from agent_latency import DIMENSIONS, percentile
-from payrail_embedder import catalog, database, stored
 from payrail_embedder.backoffice import actions
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.records import Line, ProviderMethod
+from payrail_embedder.postgres import connection
+from payrail_embedder.registry import catalog, stored
+from payrail_embedder.registry.records import Line, ProviderMethod
 from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, random_embedding
 from throwaway_postgres import throwaway_postgres
 
 
 def generated_records(count: int) -> list[ProviderMethod]:
-    return [
-        ProviderMethod(f"Provider {i // 10}", f"method {i}", [f"https://api.example.com/{i}"], None, f"Does thing {i}.", True)
-        for i in range(count)
-    ]
+    return [ProviderMethod(f"Provider {i // 10}", f"method {i}", [f"https://api.example.com/{i}"], None, f"Does thing {i}.", True) for i in range(count)]
 
 
 def traffic(trace_file: Path) -> tuple[int, int]:
@@ -84,7 +82,7 @@ def main() -> None:
     records = generated_records(args.records)
     with throwaway_postgres(args.postgres) as server, tempfile.TemporaryDirectory(prefix="payrail-bench-") as scratch:
         url = server.registry("payrail_bench")
-        with database.connect(url, autocommit=True) as conn:
+        with connection.connect(url, autocommit=True) as conn:
             lines = [Line("generated", i + 1, record) for i, record in enumerate(records)]
             catalog.import_records(conn, lambda: embedder, lines)
             ids = iter([row[0] for row in conn.execute("select id from payrail.provider_methods order by id")])

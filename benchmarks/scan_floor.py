@@ -34,9 +34,7 @@ from pgvector.psycopg import register_vector
 from threadpoolctl import threadpool_limits
 
 from import_throughput import print_table, start_fake
-from search_speed import (
-    DEFAULT_SETTINGS, MODEL, SEARCH, analyze, catalog_vectors, load_by_copy, load_by_import, shared_buffers_for, timed,
-    top3, unit_vectors)
+from search_speed import DEFAULT_SETTINGS, MODEL, SEARCH, analyze, catalog_vectors, load_by_copy, load_by_import, shared_buffers_for, timed, top3, unit_vectors
 from throwaway_postgres import throwaway_postgres
 
 HALF_VECTORS = "payrail.provider_method_half_vectors"
@@ -70,14 +68,14 @@ def parts(url: str, matrix: np.ndarray, queries: list[np.ndarray]) -> list[tuple
         # A materialized CTE keeps the vector a value read from memory (a parameter alone would
         # be folded into a constant, and the distance computed once).
         loop = "with q as materialized (select %s::halfvec as h) select {} from q, pg_catalog.generate_series(1, %s)"
-        in_cache = (p50_ms(sql(loop.format("max(q.h <#> q.h)"), records), queries)
-                    - p50_ms(sql(loop.format("count(q.h)"), records), queries))
+        in_cache = p50_ms(sql(loop.format("max(q.h <#> q.h)"), records), queries) - p50_ms(sql(loop.format("count(q.h)"), records), queries)
         scan = p50_ms(sql(f"select max(unit_embedding <#> %s::halfvec) from {HALF_VECTORS}"), queries)
         nearest = p50_ms(sql(f"select provider_method_id from {HALF_VECTORS} order by unit_embedding <#> %s::halfvec limit 64"), queries)
         # Pages the scan found in shared_buffers and pages it had the kernel copy in: a sequential
         # scan of a table over a quarter of shared_buffers reads through a small ring of buffers.
-        plan = conn.execute(f"explain (analyze, buffers, format json) select max(unit_embedding <#> %s::halfvec) from {HALF_VECTORS}",
-                            (HalfVector(queries[0]),)).fetchone()[0][0]["Plan"]
+        plan = conn.execute(
+            f"explain (analyze, buffers, format json) select max(unit_embedding <#> %s::halfvec) from {HALF_VECTORS}", (HalfVector(queries[0]),)
+        ).fetchone()[0][0]["Plan"]
         print(f"the first pass's scan found {plan['Shared Hit Blocks']:,} pages in shared_buffers and read {plan['Shared Read Blocks']:,}\n")
         conn.execute("reset all")
         conn.execute("set max_parallel_workers_per_gather = 0")
@@ -104,8 +102,7 @@ def main() -> None:
     parser.add_argument("--load", choices=["import", "copy"], default="import", help="how records are loaded (see above)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a postgresql.conf setting")
     args = parser.parse_args()
-    settings = {**DEFAULT_SETTINGS, "shared_buffers": shared_buffers_for(args.records, args.dimensions),
-                **dict(item.split("=", 1) for item in args.set)}
+    settings = {**DEFAULT_SETTINGS, "shared_buffers": shared_buffers_for(args.records, args.dimensions), **dict(item.split("=", 1) for item in args.set)}
     matrix = catalog_vectors(args.records, args.dimensions)
     queries = list(unit_vectors(np.random.default_rng(args.records), args.queries, args.dimensions))
     with throwaway_postgres(18, settings) as server, tempfile.TemporaryDirectory(prefix="payrail-floor-") as scratch:
@@ -118,11 +115,16 @@ def main() -> None:
             loaded = load_by_copy(url, matrix, None)
         analyze(url)
         with psycopg.connect(url) as conn:
-            shown = dict(conn.execute(
-                "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
-                (["server_version", "shared_buffers", "huge_pages", "huge_pages_status"],)).fetchall())
-        print(f"{args.records:,} records of {args.dimensions} dimensions loaded by {args.load}: {loaded} (s{', peak memory' if args.load == 'import' else ''}), then vacuum (analyze)"
-              f" and every page cached; {shown}; one core (no parallel workers); p50 of {args.queries} runs\n")
+            shown = dict(
+                conn.execute(
+                    "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
+                    (["server_version", "shared_buffers", "huge_pages", "huge_pages_status"],),
+                ).fetchall()
+            )
+        print(
+            f"{args.records:,} records of {args.dimensions} dimensions loaded by {args.load}: {loaded} (s{', peak memory' if args.load == 'import' else ''}), then vacuum (analyze)"
+            f" and every page cached; {shown}; one core (no parallel workers); p50 of {args.queries} runs\n"
+        )
         rows = parts(url, matrix, queries)
     numpy_ms = rows[0][1]
     print_table(["part", "p50 ms", "/ NumPy 1 thread"], [[name, ms, f"{ms / numpy_ms:.2f}x"] for name, ms in rows])

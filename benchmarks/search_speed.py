@@ -40,7 +40,7 @@ from pathlib import Path
 # 110 ms), on the cores the search measured next needs: its leader and worker ran up to 2x slower.
 # Threads that sleep at once leave the machine to the search.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-import numpy as np  # noqa: E402 (after the setting OpenBLAS reads when it loads)
+import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from threadpoolctl import threadpool_limits
@@ -121,8 +121,19 @@ def load_by_copy(url: str, matrix: np.ndarray, storage: str | None) -> str:
             copy.set_types(["text", "text", "text[]", "text", "text", "bool", "vector", "text", "bytea"])
             for number, vector in enumerate(matrix):
                 r = catalog_record(number)
-                copy.write_row((r["provider"], r["method"], r["urls"], r["docsUrl"], r["guidance"], True, vector, MODEL,
-                                content_hash(r["provider"], r["method"], r["guidance"])))
+                copy.write_row(
+                    (
+                        r["provider"],
+                        r["method"],
+                        r["urls"],
+                        r["docsUrl"],
+                        r["guidance"],
+                        True,
+                        vector,
+                        MODEL,
+                        content_hash(r["provider"], r["method"], r["guidance"]),
+                    )
+                )
     return f"{time.perf_counter() - started:.1f}"
 
 
@@ -165,8 +176,7 @@ def first_pass_workers(url: str, table: str, queries: list[np.ndarray]) -> tuple
     plans: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
-        relid, scans_before = conn.execute(
-            "select relid, seq_scan from pg_stat_user_tables where relid = %s::regclass", (table,)).fetchone()
+        relid, scans_before = conn.execute("select relid, seq_scan from pg_stat_user_tables where relid = %s::regclass", (table,)).fetchone()
         conn.add_notice_handler(lambda notice: plans.append(notice.message_detail or ""))
         conn.execute("set debug_print_plan = on")
         conn.execute("set client_min_messages = log")
@@ -185,8 +195,7 @@ def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generat
     without workers and the name path, interleaved (the name query right after a semantic one,
     whose scan has evicted the CPU caches), then the name path back to back."""
     count, dimensions = matrix.shape
-    times: dict[str, list[float]] = {
-        "numpy": [], "numpy all cores": [], "semantic": [], "semantic one core": [], "name after semantic": [], "name": []}
+    times: dict[str, list[float]] = {"numpy": [], "numpy all cores": [], "semantic": [], "semantic one core": [], "name after semantic": [], "name": []}
     with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url, autocommit=True) as one_core:
         register_vector(conn)
         register_vector(one_core)
@@ -272,9 +281,12 @@ def main() -> None:
         with psycopg.connect(server.admin_url) as conn:
             version = conn.execute("show server_version").fetchone()[0]
             # huge_pages_status (PostgreSQL 17 and later) says whether huge pages were obtained.
-            shown = dict(conn.execute(
-                "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
-                (["shared_buffers", "max_parallel_workers_per_gather", "jit", "huge_pages", "huge_pages_status", "autovacuum"],)).fetchall())
+            shown = dict(
+                conn.execute(
+                    "select name, setting || coalesce(unit, '') from pg_settings where name = any(%s) order by name",
+                    (["shared_buffers", "max_parallel_workers_per_gather", "jit", "huge_pages", "huge_pages_status", "autovacuum"],),
+                ).fetchall()
+            )
         print(f"PostgreSQL {version}, settings {shown}, {os.cpu_count()} CPUs; NumPy {np.__version__} on 1 BLAS thread and on all cores")
         print(f"loaded by {args.load}; measured right after the load (never analyzed) and after vacuum (analyze)")
         print(f"{args.queries} timed queries per size, interleaved; throughput over {args.seconds:.0f} s per column\n", flush=True)
@@ -314,14 +326,26 @@ def main() -> None:
                     numpy_p50 = statistics.median(times["numpy"])
                     semantic_p50 = statistics.median(times["semantic"])
                     rows.append(
-                        [dimensions, size, state, first_pass, f"{float(table_mb):.0f}",
-                         "-" if derived_mb is None else f"{float(derived_mb):.0f}", load_seconds,
-                         numpy_p50, statistics.median(times["numpy all cores"]),
-                         semantic_p50, percentile(times["semantic"], 0.95), statistics.median(times["semantic one core"]),
-                         f"{planned}/{launched:.1f}", f"{semantic_p50 / numpy_p50:.1f}x",
-                         statistics.median(times["name"]), percentile(times["name"], 0.95),
-                         statistics.median(times["name after semantic"]),
-                         *[f"{q:.1f}" for q in qps]]
+                        [
+                            dimensions,
+                            size,
+                            state,
+                            first_pass,
+                            f"{float(table_mb):.0f}",
+                            "-" if derived_mb is None else f"{float(derived_mb):.0f}",
+                            load_seconds,
+                            numpy_p50,
+                            statistics.median(times["numpy all cores"]),
+                            semantic_p50,
+                            percentile(times["semantic"], 0.95),
+                            statistics.median(times["semantic one core"]),
+                            f"{planned}/{launched:.1f}",
+                            f"{semantic_p50 / numpy_p50:.1f}x",
+                            statistics.median(times["name"]),
+                            percentile(times["name"], 0.95),
+                            statistics.median(times["name after semantic"]),
+                            *[f"{q:.1f}" for q in qps],
+                        ]
                     )
                     print(f"  done: {dimensions} dimensions, {size} records, {state}, {first_pass} first pass", flush=True)
                 server.drop(database)
@@ -329,10 +353,26 @@ def main() -> None:
         fake.stop()
     print()
     print_table(
-        ["dims", "records", "state", "first pass", "tables MB", "derived MB", "load s (import's peak memory)", "numpy 1 thread p50 ms",
-         f"numpy {os.cpu_count()} threads p50 ms", "semantic p50 ms", "semantic p95 ms", "semantic no workers p50 ms",
-         "workers planned/launched", "semantic/numpy 1 thread p50", "name p50 ms", "name p95 ms",
-         "name after semantic p50 ms", *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients]],
+        [
+            "dims",
+            "records",
+            "state",
+            "first pass",
+            "tables MB",
+            "derived MB",
+            "load s (import's peak memory)",
+            "numpy 1 thread p50 ms",
+            f"numpy {os.cpu_count()} threads p50 ms",
+            "semantic p50 ms",
+            "semantic p95 ms",
+            "semantic no workers p50 ms",
+            "workers planned/launched",
+            "semantic/numpy 1 thread p50",
+            "name p50 ms",
+            "name p95 ms",
+            "name after semantic p50 ms",
+            *[f"semantic q/s {c} client{'s' if c > 1 else ''}" for c in clients],
+        ],
         rows,
     )
 

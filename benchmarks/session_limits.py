@@ -77,8 +77,11 @@ def login(admin_url: str, name: str, limits: dict[str, str]) -> str:
         conn.execute(sql.SQL("create role {} login in role payrail_agent").format(sql.Identifier(name)))
         # Only for "check alone", which calls the check as the login: agents call it through search.
         conn.execute(
-            sql.SQL("grant execute on function payrail._refuse_lifted_limits(), payrail._session_login_limits(), "
-                    "payrail._login_limits_of(name), payrail._milliseconds(text) to {}").format(sql.Identifier(name)))
+            sql.SQL(
+                "grant execute on function payrail._refuse_lifted_limits(), payrail._session_login_limits(), "
+                "payrail._login_limits_of(name), payrail._milliseconds(text) to {}"
+            ).format(sql.Identifier(name))
+        )
         for setting, value in limits.items():
             conn.execute(sql.SQL("alter role {} set {} = {}").format(sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)))
     user_and_host = admin_url.split("@", 1)
@@ -118,8 +121,7 @@ def main() -> None:
         print("| login | path | p50 us, with the check | p50 us, without | difference | p90 us, with | p90 us, without |")
         print("|---|---|---:|---:|---:|---:|---:|")
         with psycopg.connect(url, autocommit=True) as admin:
-            installed = admin.execute(
-                "select pg_catalog.pg_get_functiondef('payrail._refuse_lifted_limits()'::pg_catalog.regprocedure)").fetchone()[0]
+            installed = admin.execute("select pg_catalog.pg_get_functiondef('payrail._refuse_lifted_limits()'::pg_catalog.regprocedure)").fetchone()[0]
             for label, login_url in logins.items():
                 for path, (statement, arguments) in paths.items():
                     measured: dict[bool, list[float]] = {True: [], False: []}
@@ -133,8 +135,10 @@ def main() -> None:
                     admin.execute(installed)
                     p50 = {checked: statistics.median(times) for checked, times in measured.items()}
                     p90 = {checked: statistics.quantiles(times, n=10)[-1] for checked, times in measured.items()}
-                    print(f"| {label} | {path} | {p50[True]:.0f} | {p50[False]:.0f} | {p50[True] - p50[False]:+.0f} "
-                          f"({(p50[True] / p50[False] - 1) * 100:+.1f}%) | {p90[True]:.0f} | {p90[False]:.0f} |")
+                    print(
+                        f"| {label} | {path} | {p50[True]:.0f} | {p50[False]:.0f} | {p50[True] - p50[False]:+.0f} "
+                        f"({(p50[True] / p50[False] - 1) * 100:+.1f}%) | {p90[True]:.0f} | {p90[False]:.0f} |"
+                    )
         print("\nInside the server (one statement of many calls, best of 4), us a call:\n")
         print("| login | check alone | name search | check / name | semantic search | check / semantic |")
         print("|---|---:|---:|---:|---:|---:|")

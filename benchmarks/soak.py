@@ -44,11 +44,11 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 
-from payrail_embedder import catalog, sync
-from payrail_embedder.deploy import apply_schema
-from payrail_embedder.embedders import OpenAIEmbedder, record_text
-from payrail_embedder.records import Line, ProviderMethod
-from payrail_embedder.search import embed_queries
+from payrail_embedder.embedders import Embedder, OpenAIEmbedder, record_text
+from payrail_embedder.postgres.deploy import apply_schema
+from payrail_embedder.registry import catalog, sync
+from payrail_embedder.registry.records import Line, ProviderMethod
+from payrail_embedder.registry.search import embed_queries
 from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding
 from payrail_test_support.search_checker import SEARCH_SQL, check_answer
 
@@ -131,9 +131,7 @@ class Tally:
 
 def connect(url: str, name: str, **kwargs) -> psycopg.Connection:
     # Bounded: no statement or lock wait can outlive the run by much.
-    conn = psycopg.connect(
-        url, application_name=f"payrail-soak-{name}", options="-c statement_timeout=20s -c lock_timeout=20s", **kwargs
-    )
+    conn = psycopg.connect(url, application_name=f"payrail-soak-{name}", options="-c statement_timeout=20s -c lock_timeout=20s", **kwargs)
     register_vector(conn)
     return conn
 
@@ -143,7 +141,7 @@ def run_until(deadline: float, worker: str, tally: Tally, step) -> None:
     while time.monotonic() < deadline:
         try:
             step()
-        except Exception as error:  # noqa: BLE001 (every failure is counted, none stops the run)
+        except Exception as error:
             tally.error(worker, error)
             time.sleep(0.1)
 
@@ -232,9 +230,7 @@ class Editor:
 
     def pick(self, enabled: bool | None = None) -> int | None:
         candidates = [
-            record_id
-            for record_id, states in self.log.items()
-            if record_id not in self.awaiting_sync and (enabled is None or states[-1][5] == enabled)
+            record_id for record_id, states in self.log.items() if record_id not in self.awaiting_sync and (enabled is None or states[-1][5] == enabled)
         ]
         return self.rng.choice(candidates) if candidates else None
 
@@ -273,9 +269,7 @@ class Editor:
             return
         urls = [f"https://api.example.com/{self.rng.choice(WORDS)}/{self.counter}/{n}" for n in range(self.rng.randint(0, 3))]
         docs_url = self.rng.choice([None, f"https://docs.example.com/{self.counter}"])
-        self.update(
-            "urls", "update payrail.provider_methods set urls = %s, docs_url = %s where id = %s", (urls, docs_url, record_id)
-        )
+        self.update("urls", "update payrail.provider_methods set urls = %s, docs_url = %s where id = %s", (urls, docs_url, record_id))
 
     def rewrite_draft(self) -> None:
         record_id = self.pick(enabled=False)
@@ -300,9 +294,7 @@ class Editor:
             )
         else:
             self.update("cycle_disable", "update payrail.provider_methods set enabled = false where id = %s", (record_id,))
-            self.update(
-                "cycle_edit", "update payrail.provider_methods set guidance = %s where id = %s", (guidance, record_id)
-            )
+            self.update("cycle_edit", "update payrail.provider_methods set guidance = %s where id = %s", (guidance, record_id))
         self.awaiting_sync.add(record_id)
 
     def finish_cycles(self) -> None:
@@ -311,8 +303,7 @@ class Editor:
         # Enabled only once sync gave it a vector of its new content (the rules refuse it before).
         done = self.update(
             "cycle_enable",
-            "update payrail.provider_methods set enabled = true"
-            " where id = any(%s) and embedding is not null and embedding_content_hash = content_hash",
+            "update payrail.provider_methods set enabled = true where id = any(%s) and embedding is not null and embedding_content_hash = content_hash",
             (sorted(self.awaiting_sync),),
         )
         self.awaiting_sync -= set(done)
@@ -346,7 +337,7 @@ def state(row) -> tuple:
 # --- sync loop -----------------------------------------------------------------------------------
 
 
-class SlowEmbedder:
+class SlowEmbedder(Embedder):
     """The fake, as slow as a real model: the editor's edits land between sync's read and its write."""
 
     def __init__(self, embedder: OpenAIEmbedder):
@@ -363,9 +354,7 @@ class SlowEmbedder:
 class SyncLoop:
     def __init__(self, url: str, fake: FakeOpenAI, tally: Tally):
         self.conn = connect(url, "sync", autocommit=True)
-        self.embedder = SlowEmbedder(
-            OpenAIEmbedder(FAKE_MODEL, api_key="soak", base_url=fake.base_url, timeout=10, max_retries=0)
-        )
+        self.embedder = SlowEmbedder(OpenAIEmbedder(FAKE_MODEL, api_key="soak", base_url=fake.base_url, timeout=10, max_retries=0))
         self.tally = tally
 
     def step(self) -> None:
@@ -416,14 +405,10 @@ def final_checks(url: str, fake: FakeOpenAI, editor: Editor, tally: Tally) -> di
             label = f"record {r['id']} ({r['provider']} / {r['method']})"
             if r["embedding"] is None or not r["hash_current"] or r["embedding_model"] != r["registry_model"]:
                 tally.violation(f"final: {label} has no vector of its current content")
-            elif not np.allclose(
-                r["embedding"].to_numpy(), fake_embedding(record_text(r["provider"], r["method"], r["guidance"])), atol=1e-6
-            ):
+            elif not np.allclose(r["embedding"].to_numpy(), fake_embedding(record_text(r["provider"], r["method"], r["guidance"])), atol=1e-6):
                 tally.violation(f"final: the vector of {label} was not made from its content")
         history: dict[int, list[tuple]] = {}
-        for row in conn.execute(
-            f"select provider_method_id, operation, {STATE_COLUMNS} from payrail.provider_method_history order by id"
-        ).fetchall():
+        for row in conn.execute(f"select provider_method_id, operation, {STATE_COLUMNS} from payrail.provider_method_history order by id").fetchall():
             if row[1] != "update":
                 tally.violation(f"history: unexpected {row[1]} of record {row[0]}")
             history.setdefault(row[0], []).append(state(row[2:]))

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from payrail_embedder.embedders import Embedder
+
 WORDS = (
     "hotel availability flight offers weather forecast payment refund invoice geocode address route "
     "sms email translate currency exchange rate stock quote search index image caption speech text "
@@ -41,7 +43,7 @@ def generated_records(count: int) -> list[tuple[str, str, str]]:
     return records
 
 
-class CountingEmbedder:
+class CountingEmbedder(Embedder):
     """Counts the embed() calls sync makes: one per batch, i.e. one request to the backend."""
 
     def __init__(self, embedder):
@@ -58,9 +60,9 @@ class CountingEmbedder:
 def run(server, name: str, embedder, records, count_requests) -> dict:
     import psycopg
 
-    from payrail_embedder import sync
-    from payrail_embedder.database import connect
-    from payrail_embedder.deploy import apply_schema
+    from payrail_embedder.postgres.connection import connect
+    from payrail_embedder.postgres.deploy import apply_schema
+    from payrail_embedder.registry import sync
 
     with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
         conn.execute(f"drop database if exists bench_{name}")
@@ -118,7 +120,9 @@ def main() -> None:
             fake.stop()
         server.cleanup()
 
-    print(f"sync of {args.records} generated drafts, embedded PostgreSQL 18, {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)\n")
+    print(
+        f"sync of {args.records} generated drafts, embedded PostgreSQL 18, {os.cpu_count()} CPUs; not analyzed by the benchmark (autovacuum on, as a server runs)\n"
+    )
     print("| backend | model | batch | records | seconds | records/s | requests | requests per 1,000 records |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:

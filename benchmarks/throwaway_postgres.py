@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.embedded import pgserver
-from payrail_embedder.deploy import apply_schema
+from payrail_embedder.postgres.deploy import apply_schema
+from payrail_embedder.postgres.local_server import pgserver
 
 
 @contextlib.contextmanager
@@ -24,9 +24,7 @@ def throwaway_postgres(version: int = 18, settings: dict[str, str] | None = None
     """Starts a fresh server with `settings` appended to its postgresql.conf; deletes it afterwards."""
     with tempfile.TemporaryDirectory(prefix="payrail-bench-") as root:
         os.chmod(root, 0o755)  # the server may run as another system user (when started as root)
-        handle = pgserver().get_server(
-            Path(root) / "pgdata", postgres_version=version, cleanup_mode="delete", start=False
-        )
+        handle = pgserver().get_server(Path(root) / "pgdata", postgres_version=version, cleanup_mode="delete", start=False)
         handle.ensure_pgdata_inited()
         if settings:
             with (handle.pgdata / "postgresql.conf").open("a") as conf:

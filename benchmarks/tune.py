@@ -49,9 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
-from payrail_embedder import evaluation, tuning
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import LocalEmbedder
+from payrail_embedder.model import evaluation, tuning
+from payrail_embedder.postgres.connection import connect
 from payrail_test_support import CLI
 from quality import DEFAULT_EVAL_DIR, benchmark_data, imported_registry, print_table
 from throwaway_postgres import throwaway_postgres
@@ -214,22 +214,42 @@ def main() -> None:
 
                 reset_peak_resident()
                 report = tuning.tune(
-                    conn, bundled, Path(scratch) / name, golden_file if name != "records" else None, options,
-                    announce=announce, progress=show_progress, measure=measure,
-                )  # fmt: skip
+                    conn,
+                    bundled,
+                    Path(scratch) / name,
+                    golden_file if name != "records" else None,
+                    options,
+                    announce=announce,
+                    progress=show_progress,
+                    measure=measure,
+                )
                 peak = round(peak_resident_mib(os.getpid()))
                 decision = f"{'better' if report.better else 'not better'}: MRR@3 {report.before.metrics['mrr@3']:.3f} -> {report.after.metrics['mrr@3']:.3f}"
                 deciding, final = report.plan, report.final
                 rows.append(
-                    (f"{label}, split-decided ({deciding.pairs} pairs, {epochs} ep)", *(versus_bundled(bundled_report, measured["tune"], m, args.seed) for m in SHOWN), decision, round(report.training_seconds), peak)
+                    (
+                        f"{label}, split-decided ({deciding.pairs} pairs, {epochs} ep)",
+                        *(versus_bundled(bundled_report, measured["tune"], m, args.seed) for m in SHOWN),
+                        decision,
+                        round(report.training_seconds),
+                        peak,
+                    )
                 )
                 rows.append(
-                    (f"{label}, final ({final.pairs} pairs, {epochs} ep)", *(versus_bundled(bundled_report, measured["tune_final"], m, args.seed) for m in SHOWN), "kept (forced)" if not report.better else "kept", round(final.training_seconds), peak)
+                    (
+                        f"{label}, final ({final.pairs} pairs, {epochs} ep)",
+                        *(versus_bundled(bundled_report, measured["tune_final"], m, args.seed) for m in SHOWN),
+                        "kept (forced)" if not report.better else "kept",
+                        round(final.training_seconds),
+                        peak,
+                    )
                 )
                 # Each configuration as soon as it is measured: a long run interrupted still leaves its figures.
                 print("  " + " | ".join(str(cell) for cell in rows[-2]), flush=True)
                 print("  " + " | ".join(str(cell) for cell in rows[-1]), flush=True)
-            print(f"\non the {len(test)} held-out test queries (paired bootstrap vs bundled, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))")
+            print(
+                f"\non the {len(test)} held-out test queries (paired bootstrap vs bundled, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))"
+            )
             print_table(TABLE_HEADERS, rows)
             records = [
                 {"provider": p, "method": m, "guidance": g}
@@ -249,7 +269,16 @@ def main() -> None:
                 tuned, seconds, cpu, peak = run_tune_process(env, golden, command)
                 training = tuned["training"]
                 cost.append(
-                    (size, training["pairs"], training["steps"], round(tuned["estimatedSeconds"] / 60, 1), round(training["seconds"] / 60, 1), round(seconds / 60, 1), round(cpu / 60, 1), round(peak))
+                    (
+                        size,
+                        training["pairs"],
+                        training["steps"],
+                        round(tuned["estimatedSeconds"] / 60, 1),
+                        round(training["seconds"] / 60, 1),
+                        round(seconds / 60, 1),
+                        round(cpu / 60, 1),
+                        round(peak),
+                    )
                 )
                 print(f"cost at {size} golden queries: {dict(zip(COST_HEADERS, cost[-1]))}", flush=True)
             print(f"\ncost of `model tune` ({args.epochs} epochs, batch 32, {args.threads} thread(s), default validation fraction), a new process each")

@@ -8,6 +8,7 @@ set client_min_messages = warning;
 \ir schema/000-extensions.sql
 \ir schema/005-roles.sql
 \ir schema/010-schema.sql
+\ir schema/011-ddl_helpers.sql
 \ir schema/012-deployments.sql
 \ir upgrades/001-provider_methods_version.sql
 \ir upgrades/002-provider_method_history_version.sql
@@ -17,6 +18,7 @@ set client_min_messages = warning;
 \ir upgrades/006-saved_by.sql
 \ir upgrades/007-lookalikes.sql
 \ir upgrades/008-delete_provider_method_golden_queries.sql
+\ir upgrades/009-run_upgrade_step.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql

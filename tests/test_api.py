@@ -10,8 +10,9 @@ import psycopg
 import pytest
 
 import payrail_embedder
-from payrail_embedder import api, pool
+from payrail_embedder import api
 from payrail_embedder.api import Match, Registry
+from payrail_embedder.postgres import pool
 from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 from payrail_test_support.ports import unused_port
 
@@ -91,9 +92,7 @@ def test_module_level_call_uses_one_default_registry(agent_env, monkeypatch):
     monkeypatch.setattr(api, "_default_registry", None)
     try:
         answer = payrail_embedder.search_provider_methods(query="twilio / send an sms")
-        assert [m.to_json() for m in answer["matches"]] == [
-            as_match(r) for r in CATALOG if r["provider"] == "Twilio"
-        ]
+        assert [m.to_json() for m in answer["matches"]] == [as_match(r) for r in CATALOG if r["provider"] == "Twilio"]
         first_registry = api.default_registry()
         payrail_embedder.search_provider_methods(query=SEMANTIC_QUERY)
         assert api.default_registry() is first_registry
@@ -144,8 +143,7 @@ def test_database_restart_is_survived(registry, database_url):
     registry.search_provider_methods("Stripe")
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
-            "select pg_terminate_backend(pid) from pg_stat_activity"
-            " where application_name = %s and datname = current_database()",
+            "select pg_terminate_backend(pid) from pg_stat_activity where application_name = %s and datname = current_database()",
             (pool.APPLICATION_NAME,),
         )
     assert len(registry.search_provider_methods("Stripe")["matches"]) == 2

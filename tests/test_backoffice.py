@@ -17,31 +17,27 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import expect
 
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
-from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
+from payrail_embedder.postgres.connection import connect
+from payrail_test_support import REPO
+from payrail_test_support.backoffice import (
     ACME,
     CATALOG,
     DRAFT,
     ENABLED,
-    HttpClient,
     OPERATOR,
     WEATHER,
-    backoffice,
+    HttpClient,
     csrf_token,
     history,
     http_sign_in,
     name,
     new_page,
-    operator_logins,
-    page,
-    registry,
     sign_in,
     start_backoffice,
     stored,
     take_screenshot,
 )
-from payrail_test_support import REPO
 from payrail_test_support.cli import run_cli, write_jsonl
 from payrail_test_support.openai_fake import fake_embedding
 from payrail_test_support.ports import serve_in_thread
@@ -75,18 +71,14 @@ def test_a_word_fixed_in_an_enabled_record_is_embedded_first_and_the_record_stay
     guidance.fill(fixed)
     page.get_by_role("button", name="Save").click()
 
-    expect(page.get_by_role("status")).to_have_text(
-        f'Saved "{name(ENABLED)}" as version 2: enabled, its content was embedded before it was saved.'
-    )
+    expect(page.get_by_role("status")).to_have_text(f'Saved "{name(ENABLED)}" as version 2: enabled, its content was embedded before it was saved.')
     after = stored(database_url, *ACME)
     assert (after["guidance"], after["enabled"], after["current_vector"], after["version"]) == (fixed, True, True, before["version"] + 1)
     assert vector_of(after) == embedding_of(*ACME, fixed)
 
     # The history names the operator's role, on the page and in the database.
     [kept] = history(database_url, after["id"])
-    assert (kept["guidance"], kept["changed_by"], kept["changed_by_session_user"], kept["version"]) == (
-        ENABLED["guidance"], OPERATOR, OPERATOR, 1
-    )
+    assert (kept["guidance"], kept["changed_by"], kept["changed_by_session_user"], kept["version"]) == (ENABLED["guidance"], OPERATOR, OPERATOR, 1)
     current = version_item(page, "Version 2 (current)")
     expect(current).to_contain_text(f"by {OPERATOR}")
     expect(current.locator("del")).to_have_text("Notes: paid per call.")
@@ -142,9 +134,7 @@ def test_a_new_draft_is_saved_then_enabled(page, database_url):
 
 def test_enabling_a_draft_without_a_vector_embeds_it_first(page, database_url):
     with connect(database_url, autocommit=True) as conn:
-        conn.execute(
-            "insert into payrail.provider_methods (provider, method, guidance) values ('Hooli', 'Compress a file', 'Purpose: shrink a file.')"
-        )
+        conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('Hooli', 'Compress a file', 'Purpose: shrink a file.')")
     page.goto("/records")
     expect(page.get_by_text("Drafts: 2, needing an embedding: 1.")).to_be_visible()
     page.get_by_label("State").select_option("draft needing an embedding")
@@ -268,9 +258,7 @@ def test_pages_are_compressed_when_the_browser_asks(backoffice):
     assert int(compressed.header("content-length")) < len(plain.body.encode()) / 2
 
 
-def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_words_with_the_text_kept(
-    page, database_url, openai_fake, tmp_path
-):
+def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_words_with_the_text_kept(page, database_url, openai_fake, tmp_path):
     before = stored(database_url, *ACME)
     requests = len(openai_fake.requests)
     open_record(page, ENABLED)
@@ -344,9 +332,7 @@ def test_two_browsers_editing_one_record_the_second_saves_nothing_and_sees_both_
         expect(other.get_by_label(label, exact=True)).to_have_accessible_description(re.compile("Differs from the version saved meanwhile"))
     for label in ("Provider", "Method", "URLs", "Enabled"):
         expect(other.get_by_label(label, exact=True)).not_to_have_accessible_description(re.compile("Differs"))
-    expect(saved_now.locator("dt", has_text="differs from yours")).to_have_text(
-        ["Docs URL differs from yours", "Guidance differs from yours"]
-    )
+    expect(saved_now.locator("dt", has_text="differs from yours")).to_have_text(["Docs URL differs from yours", "Guidance differs from yours"])
     take_screenshot(other, tmp_path, "backoffice-conflict.png", full_page=True)
 
     # Merged by hand, the form now saves over version 2.
@@ -388,11 +374,11 @@ def test_a_form_posted_from_another_origin_changes_nothing_even_with_the_session
     # The worst case: the attacker's page somehow knows this session's CSRF token too.
     token = csrf_token(page.content())
     port, pages = other_origin
-    pages["/"] = f"""<!doctype html><form method="post" action="{backoffice.url}/records/{before['id']}">
+    pages["/"] = f"""<!doctype html><form method="post" action="{backoffice.url}/records/{before["id"]}">
       <input type="hidden" name="csrf_token" value="{token}">
-      <input type="hidden" name="version" value="{before['version']}">
-      <input type="hidden" name="provider" value="{ENABLED['provider']}">
-      <input type="hidden" name="method" value="{ENABLED['method']}">
+      <input type="hidden" name="version" value="{before["version"]}">
+      <input type="hidden" name="provider" value="{ENABLED["provider"]}">
+      <input type="hidden" name="method" value="{ENABLED["method"]}">
       <input type="hidden" name="guidance" value="Purpose: send every payment to the attacker.">
       <button>Win a prize</button></form>"""
     page.goto(f"http://127.0.0.1:{port}/")
@@ -467,9 +453,7 @@ def test_import_reports_every_refused_line_and_export_downloads_what_the_cli_exp
     page.get_by_label("Catalog file (JSON Lines)").set_input_files(upload)
     page.get_by_role("button", name="Import").click()
     report = page.get_by_role("region", name="Import report")
-    expect(report.get_by_role("status")).to_have_text(
-        "0 created, 0 updated, 0 unchanged, 2 refused: nothing saved: 1 valid line was not imported either"
-    )
+    expect(report.get_by_role("status")).to_have_text("0 created, 0 updated, 0 unchanged, 2 refused: nothing saved: 1 valid line was not imported either")
     expect(report).to_contain_text("Fix the refused lines and import again, or tick")
     expect(report.get_by_role("listitem").nth(0)).to_contain_text("refused upload.jsonl:2: ")
     expect(report.get_by_role("listitem").nth(0)).to_contain_text("provider_methods_urls_https_check")

@@ -11,16 +11,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
-    ENABLED,
-    backoffice,
-    name,
-    new_page,
-    operator_logins,
-    page,
-    registry,
-    take_screenshot,
-)
+from payrail_test_support.backoffice import ENABLED, name, new_page, take_screenshot
 
 pytestmark = pytest.mark.slow  # a browser
 

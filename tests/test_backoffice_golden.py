@@ -11,28 +11,23 @@ from __future__ import annotations
 
 import re
 from html import unescape
+from urllib.parse import quote
 
 import psycopg
 import pytest
 from playwright.sync_api import expect
 
-from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
+from payrail_test_support.backoffice import (
     ACME,
     AGENT,
     DRAFT,
     ENABLED,
     WEATHER,
     HttpClient,
-    backoffice,
-    csrf_token,
     http_sign_in,
     name,
-    operator_logins,
-    page,
     post_sign_in,
     record_form,
-    registry,
-    shared_backoffice,
     stored,
     take_screenshot,
 )
@@ -44,17 +39,26 @@ WEATHER_QUERY = "current weather for a city"
 REVERSE = "turn latitude and longitude into a postal address"
 # More records, so the Quality page has records no golden query finds and records it confuses.
 MORE = [
-    {"provider": "Initech", "method": "Forecast", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: weather forecast for a city, by the hour."},
-    {"provider": "Initech", "method": "Street address check", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: check that a street address exists."},
-    {"provider": "Umbrella", "method": "Send an SMS", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: send a text message."},
-    {"provider": "Hooli", "method": "Translate", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: translate between languages."},
-    {"provider": "Vandelay", "method": "Import latex", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: order latex goods."},
-]  # fmt: skip
+    {
+        "provider": "Initech",
+        "method": "Forecast",
+        "urls": [],
+        "docsUrl": None,
+        "enabled": True,
+        "guidance": "Purpose: weather forecast for a city, by the hour.",
+    },
+    {
+        "provider": "Initech",
+        "method": "Street address check",
+        "urls": [],
+        "docsUrl": None,
+        "enabled": True,
+        "guidance": "Purpose: check that a street address exists.",
+    },
+    {"provider": "Umbrella", "method": "Send an SMS", "urls": [], "docsUrl": None, "enabled": True, "guidance": "Purpose: send a text message."},
+    {"provider": "Hooli", "method": "Translate", "urls": [], "docsUrl": None, "enabled": True, "guidance": "Purpose: translate between languages."},
+    {"provider": "Vandelay", "method": "Import latex", "urls": [], "docsUrl": None, "enabled": True, "guidance": "Purpose: order latex goods."},
+]
 # Labelled with the forecast, it gets the current conditions above it: a pair the Quality page calls confused.
 CONDITIONS = "current conditions in my city"
 HOSTILE = '</a><script>alert("golden")</script><img src=x onerror=alert(1)> "quoted" & more'
@@ -119,6 +123,25 @@ def test_an_agent_login_cannot_sign_in_and_no_page_answers_without_a_session(sha
     assert forged.status == 303 and forged.location.startswith("/sign-in")
 
 
+@pytest.mark.parametrize(
+    ("query", "problem"),
+    [
+        ("\u200b\u2060 \u3000", "query is empty"),
+        ("x" * 2001, "query is 2001 characters long; the limit is 2,000"),
+        ("a\x00b", "query contains a NUL character"),
+    ],
+    ids=["invisible only", "too long", "NUL"],
+)
+def test_try_a_query_refuses_what_can_never_be_a_query_in_both_answers(shared_backoffice, query, problem):
+    """The record page's trial is a face of its own: it checks the query before asking search."""
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    record = stored(shared_backoffice.database_url, *ACME)
+    reply = client.get(f"/records/{record['id']}?query={quote(query)}", cookies=session.cookies)
+    assert reply.status == 200, reply.body
+    assert unescape(reply.body).count(f"invalid_query: {problem}") == 2, reply.body[reply.body.find("try-title") :]
+
+
 def test_hostile_query_text_is_shown_as_text_on_every_page_that_shows_golden_queries(registry, backoffice, database_url):
     assert run_cli(registry, "golden", "add", HOSTILE, "--relevant", name(ENABLED)).returncode == 0
     client = HttpClient(backoffice.url)
@@ -146,7 +169,7 @@ def test_a_refused_golden_query_is_said_in_words_with_the_typed_text_kept(golden
     for fields, problem in cases:
         reply = client.post(f"/records/{acme}/golden", {"csrf_token": session.token, **fields}, headers={"Origin": client.origin}, cookies=session.cookies)
         text = unescape(reply.body)
-        assert reply.status == 422 and f"Not added: " in text and problem in text, (fields, text)
+        assert reply.status == 422 and "Not added: " in text and problem in text, (fields, text)
         assert f'value="{fields["query"]}"' in text, "the typed query is kept"
     assert golden_count(database_url) == 4
 
@@ -180,9 +203,11 @@ def test_a_save_that_changes_golden_queries_shows_them_first_and_saves_on_the_se
     # The form carries what was previewed: saving it now saves, with no second preview nor embedding.
     requests = len(openai_fake.requests)
     second = client.post(
-        f"/records/{weather['id']}", form | {"previewed": field_value(first.body, "previewed")},
-        headers={"Origin": client.origin}, cookies=session.cookies,
-    )  # fmt: skip
+        f"/records/{weather['id']}",
+        form | {"previewed": field_value(first.body, "previewed")},
+        headers={"Origin": client.origin},
+        cookies=session.cookies,
+    )
     assert second.status == 303, unescape(second.body)
     assert len(openai_fake.requests) == requests
     assert stored(database_url, WEATHER["provider"], WEATHER["method"])["version"] == weather["version"] + 1
@@ -195,9 +220,7 @@ def field_value(html: str, field: str) -> str:
 # --- what an operator sees: chromium --------------------------------------------------------------
 
 
-def test_the_quality_page_shows_evals_figures_the_misses_first_the_records_never_found_and_the_confused(
-    page, golden_registry, database_url, tmp_path
-):
+def test_the_quality_page_shows_evals_figures_the_misses_first_the_records_never_found_and_the_confused(page, golden_registry, database_url, tmp_path):
     report = eval_report(golden_registry)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Quality").click()
     expect(page.get_by_role("heading", name="Quality", exact=True)).to_be_visible()
@@ -219,8 +242,11 @@ def test_the_quality_page_shows_evals_figures_the_misses_first_the_records_never
     assert enabled - found, "a registry with records no golden query finds"
     # Confused: labelled with the forecast, the current conditions came above it.
     confused = page.get_by_role("region", name="Confused records: 1 pair")
-    expect(confused.get_by_role("heading", name=f"{name(WEATHER)} and {name(MORE[0])}: 1 golden query").or_(
-        confused.get_by_role("heading", name=f"{name(MORE[0])} and {name(WEATHER)}: 1 golden query"))).to_be_visible()
+    expect(
+        confused.get_by_role("heading", name=f"{name(WEATHER)} and {name(MORE[0])}: 1 golden query").or_(
+            confused.get_by_role("heading", name=f"{name(MORE[0])} and {name(WEATHER)}: 1 golden query")
+        )
+    ).to_be_visible()
     expect(confused.get_by_role("link", name=CONDITIONS)).to_be_visible()
     take_screenshot(page, tmp_path, "backoffice-quality.png", full_page=True)
     # A miss's query opens Try a query on the record it should find, with the query filled in.
@@ -255,9 +281,7 @@ def test_a_records_golden_queries_are_ranked_added_and_removed_on_its_page(page,
     assert golden_count(database_url) == 4
 
 
-def test_preview_changes_shows_what_an_edit_gains_and_loses_and_saving_it_gives_what_eval_then_finds(
-    page, golden_registry, database_url, tmp_path
-):
+def test_preview_changes_shows_what_an_edit_gains_and_loses_and_saving_it_gives_what_eval_then_finds(page, golden_registry, database_url, tmp_path):
     weather = record_id(database_url, WEATHER)
     page.goto(f"/records/{weather}")
     page.get_by_label("Guidance").fill("Purpose: turn a street address into coordinates, and the weather there.")
@@ -274,9 +298,11 @@ def test_preview_changes_shows_what_an_edit_gains_and_loses_and_saving_it_gives_
     take_screenshot(page, tmp_path, "backoffice-preview.png", full_page=True)
     # Saved as previewed: what eval finds now is what the preview said.
     said = {
-        query: [text.replace(" (this record)", "").replace(" should find", "") for text in item.get_by_role("list").last.get_by_role("listitem").all_inner_texts()]
+        query: [
+            text.replace(" (this record)", "").replace(" should find", "") for text in item.get_by_role("list").last.get_by_role("listitem").all_inner_texts()
+        ]
         for query, item in ((ADDRESS, address), (WEATHER_QUERY, weather_query))
-    }  # fmt: skip
+    }
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("status").filter(has_text="Saved")).to_be_visible()
     tops = eval_tops(database_url, golden_registry)
@@ -308,6 +334,8 @@ def test_the_delete_page_names_the_golden_queries_that_go_with_the_record(page, 
     expect(page.get_by_role("status").filter(has_text=f'Deleted "{name(ENABLED)}" and its golden queries')).to_be_visible()
     listed = cli_json(golden_registry, "golden", "list", "--json")[1]["goldenQueries"]
     assert {q["query"]: [r["method"] for r in q["relevant"]] for q in listed} == {
-        WEATHER_QUERY: [WEATHER["method"]], REVERSE: [DRAFT["method"]], CONDITIONS: [MORE[0]["method"]],
+        WEATHER_QUERY: [WEATHER["method"]],
+        REVERSE: [DRAFT["method"]],
+        CONDITIONS: [MORE[0]["method"]],
         "geocode or weather": [WEATHER["method"]],
-    }  # fmt: skip
+    }

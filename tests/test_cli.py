@@ -8,6 +8,7 @@ Expected orders come from payrail_test_support.ranking, never written down by ha
 from __future__ import annotations
 
 import json
+import operator
 import os
 import uuid
 from pathlib import Path
@@ -19,8 +20,8 @@ import psycopg
 import pytest
 
 from payrail_embedder.cli import cli
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_embedder.postgres.connection import connect
 from payrail_test_support.cli import cli_import, cli_json, run_cli, run_cli_in_process, write_jsonl
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import cosine_ranking, fake_semantic_path, fake_vector, name_path, normalized
@@ -175,14 +176,12 @@ ROUND_TRIP = [
 
 def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path):
     cli_import(cli_env, tmp_path / "catalog.jsonl", ROUND_TRIP)
-    assert sorted(inputs_of(openai_fake.requests)) == sorted(
-        record_text(r["provider"], r["method"], r["guidance"]) for r in ROUND_TRIP
-    )
+    assert sorted(inputs_of(openai_fake.requests)) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in ROUND_TRIP)
     requests_after_import = len(openai_fake.requests)
 
     first = export_text(cli_env, tmp_path / "export-1.jsonl")
     exported = [json.loads(line) for line in first.splitlines()]
-    key = lambda r: (r["provider"], r["method"])  # noqa: E731
+    key = operator.itemgetter("provider", "method")
     assert sorted(exported, key=key) == sorted((as_exported(r) for r in ROUND_TRIP), key=key)
     assert [r for r in exported if r["enabled"]], "the enabled state must travel"
 
@@ -199,9 +198,7 @@ def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path
     assert (tmp_path / "export-2.jsonl").read_bytes() == (tmp_path / "export-1.jsonl").read_bytes()
 
 
-def test_import_reports_created_updated_unchanged_and_embeds_only_changed_content(
-    cli_env, database_url, openai_fake, tmp_path
-):
+def test_import_reports_created_updated_unchanged_and_embeds_only_changed_content(cli_env, database_url, openai_fake, tmp_path):
     base = [
         rec("Acme Travel", "Hotel Search", "Purpose: Hotel availability by city.", urls=["https://acme.example/h"]),
         rec("Globex", "Room Rates", "Purpose: Room rates by city.", docs_url="https://globex.example/docs"),
@@ -217,9 +214,7 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
     urls_edit = dict(base[0], urls=["https://acme.example/hotels", "https://acme.example/pricing"])
     urls_edit["docsUrl"] = "https://acme.example/docs"
     del urls_edit["enabled"]
-    code, report, _ = cli_json(
-        cli_env, "import", "--json", write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]])
-    )
+    code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]]))
     assert code == 0, report
     assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
     assert len(openai_fake.requests) == requests_before
@@ -228,15 +223,11 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
     np.testing.assert_array_equal(np.asarray(row["embedding"]), np.asarray(vector_before))
 
     guidance_edit = dict(base[1], guidance="Purpose: Nightly room rates by city and date.\nNotes: paid.")
-    code, report, _ = cli_json(
-        cli_env, "import", "--json", write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]])
-    )
+    code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]]))
     assert code == 0, report
     assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
     new_requests = openai_fake.requests[requests_before:]
-    assert [r["input"] for r in new_requests] == [
-        [record_text(guidance_edit["provider"], guidance_edit["method"], guidance_edit["guidance"])]
-    ]
+    assert [r["input"] for r in new_requests] == [[record_text(guidance_edit["provider"], guidance_edit["method"], guidance_edit["guidance"])]]
     row = stored_row(database_url, "Globex", "Room Rates")
     assert (row["guidance"], row["enabled"]) == (guidance_edit["guidance"], True)
     assert_embedded_from(row, guidance_edit)
@@ -368,8 +359,7 @@ SEMANTIC_CATALOG = [
     rec(
         "Acme Travel",
         "Hotel Search",
-        "Purpose: live hotel availability and nightly room rates for a city and dates.\n"
-        "Instructions: GET /v1/hotels with an API key.\nNotes: paid per call.",
+        "Purpose: live hotel availability and nightly room rates for a city and dates.\nInstructions: GET /v1/hotels with an API key.\nNotes: paid per call.",
         urls=["https://acme.example/hotels"],
         docs_url="https://acme.example/docs",
     ),
@@ -464,11 +454,17 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
             values (%s, %s, %s, %s, true, %s, %s, payrail._content_hash(%s, %s, %s))
             """,
             (
-                embedded["provider"], embedded["method"], embedded["urls"], embedded["guidance"],
+                embedded["provider"],
+                embedded["method"],
+                embedded["urls"],
+                embedded["guidance"],
                 fake_embedding(record_text(embedded["provider"], embedded["method"], embedded["guidance"])),
-                FAKE_MODEL, embedded["provider"], embedded["method"], embedded["guidance"],
+                FAKE_MODEL,
+                embedded["provider"],
+                embedded["method"],
+                embedded["guidance"],
             ),
-        )  # fmt: skip
+        )
     insert_rows(database_url, DRAFTS)
     pending = [f"{r['provider']} / {r['method']}" for r in DRAFTS]
 
@@ -481,9 +477,7 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
     code, summary, _ = cli_json(cli_env, "sync", "--json")
     assert code == 0, summary
     assert (summary["embedded"], summary["changedMeanwhile"]) == (len(DRAFTS), 0), summary
-    assert sorted(inputs_of(openai_fake.requests)) == sorted(
-        record_text(r["provider"], r["method"], r["guidance"]) for r in DRAFTS
-    )
+    assert sorted(inputs_of(openai_fake.requests)) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in DRAFTS)
     # The dry run listed the records in the order sync then embedded them.
     name_of_text = {record_text(r["provider"], r["method"], r["guidance"]): f"{r['provider']} / {r['method']}" for r in DRAFTS}
     assert dry["wouldEmbed"] == [name_of_text[text] for text in inputs_of(openai_fake.requests)]
@@ -499,9 +493,7 @@ def test_sync_embeds_drafts_inserted_with_sql(cli_env, database_url, openai_fake
     assert len(openai_fake.requests) == requests_after_sync
 
     with psycopg.connect(database_url) as conn:
-        enabled = conn.execute(
-            "update payrail.provider_methods set enabled = true where not enabled returning provider"
-        ).fetchall()
+        enabled = conn.execute("update payrail.provider_methods set enabled = true where not enabled returning provider").fetchall()
     assert len(enabled) == len(DRAFTS)
 
     catalog = [embedded] + [dict(r, enabled=True) for r in DRAFTS]
@@ -533,9 +525,7 @@ def test_operator_edits_guidance_in_psql_then_syncs_and_enables(cli_env, databas
     with psycopg.connect(database_url) as conn:
         # URL edits need no new vector, even while enabled.
         conn.execute(f"update payrail.provider_methods set urls = %s {where}", (["https://acme.example/hotels"],))
-        conn.execute(
-            f"update payrail.provider_methods set guidance = %s, enabled = false {where}", (edited["guidance"],)
-        )
+        conn.execute(f"update payrail.provider_methods set guidance = %s, enabled = false {where}", (edited["guidance"],))
     edited["urls"] = ["https://acme.example/hotels"]
     row = stored_row(database_url, "Acme Travel", "Hotel Search")
     assert (row["guidance"], row["enabled"], row["embedding"]) == (edited["guidance"], False, None)

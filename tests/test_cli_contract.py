@@ -12,22 +12,39 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
+from dataclasses import fields
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
-from payrail_embedder.errors import EXIT_STATUS
+from payrail_embedder.base.errors import EXIT_STATUS
+from payrail_embedder.cli import read_query
+from payrail_embedder.settings import SETTINGS, Settings
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import, run_cli, write_jsonl
 from payrail_test_support.logs import events
 from payrail_test_support.ports import unused_port
 
 CATALOG = [
-    {"provider": "Acme Maps", "method": "Geocode an address", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: turn an address into coordinates.", "enabled": True},
-    {"provider": "Acme Maps", "method": "Reverse geocode", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: turn coordinates into an address.", "enabled": False},
-]  # fmt: skip
+    {
+        "provider": "Acme Maps",
+        "method": "Geocode an address",
+        "urls": [],
+        "docsUrl": None,
+        "guidance": "Purpose: turn an address into coordinates.",
+        "enabled": True,
+    },
+    {
+        "provider": "Acme Maps",
+        "method": "Reverse geocode",
+        "urls": [],
+        "docsUrl": None,
+        "guidance": "Purpose: turn coordinates into an address.",
+        "enabled": False,
+    },
+]
 
 
 @pytest.fixture
@@ -109,6 +126,20 @@ def test_search_dash_reads_the_query_from_standard_input(registry):
     assert [m["method"] for m in json.loads(result.stdout)["matches"]] == ["Geocode an address"], result.stdout
 
 
+def test_standard_input_is_read_with_no_click_function_deprecated_for_removal():
+    """click 8.5 deprecated get_binary_stream (gone in click 9), which `search -` read its query with."""
+    with CliRunner().isolation(input="café near me\n".encode()), warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert read_query("-") == "café near me"
+
+
+def test_the_python_api_and_the_command_line_default_every_setting_alike():
+    """Settings.from_env leaves a setting whose variable is unset (or empty) to the dataclass's
+    default, which must then be the option's."""
+    assert {setting.field: setting.default for setting in SETTINGS} == {field.name: getattr(Settings(), field.name) for field in fields(Settings)}
+    assert Settings.from_env({"PAYRAIL_EMBEDDER": "", "PAYRAIL_EMBEDDING_RETRIES": "5"}) == Settings(embedding_retries=5)
+
+
 def test_a_query_that_is_not_utf8_is_invalid_query_from_stdin_and_from_argv(registry):
     from_stdin = subprocess.run([str(CLI), "search", "--json", "-"], env=registry, input=b"caf\xe9 near me", capture_output=True)
     answer = json.loads(from_stdin.stdout)
@@ -123,12 +154,20 @@ def test_a_query_that_is_not_utf8_is_invalid_query_from_stdin_and_from_argv(regi
 def test_json_keys_are_camel_case_on_every_report(registry, database_url):
     with psycopg.connect(database_url) as conn:
         conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where not enabled")
-    reports = [json.loads(run_cli(registry, *args).stdout) for args in (
-        ("sync", "--dry-run", "--json"), ("sync", "--json"), ("model", "show", "--json"), ("history", "--json", "Acme Maps / Reverse geocode"),
-        ("db", "status", "--json"), ("db", "roles", "--json"),
-        ("golden", "add", "--json", "turn an address into coordinates", "--relevant", "Acme Maps / Geocode an address"),
-        ("golden", "list", "--json"), ("golden", "remove", "--json", "turn an address into coordinates"),
-    )]  # fmt: skip
+    reports = [
+        json.loads(run_cli(registry, *args).stdout)
+        for args in (
+            ("sync", "--dry-run", "--json"),
+            ("sync", "--json"),
+            ("model", "show", "--json"),
+            ("history", "--json", "Acme Maps / Reverse geocode"),
+            ("db", "status", "--json"),
+            ("db", "roles", "--json"),
+            ("golden", "add", "--json", "turn an address into coordinates", "--relevant", "Acme Maps / Geocode an address"),
+            ("golden", "list", "--json"),
+            ("golden", "remove", "--json", "turn an address into coordinates"),
+        )
+    ]
 
     def keys(value):
         if isinstance(value, dict):
@@ -240,8 +279,12 @@ def test_mcp_over_http_prints_its_url_refuses_a_busy_port_and_exits_0_on_sigterm
 def test_mcp_over_stdio_exits_0_on_sigterm(registry):
     server = subprocess.Popen([str(CLI), "mcp"], env=registry, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # The server answers an initialize request once it listens; then SIGTERM.
-    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}  # fmt: skip
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+    }
     server.stdin.write(json.dumps(request).encode() + b"\n")
     server.stdin.flush()
     assert json.loads(server.stdout.readline())["id"] == 1

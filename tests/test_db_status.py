@@ -17,17 +17,27 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.database import display_url
-from payrail_embedder.embedded import embedded_pgdata
-from payrail_embedder.deploy import apply_schema, db_digest
+from payrail_embedder.postgres.connection import display_url
+from payrail_embedder.postgres.deploy import apply_schema, db_digest
+from payrail_embedder.postgres.local_server import embedded_pgdata
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
 from payrail_test_support.servers import replace_database
 
-STATUS_KEYS = {"productVersion", "database", "url", "embedded", "server", "schemaVersion", "applyDue", "applyDueReasons",
-               "writableSearchPathSchemas", "registry", "error"}
-SCHEMA_VERSION_KEYS = {"productVersion", "dbDigest", "appliedAt", "appliedBy", "appliedWith", "completedAt",
-                       "postgresVersion", "pgvectorVersion"}
+STATUS_KEYS = {
+    "productVersion",
+    "database",
+    "url",
+    "embedded",
+    "server",
+    "schemaVersion",
+    "applyDue",
+    "applyDueReasons",
+    "writableSearchPathSchemas",
+    "registry",
+    "error",
+}
+SCHEMA_VERSION_KEYS = {"productVersion", "dbDigest", "appliedAt", "appliedBy", "appliedWith", "completedAt", "postgresVersion", "pgvectorVersion"}
 EMBEDDED_KEYS = {"running", "dataDirectory", "pid", "socketDirectory", "startProblem"}
 
 
@@ -39,8 +49,7 @@ def status(env: dict[str, str]) -> dict:
 
 def test_db_status_names_the_versions_the_database_and_that_no_apply_is_due(cli_env, database_url):
     with psycopg.connect(database_url) as conn:
-        postgres, pgvector = conn.execute(
-            "select current_setting('server_version'), (select extversion from pg_extension where extname = 'vector')").fetchone()
+        postgres, pgvector = conn.execute("select current_setting('server_version'), (select extversion from pg_extension where extname = 'vector')").fetchone()
     report = status(cli_env)
     version = metadata.version("payrail-agent-search")
     assert report["productVersion"] == version
@@ -57,8 +66,7 @@ def test_db_status_names_the_versions_the_database_and_that_no_apply_is_due(cli_
     assert text.startswith(f"payrail-agent-search {version}\nconfigured database: {display_url(database_url)}\n"), text
     assert "search path: no role but the owners can create objects in the registry's schemas\n" in text
     assert f"PostgreSQL {postgres}, pgvector {pgvector}\n" in text
-    assert re.search(rf"^schema: applied \S+ by postgres with payrail-agent-search {re.escape(version)} \(db/ {db_digest()[:12]}\)$",
-                     text, re.M), text
+    assert re.search(rf"^schema: applied \S+ by postgres with payrail-agent-search {re.escape(version)} \(db/ {db_digest()[:12]}\)$", text, re.M), text
     assert "db apply: not due, the registry is current" in text
 
 
@@ -74,12 +82,15 @@ def test_db_status_names_who_could_plant_objects_on_the_registrys_search_path_an
         try:
             assert status(cli_env)["writableSearchPathSchemas"] == [{"schema": "public", "writer": writer, "fix": fix}]
             text = run_cli(cli_env, "db", "status").stdout
-            assert (f"search path: {writer} can create objects in schema public, which the registry's functions search; "
-                    f"db apply refuses until you run `{fix}`\n") in text, text
+            assert (
+                f"search path: {writer} can create objects in schema public, which the registry's functions search; db apply refuses until you run `{fix}`\n"
+            ) in text, text
             applied = run_cli(cli_env, "db", "apply")
             assert applied.returncode == 1, applied.stdout
-            assert (f"schema public is on the registry's search path, and {writer} can create objects in it: it could "
-                    "plant operators or functions that run as another role") in applied.stderr, applied.stderr
+            assert (
+                f"schema public is on the registry's search path, and {writer} can create objects in it: it could "
+                "plant operators or functions that run as another role"
+            ) in applied.stderr, applied.stderr
             assert f'Hint: Run "{fix}"' in applied.stderr, applied.stderr
 
             admin.execute("grant create on schema public to public")
@@ -102,8 +113,7 @@ def test_db_status_says_when_and_why_an_apply_is_due(cli_env, database_url, tmp_
     assert "db apply: due (definitions changed by hand since the last apply)" in run_cli(cli_env, "db", "status").stdout
     # The same, where the last apply ran on an older PostgreSQL (pg_upgrade), or an older pgvector.
     with psycopg.connect(database_url, autocommit=True) as conn:
-        postgres, pgvector = conn.execute(
-            "select current_setting('server_version'), (select extversion from pg_extension where extname = 'vector')").fetchone()
+        postgres, pgvector = conn.execute("select current_setting('server_version'), (select extversion from pg_extension where extname = 'vector')").fetchone()
         conn.execute("update payrail.deployments set postgres_version = '15.2'")
         assert status(cli_env)["applyDueReasons"] == [f"PostgreSQL was upgraded since the last apply (15.2 to {postgres})"]
         conn.execute("update payrail.deployments set postgres_version = %s, pgvector_version = '0.7.0'", (postgres,))
@@ -112,8 +122,9 @@ def test_db_status_says_when_and_why_an_apply_is_due(cli_env, database_url, tmp_
     assert status(cli_env)["applyDue"] is False
 
     # The next release, before its apply: its status says its db/ is not the one applied.
-    release = changed_tree(code_tree(tmp_path / "code"), tmp_path / "release", "functions/200-search.sql",
-                           "message = 'query is empty',", "message = 'the query is empty',")
+    release = changed_tree(
+        code_tree(tmp_path / "code"), tmp_path / "release", "functions/200-search.sql", "message = 'query is empty',", "message = 'the query is empty',"
+    )
     result = run_cli_of(release, cli_env, "db", "status", "--json")
     report = json.loads(result.stdout)
     assert (report["applyDue"], report["applyDueReasons"]) == (True, ["db/ differs from the one applied"])
@@ -129,8 +140,9 @@ def test_a_registry_restored_from_a_dump_is_current(cli_env, server, database_ur
     try:
         apply_schema(source)
         dump = subprocess.run([server.psql.parent / "pg_dump", "--format=custom", source], capture_output=True, check=True).stdout
-        subprocess.run([server.psql.parent / "pg_restore", "--single-transaction", "--exit-on-error", f"--dbname={restored}"],
-                       input=dump, capture_output=True, check=True)
+        subprocess.run(
+            [server.psql.parent / "pg_restore", "--single-transaction", "--exit-on-error", f"--dbname={restored}"], input=dump, capture_output=True, check=True
+        )
         report = status({**cli_env, "PAYRAIL_DATABASE_URL": restored})
         assert (report["applyDue"], report["applyDueReasons"]) == (False, [])
         assert report["schemaVersion"] == status({**cli_env, "PAYRAIL_DATABASE_URL": source})["schemaVersion"]
@@ -147,11 +159,13 @@ def test_db_status_of_a_registry_installed_with_psql_or_not_at_all(cli_env, serv
     try:
         env = {**cli_env, "PAYRAIL_DATABASE_URL": empty}
         report = status(env)
-        assert (report["schemaVersion"], report["applyDue"], report["applyDueReasons"]) == (
-            None, True, ["no registry in this database yet"])
+        assert (report["schemaVersion"], report["applyDue"], report["applyDueReasons"]) == (None, True, ["no registry in this database yet"])
         installed = subprocess.run(
             [str(server.psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-f", "db/install.sql", "-d", empty],
-            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
         assert installed.returncode == 0, installed.stderr
         report = status(env)
         assert report["schemaVersion"]["appliedWith"] == "psql"
@@ -203,8 +217,7 @@ def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_pat
 
         result = run_cli(env, "db", "apply")
         assert result.returncode == 1
-        assert (f"cannot start the embedded PostgreSQL under {disk / 'data'}: no space left on the device that holds {pgdata}"
-                in result.stderr), result.stderr
+        assert f"cannot start the embedded PostgreSQL under {disk / 'data'}: no space left on the device that holds {pgdata}" in result.stderr, result.stderr
         # The line that says it is starting the server, then the one that says why it could not.
         assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 2, result.stderr
         assert result.stderr.startswith(f"starting the embedded PostgreSQL 18 under {disk / 'data'} ...\n"), result.stderr
@@ -213,8 +226,7 @@ def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_pat
         assert f"it cannot start: its last start failed: no space left on the device that holds {pgdata}" in text, text
 
         (disk / "filler").unlink()
-        assert status(env)["embedded"]["startProblem"].startswith("its last start failed: no space left"), (
-            "the log still tells of the last start")
+        assert status(env)["embedded"]["startProblem"].startswith("its last start failed: no space left"), "the log still tells of the last start"
         assert run_cli(env, "db", "apply").returncode == 0, "with space again, it starts"
 
 

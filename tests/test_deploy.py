@@ -18,8 +18,8 @@ import pytest
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from payrail_embedder.database import display_url
-from payrail_embedder.deploy import FIRST_APPLY_LOCK_KEY, LOCK_ORDER
+from payrail_embedder.postgres.connection import display_url
+from payrail_embedder.postgres.deploy import FIRST_APPLY_LOCK_KEY, LOCK_ORDER
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
 from payrail_test_support.servers import login_url
 from payrail_test_support.traffic import Traffic, overlapping
@@ -31,7 +31,9 @@ RECORDS = 300
 # Releases whose deploy changes something: a function's body, a constraint's definition.
 FUNCTION_CHANGE = ("functions/200-search.sql", "message = 'query is empty',", "message = 'the query is empty',")
 CONSTRAINT_CHANGE = (
-    "schema/030-provider_methods.sql", "char_length(guidance) operator(pg_catalog.<=) 8000", "char_length(guidance) operator(pg_catalog.<=) 8001"
+    "schema/030-provider_methods.sql",
+    "char_length(guidance) operator(pg_catalog.<=) 8000",
+    "char_length(guidance) operator(pg_catalog.<=) 8001",
 )
 
 
@@ -75,8 +77,10 @@ def registry(database_url, tmp_path):
                 """insert into payrail.provider_methods
                      (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash)
                    values (%(p)s, %(m)s, 'Purpose: test.', true, %(v)s, %(model)s, payrail._content_hash(%(p)s, %(m)s, 'Purpose: test.'))""",
-                [{"p": f"Provider {n // 3}", "m": f"Method {n}", "v": rng.standard_normal(DIMENSIONS).astype(np.float32),
-                  "model": MODEL} for n in range(RECORDS)],
+                [
+                    {"p": f"Provider {n // 3}", "m": f"Method {n}", "v": rng.standard_normal(DIMENSIONS).astype(np.float32), "model": MODEL}
+                    for n in range(RECORDS)
+                ],
             )
         admin.execute(sql.SQL("create role {} login in role payrail_agent").format(sql.Identifier(agent)))
         admin.execute(sql.SQL("create role {} login in role payrail_operator").format(sql.Identifier(operator)))
@@ -93,8 +97,11 @@ def apply_json(result) -> dict:
 def drop_derived_rows(registry: Registry, count: int) -> None:
     """Search's derived rows gone missing, as after a superuser's mistake."""
     with psycopg.connect(registry.url) as conn:
-        conn.execute("delete from payrail.provider_method_half_vectors where provider_method_id in "
-                     "(select provider_method_id from payrail.provider_method_half_vectors order by 1 limit %s)", (count,))
+        conn.execute(
+            "delete from payrail.provider_method_half_vectors where provider_method_id in "
+            "(select provider_method_id from payrail.provider_method_half_vectors order by 1 limit %s)",
+            (count,),
+        )
 
 
 def searched_after(traffic: Traffic, count: int) -> None:
@@ -122,11 +129,9 @@ def test_no_search_fails_while_db_apply_runs_unchanged_or_changing(registry):
             applies.append((result, started, time.perf_counter()))
         searched_after(traffic, len(traffic.searches))
 
-    assert [(r["changed"], r["locks"]) for r, _, _ in applies] == [
-        (False, None), (True, "shared"), (True, "exclusive"), (True, "exclusive"), (True, "shared")]
+    assert [(r["changed"], r["locks"]) for r, _, _ in applies] == [(False, None), (True, "shared"), (True, "exclusive"), (True, "exclusive"), (True, "shared")]
     assert applies[2][0]["validatedConstraints"] == ["provider_methods.provider_methods_guidance_length_check"]
-    assert [(r["derivedRowsChecked"], r["repairedDerivedRows"]) for r, _, _ in applies] == [
-        (False, 0), (False, 0), (False, 0), (False, 0), (True, 3)]
+    assert [(r["derivedRowsChecked"], r["repairedDerivedRows"]) for r, _, _ in applies] == [(False, 0), (False, 0), (False, 0), (False, 0), (True, 3)]
     for result, started, ended in applies:
         searches = overlapping(traffic.searches, started, ended)
         assert len(searches) >= 3, f"too few searches ran during {result} to show anything"
@@ -145,7 +150,8 @@ def test_derived_rows_are_checked_when_a_release_changes_how_they_are_derived(re
     result = apply_json(registry.apply("--json", code=registry.changed("function-release", FUNCTION_CHANGE)))
     assert (result["changed"], result["derivedRowsChecked"], result["repairedDerivedRows"]) == (True, False, 0)
     derivation_release = registry.changed(
-        "derivation-release", ("functions/130-provider_method_half_vectors.sql", "found without a lock", "found first, without a lock"))
+        "derivation-release", ("functions/130-provider_method_half_vectors.sql", "found without a lock", "found first, without a lock")
+    )
     result = apply_json(registry.apply("--json", code=derivation_release))
     assert (result["changed"], result["derivedRowsChecked"], result["repairedDerivedRows"]) == (True, True, 2)
 
@@ -156,10 +162,8 @@ def test_a_release_that_tightens_a_rule_checks_the_stored_rows_again_after_its_t
     row after the transaction. A stored name that breaks it fails the apply naming the rule, and
     `db status` says so until the name is fixed and the apply runs again."""
     with psycopg.connect(registry.url) as conn:
-        conn.execute("insert into payrail.provider_methods (provider, method, guidance) "
-                     "values ('Longco', 'A method name of thirty letters', 'Purpose: test.')")
-    release = registry.changed(
-        "rule-release", ("schema/015-text_rules.sql", "(p_name)) operator(pg_catalog.<=) 120", "(p_name)) operator(pg_catalog.<=) 20"))
+        conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('Longco', 'A method name of thirty letters', 'Purpose: test.')")
+    release = registry.changed("rule-release", ("schema/015-text_rules.sql", "(p_name)) operator(pg_catalog.<=) 120", "(p_name)) operator(pg_catalog.<=) 20"))
     result = registry.apply("--json", code=release)
     assert result.returncode == 1, result.stdout + result.stderr
     assert 'check constraint \\"provider_methods_method_check\\"' in result.stdout, result.stdout
@@ -172,8 +176,9 @@ def test_a_release_that_tightens_a_rule_checks_the_stored_rows_again_after_its_t
 
     with psycopg.connect(registry.url) as conn:
         with pytest.raises(psycopg.errors.CheckViolation, match="provider_methods_method_check"):
-            conn.execute("insert into payrail.provider_methods (provider, method, guidance) "
-                         "values ('Newco', 'Another name of thirty letters', 'Purpose: test.')")
+            conn.execute(
+                "insert into payrail.provider_methods (provider, method, guidance) values ('Newco', 'Another name of thirty letters', 'Purpose: test.')"
+            )
         conn.rollback()
         conn.execute("update payrail.provider_methods set method = 'Short' where provider = 'Longco'")
     result = apply_json(registry.apply("--json", code=release))
@@ -236,8 +241,7 @@ def test_no_role_but_the_deployer_can_make_an_apply_wait(registry):
     waits for nobody."""
     everything = f"{registry.operator}_all"
     with psycopg.connect(registry.url, autocommit=True) as admin:
-        admin.execute(sql.SQL("create role {} login in role payrail_agent, payrail_operator, payrail_embedder").format(
-            sql.Identifier(everything)))
+        admin.execute(sql.SQL("create role {} login in role payrail_agent, payrail_operator, payrail_embedder").format(sql.Identifier(everything)))
     try:
         with psycopg.connect(login_url(registry.url, everything)) as login:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -261,5 +265,14 @@ def test_db_apply_prints_which_database_and_whether_it_changed_anything_with_sta
     result = registry.apply("--force")
     assert result.stdout.startswith(f"applied db/ to {display_url(registry.url)}: changed ("), result.stdout
     assert set(apply_json(registry.apply("--json"))) == {
-        "database", "changed", "locks", "files", "upgrades", "validatedConstraints", "derivedRowsChecked", "repairedDerivedRows",
-        "attempts", "seconds"}
+        "database",
+        "changed",
+        "locks",
+        "files",
+        "upgrades",
+        "validatedConstraints",
+        "derivedRowsChecked",
+        "repairedDerivedRows",
+        "attempts",
+        "seconds",
+    }

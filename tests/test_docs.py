@@ -15,10 +15,10 @@ import click
 import psycopg
 from click.testing import CliRunner
 
-from payrail_embedder import errcodes
+from payrail_embedder.base import errcodes
+from payrail_embedder.base.errors import EXIT_STATUS
 from payrail_embedder.cli import cli
-from payrail_embedder.errors import EXIT_STATUS
-from payrail_embedder.records import parse_record
+from payrail_embedder.registry.records import parse_record
 from payrail_test_support import REPO
 from payrail_test_support.docs import DOCS, README, headings, pages, prose_lines, read
 from payrail_test_support.servers import server_names
@@ -103,12 +103,20 @@ def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
     files = ["test_upgrades.py", "test_soak.py", "test_backoffice.py", "test_local_model.py"]
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", *shlex.split(marker_expression), *(f"tests/{f}" for f in files)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert collected.returncode == 0, collected.stdout + collected.stderr
     tests = [line for line in collected.stdout.splitlines() if "::" in line]
     assert "tests/test_soak.py::test_the_checker_catches_wrong_answers[pg18]" in tests
-    slow = ["test_upgrades.py::", "test_soak.py::test_soak_for_30_seconds", "test_backoffice.py::test_a_new_draft_is_saved_then_enabled", "test_local_model.py::"]
+    slow = [
+        "test_upgrades.py::",
+        "test_soak.py::test_soak_for_30_seconds",
+        "test_backoffice.py::test_a_new_draft_is_saved_then_enabled",
+        "test_local_model.py::",
+    ]
     assert not [test for test in tests if any(part in test for part in slow)], tests
 
 
@@ -120,6 +128,26 @@ def test_every_benchmark_is_in_the_benchmarks_page_and_the_runner_names_them_on_
     result = subprocess.run([REPO / "scripts" / "benchmark", "search-speed"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert f"NAME is one of: {' '.join(benchmarks)}" in result.stderr
+
+
+def test_the_contributing_map_names_every_module_of_the_package_once_in_its_folder():
+    """docs/contributing.md's map: every module, under the folder that holds it, and nothing that is gone."""
+    package = REPO / "src" / "payrail_embedder"
+    text = read(DOCS / "contributing.md")
+    section = text.split("## The package's map", 1)[1].split("\n## ", 1)[0]
+    folders = {path.parent.relative_to(package).as_posix() for path in package.rglob("*.py")} - {"."}
+    modules = {path.relative_to(package).as_posix() for path in package.rglob("*.py") if path.name != "__init__.py" or path.parent == package}
+    listed, folder = set(), "."
+    for line in section.splitlines():
+        top = re.match(r"^\s*- `([a-z_]+)/`", line)
+        if top:
+            folder = top.group(1)
+        elif re.match(r"^- ", line):
+            folder = "."
+        for name in re.findall(r"`([a-z_]+\.py)`", line):
+            listed.add(name if folder == "." else f"{folder}/{name}")
+    assert {f"{folder}/" for folder in folders} <= set(re.findall(r"`([a-z_]+/)`", section))
+    assert listed == modules
 
 
 def test_sample_catalog():
@@ -193,7 +221,7 @@ def test_the_link_checker_knows_broken_links_and_github_anchors(tmp_path):
 def test_no_test_takes_the_benchmark_queries_as_expected_answers():
     """benchmarks/data measures the product (its README.md): a test that asserted answers to its dev
     queries would tune the product to the measurement."""
-    dev_queries = "queries-" "dev"
+    dev_queries = "-".join(("queries", "dev"))  # spelled apart so this file does not read as one of them
     readers = [path.name for path in (REPO / "tests").rglob("*.py") if dev_queries in path.read_text(encoding="utf-8")]
     assert not readers, f"tests reading the benchmark's dev queries: {readers}"
     assert (REPO / "benchmarks" / "data" / f"{dev_queries}.jsonl").is_file()

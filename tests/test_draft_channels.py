@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from payrail_embedder.database import connect
+from payrail_embedder.postgres.connection import connect
 from test_properties import seed_search
 
 RECORDS = [

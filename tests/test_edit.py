@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from payrail_embedder.database import connect
 from payrail_embedder.edit import editable_text, parse_editor_text
 from payrail_embedder.embedders import record_text
-from payrail_embedder.records import ProviderMethod
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry.records import ProviderMethod
 from payrail_test_support.cli import cli_import, run_cli
 from payrail_test_support.cli import run_edit as edit
 from payrail_test_support.openai_fake import fake_embedding
@@ -93,9 +93,12 @@ def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_
 def test_a_url_only_edit_keeps_the_vector_byte_for_byte(registry, database_url, tmp_path):
     before = stored(database_url, ENABLED["method"])
     result, _ = edit(
-        registry, tmp_path, [{"replace": ["https://docs.acme.example/geocode", "https://docs.acme.example/v2/geocode"]}],
-        "Acme Maps", "Geocode an address",
-    )  # fmt: skip
+        registry,
+        tmp_path,
+        [{"replace": ["https://docs.acme.example/geocode", "https://docs.acme.example/v2/geocode"]}],
+        "Acme Maps",
+        "Geocode an address",
+    )
     assert result.returncode == 0, result.stderr
     assert "vector kept" in result.stdout, result.stdout
     after = stored(database_url, ENABLED["method"])
@@ -132,8 +135,7 @@ def test_someone_elses_save_meanwhile_is_shown_beside_the_operators_text_and_nev
     other = "Purpose: turn an address into coordinates, edited in psql meanwhile.\nNotes: paid per call."
     steps = [
         {
-            "meanwhile_sql": f"update payrail.provider_methods set enabled = false, guidance = '{other}' "
-            f"where method = '{ENABLED['method']}'",
+            "meanwhile_sql": f"update payrail.provider_methods set enabled = false, guidance = '{other}' where method = '{ENABLED['method']}'",
             "replace": ["paid per call", "paid per request"],
         },
         {"quit": True},
@@ -152,8 +154,7 @@ def test_someone_elses_save_meanwhile_is_shown_beside_the_operators_text_and_nev
 def test_after_a_conflict_the_operator_saves_their_merged_text_over_the_version_they_saw(registry, database_url, tmp_path):
     steps = [
         {
-            "meanwhile_sql": f"update payrail.provider_methods set docs_url = 'https://docs.acme.example/new' "
-            f"where method = '{ENABLED['method']}'",
+            "meanwhile_sql": f"update payrail.provider_methods set docs_url = 'https://docs.acme.example/new' where method = '{ENABLED['method']}'",
             "replace": ["paid per call", "paid per request"],
         },
         {"replace": ["https://docs.acme.example/geocode", "https://docs.acme.example/new"]},
@@ -161,9 +162,7 @@ def test_after_a_conflict_the_operator_saves_their_merged_text_over_the_version_
     result, _ = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
     assert result.returncode == 0, result.stderr
     after = stored(database_url, ENABLED["method"])
-    assert (after["docs_url"], after["guidance"].endswith("paid per request."), after["current_vector"]) == (
-        "https://docs.acme.example/new", True, True
-    )  # fmt: skip
+    assert (after["docs_url"], after["guidance"].endswith("paid per request."), after["current_vector"]) == ("https://docs.acme.example/new", True, True)
 
 
 def test_a_failing_embedding_service_saves_nothing_and_keeps_the_text(registry, database_url, tmp_path, openai_fake):
@@ -227,9 +226,7 @@ def test_new_refuses_a_name_that_exists(registry, database_url, tmp_path):
     text = "Provider:  acme  MAPS\nMethod: geocode an address\nEnabled: no\n\nAnother.\n"
     result, shown = edit(registry, tmp_path, [{"write": text}, {"quit": True}], "--new")
     assert result.returncode == 2 and "nothing saved" in result.stderr, result.stderr
-    assert shown[1].splitlines()[1].startswith(
-        "#   Provider and Method: another record already has this provider and method"
-    ), shown[1]
+    assert shown[1].splitlines()[1].startswith("#   Provider and Method: another record already has this provider and method"), shown[1]
     assert stored(database_url, ENABLED["method"])["guidance"] == ENABLED["guidance"]
 
 

@@ -111,4 +111,3 @@ def test_db_start_refuses_a_configured_database_url(embedded):
     result = run_cli({**embedded, "PAYRAIL_DATABASE_URL": "postgresql://db.invalid/registry"}, "db", "start")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.startswith("Error: invalid_input: PAYRAIL_DATABASE_URL (--database-url) is set"), result.stderr
-

@@ -32,17 +32,26 @@ RECORDS = [{"provider": p, "method": m, "urls": [], "docsUrl": None, "guidance":
 
 LABELLED = [
     {"query": "charge the customer card in euros", "relevant": [["Stripe", "Create a PaymentIntent"]]},
-    {"query": "what is the weather forecast in Paris for the next days and today temperature",
-     "relevant": [["OpenWeather", "Current weather data"], ["OpenWeather", "Daily forecast"]]},
+    {
+        "query": "what is the weather forecast in Paris for the next days and today temperature",
+        "relevant": [["OpenWeather", "Current weather data"], ["OpenWeather", "Daily forecast"]],
+    },
     # Labels compare as the registry compares names: case and runs of white space do not matter.
     {"query": "text message to a phone", "relevant": [["twilio", "send  an sms"]]},
-    {"query": "find live hotel room availability through a paid API",
-     "relevant": [["Amadeus", "Hotel Search"], ["Booking.com", "Get accommodation availability"]]},
-    {"query": "book a train ticket between two cities",
-     "relevant": [["Amadeus", "Hotel Search"]]},
-    {"query": "give money back for an earlier charge, and send a text message about it",
-     "relevant": [["Stripe", "Create a refund"], ["Twilio", "Send an SMS"], ["Stripe", "Create a PaymentIntent"],
-                  ["Booking.com", "Get accommodation availability"]]},
+    {
+        "query": "find live hotel room availability through a paid API",
+        "relevant": [["Amadeus", "Hotel Search"], ["Booking.com", "Get accommodation availability"]],
+    },
+    {"query": "book a train ticket between two cities", "relevant": [["Amadeus", "Hotel Search"]]},
+    {
+        "query": "give money back for an earlier charge, and send a text message about it",
+        "relevant": [
+            ["Stripe", "Create a refund"],
+            ["Twilio", "Send an SMS"],
+            ["Stripe", "Create a PaymentIntent"],
+            ["Booking.com", "Get accommodation availability"],
+        ],
+    },
     # An exact provider name takes the name path: its methods by normalized method name.
     {"query": "openweather", "relevant": [["OpenWeather", "Daily forecast"]]},
 ]

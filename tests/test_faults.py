@@ -16,16 +16,16 @@ import threading
 import psycopg
 import pytest
 
-from payrail_embedder import SearchUnavailable, sync
+from payrail_embedder import SearchUnavailable
 from payrail_embedder.api import Registry
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.postgres.connection import connect, one_row, one_value
+from payrail_embedder.registry import sync
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches, import_catalog
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL, SwitchAt
-from payrail_test_support.own_server import own_server, registry_url  # noqa: F401 (fixtures)
 from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 
 NAME_QUERY = "Stripe"
@@ -83,17 +83,19 @@ def assert_search_unavailable(env: dict, query: str, detail: str) -> None:
 
 
 @pytest.mark.slow
-def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_restart_converges(
-    own_server, registry_url, openai_fake, tmp_path
-):
+def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_restart_converges(own_server, registry_url, openai_fake, tmp_path):
     env = holding_environment(registry_url, openai_fake, tmp_path)
     import_catalog(registry_url, openai_fake, tmp_path)
     names = insert_drafts(registry_url, 20)
     hold = openai_fake.requests = HoldRequest(3)
     sync = subprocess.Popen(
         [str(CLI), "sync", "--batch-size", "5", "--json"],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Two batches committed; the third batch's vectors are on their way when the server stops.
         assert hold.reached.wait(60), sync.communicate()
@@ -122,9 +124,7 @@ def test_postgres_stopped_during_a_sync_fails_it_clearly_and_a_rerun_after_resta
 
 
 @pytest.mark.slow
-def test_postgres_stopped_during_searches_is_search_unavailable_and_search_answers_again_after_restart(
-    own_server, registry_url, openai_fake, tmp_path
-):
+def test_postgres_stopped_during_searches_is_search_unavailable_and_search_answers_again_after_restart(own_server, registry_url, openai_fake, tmp_path):
     env = holding_environment(registry_url, openai_fake, tmp_path)
     import_catalog(registry_url, openai_fake, tmp_path)
     expected = expected_answers()
@@ -143,8 +143,12 @@ def test_postgres_stopped_during_searches_is_search_unavailable_and_search_answe
         hold = openai_fake.requests = HoldRequest(1)
         search = subprocess.Popen(
             [str(CLI), "search", SEMANTIC_QUERY, "--json"],
-            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert hold.reached.wait(60), search.communicate()
             own_server.stop()
@@ -193,9 +197,7 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
     embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, timeout=2, max_retries=0)
 
     with psycopg.connect(database_url) as conn:
-        (catalog_draft,) = conn.execute(
-            "select provider || ' / ' || method from payrail.provider_methods where not enabled order by id limit 1"
-        ).fetchone()
+        (catalog_draft,) = conn.execute("select provider || ' / ' || method from payrail.provider_methods where not enabled order by id limit 1").fetchone()
 
     openai_fake.requests = SwitchAt(openai_fake, 2, behaviour)
     with connect(database_url, autocommit=True) as conn:
@@ -210,3 +212,13 @@ def test_embedding_service_failing_during_a_sync_leaves_every_record_valid(behav
         report = sync.sync(conn, embedder, batch_size=4)
     assert report.to_json() == {"embedded": 5, "changedMeanwhile": 0, "pending": []}
     assert all(assert_whole_or_nothing(r) for r in records(database_url))
+
+
+def test_a_statement_that_returns_no_row_where_one_was_promised_fails_clearly(server):
+    """one_row and one_value: the statements that always return a row (a function call, an
+    aggregate, select exists) read it through them, so a broken promise is a psycopg error that
+    says so, not a TypeError further on."""
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        assert one_value(conn.execute("select 42")) == 42
+        with pytest.raises(psycopg.DataError, match="returned none .*SELECT 0"):
+            one_row(conn.execute("select 1 where false"))

@@ -11,25 +11,34 @@ import json
 import psycopg
 import pytest
 
-from payrail_embedder import golden
-from payrail_embedder.database import connect
-from payrail_embedder.write import Refused, delete_record
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import golden
+from payrail_embedder.registry.write import Refused, delete_record
 from payrail_test_support.cli import cli_import, cli_json, run_cli
 from payrail_test_support.logs import events
 from payrail_test_support.servers import login_url
 
 CATALOG = [
-    {"provider": "Stripe", "method": "Create a PaymentIntent", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: Charge a customer card.", "enabled": True},
-    {"provider": "Stripe", "method": "Create a refund", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: Give money back for an earlier charge.", "enabled": True},
-    {"provider": "Twilio", "method": "Send an SMS", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: Send a text message to a phone.", "enabled": True},
-    {"provider": "Zürich Telekom", "method": "Nachricht senden", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: Send a message in Switzerland.", "enabled": True},
-    {"provider": "Amadeus", "method": "Hotel Search", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: Find hotels.", "enabled": False},
-]  # fmt: skip
+    {"provider": "Stripe", "method": "Create a PaymentIntent", "urls": [], "docsUrl": None, "guidance": "Purpose: Charge a customer card.", "enabled": True},
+    {
+        "provider": "Stripe",
+        "method": "Create a refund",
+        "urls": [],
+        "docsUrl": None,
+        "guidance": "Purpose: Give money back for an earlier charge.",
+        "enabled": True,
+    },
+    {"provider": "Twilio", "method": "Send an SMS", "urls": [], "docsUrl": None, "guidance": "Purpose: Send a text message to a phone.", "enabled": True},
+    {
+        "provider": "Zürich Telekom",
+        "method": "Nachricht senden",
+        "urls": [],
+        "docsUrl": None,
+        "guidance": "Purpose: Send a message in Switzerland.",
+        "enabled": True,
+    },
+    {"provider": "Amadeus", "method": "Hotel Search", "urls": [], "docsUrl": None, "guidance": "Purpose: Find hotels.", "enabled": False},
+]
 
 
 @pytest.fixture
@@ -60,20 +69,34 @@ def write_lines(path, lines: list[str]):
 
 def test_add_list_and_remove_a_golden_query(registry, database_url):
     code, added, stderr = cli_json(
-        registry, "golden", "add", "--json", "give money back and tell them by text",
-        "--relevant", "Stripe / Create a refund", "--relevant", "twilio  SEND AN SMS",
-    )  # fmt: skip
+        registry,
+        "golden",
+        "add",
+        "--json",
+        "give money back and tell them by text",
+        "--relevant",
+        "Stripe / Create a refund",
+        "--relevant",
+        "twilio  SEND AN SMS",
+    )
 
     assert code == 0, (added, stderr)
     [(golden_id, query, added_by, added_at, ids)] = stored_golden(database_url)
-    assert (query, ids) == ("give money back and tell them by text",
-                            [record_id(database_url, "Stripe", "Create a refund"), record_id(database_url, "Twilio", "Send an SMS")])
+    assert (query, ids) == (
+        "give money back and tell them by text",
+        [record_id(database_url, "Stripe", "Create a refund"), record_id(database_url, "Twilio", "Send an SMS")],
+    )
     assert added_by == psycopg.conninfo.conninfo_to_dict(database_url)["user"]
     assert added == {
-        "goldenQueryId": golden_id, "query": query, "addedBy": added_by, "addedAt": added_at.isoformat(),
-        "relevant": [{"recordId": ids[0], "provider": "Stripe", "method": "Create a refund", "enabled": True},
-                     {"recordId": ids[1], "provider": "Twilio", "method": "Send an SMS", "enabled": True}],
-    }  # fmt: skip
+        "goldenQueryId": golden_id,
+        "query": query,
+        "addedBy": added_by,
+        "addedAt": added_at.isoformat(),
+        "relevant": [
+            {"recordId": ids[0], "provider": "Stripe", "method": "Create a refund", "enabled": True},
+            {"recordId": ids[1], "provider": "Twilio", "method": "Send an SMS", "enabled": True},
+        ],
+    }
     assert cli_json(registry, "golden", "list", "--json")[1] == {"goldenQueries": [added]}
     text = run_cli(registry, "golden", "list").stdout
     assert text == (
@@ -107,14 +130,17 @@ def test_remove_is_all_or_nothing_and_names_what_it_does_not_know(registry, data
     [
         (("charge a card", "--relevant", "Twilio / Send an SMS"), "invalid_input", 'golden query "charge a card" exists already (added '),
         (("  CHARGE  a card ", "--relevant", "Twilio / Send an SMS"), "invalid_input", "exists already"),
-        (("pay by card", "--relevant", "Stripe / Create a PaymentIntent", "--relevant", "stripe create a paymentintent"),
-         "invalid_input", 'names provider method "Stripe / Create a PaymentIntent" twice'),
+        (
+            ("pay by card", "--relevant", "Stripe / Create a PaymentIntent", "--relevant", "stripe create a paymentintent"),
+            "invalid_input",
+            'names provider method "Stripe / Create a PaymentIntent" twice',
+        ),
         (("pay by card", "--relevant", "Nobody / Nothing"), "unknown_record", 'no provider method is named "Nobody / Nothing"'),
         (("\u200b ", "--relevant", "Stripe / Create a PaymentIntent"), "invalid_query", "query is empty"),
         (("x" * 2001, "--relevant", "Stripe / Create a PaymentIntent"), "invalid_query", "2001 characters long"),
         (("pay by card",), "invalid_input", "Missing option '--relevant'"),
     ],
-)  # fmt: skip
+)
 def test_add_refuses_in_words_and_adds_nothing(registry, database_url, args, code, detail):
     assert run_cli(registry, "golden", "add", "charge a card", "--relevant", "Stripe / Create a PaymentIntent").returncode == 0
     before = stored_golden(database_url)
@@ -183,9 +209,7 @@ def test_export_writes_each_record_by_its_current_name(registry, database_url, t
     with psycopg.connect(database_url) as conn:  # a draft renamed needs no vector
         conn.execute("update payrail.provider_methods set enabled = false where id = %s", (sms,))
         conn.execute("update payrail.provider_methods set provider = 'Twilio Inc.', method = 'Messages: Send an SMS' where id = %s", (sms,))
-    assert run_cli(registry, "golden", "export").stdout == (
-        '{"query": "text a customer", "relevant": [["Twilio Inc.", "Messages: Send an SMS"]]}\n'
-    )
+    assert run_cli(registry, "golden", "export").stdout == ('{"query": "text a customer", "relevant": [["Twilio Inc.", "Messages: Send an SMS"]]}\n')
     [(_, _, _, _, ids)] = stored_golden(database_url)
     assert ids == [sms]
 
@@ -193,16 +217,19 @@ def test_export_writes_each_record_by_its_current_name(registry, database_url, t
 def test_import_refuses_every_bad_line_by_number_and_adds_nothing(registry, database_url, tmp_path):
     assert run_cli(registry, "golden", "add", "charge a card", "--relevant", "Stripe / Create a PaymentIntent").returncode == 0
     before = stored_golden(database_url)
-    source = write_lines(tmp_path / "golden.jsonl", [
-        '{"query": "give money back", "relevant": [["Stripe", "Create a refund"]]}',
-        '{"query": "book a flight", "relevant": [["Duffel", "Search flights"], ["Stripe", "Create a refund"]]}',
-        '{"query": "send a text", "relevant": [["Twilio", "Send an SMS"], ["twilio", "send an SMS"]]}',
-        '{"query": "Give  MONEY back", "relevant": [["Stripe", "Create a refund"]]}',
-        '{"query": "charge a CARD", "relevant": [["Stripe", "Create a refund"]]}',
-        '{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}',
-        "",
-        '{"query": "hotel", "relevant": [' + ", ".join(['["Amadeus", "Hotel Search"]'] * 101) + "]}",
-    ])  # fmt: skip
+    source = write_lines(
+        tmp_path / "golden.jsonl",
+        [
+            '{"query": "give money back", "relevant": [["Stripe", "Create a refund"]]}',
+            '{"query": "book a flight", "relevant": [["Duffel", "Search flights"], ["Stripe", "Create a refund"]]}',
+            '{"query": "send a text", "relevant": [["Twilio", "Send an SMS"], ["twilio", "send an SMS"]]}',
+            '{"query": "Give  MONEY back", "relevant": [["Stripe", "Create a refund"]]}',
+            '{"query": "charge a CARD", "relevant": [["Stripe", "Create a refund"]]}',
+            '{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}',
+            "",
+            '{"query": "hotel", "relevant": [' + ", ".join(['["Amadeus", "Hotel Search"]'] * 101) + "]}",
+        ],
+    )
 
     code, report, _ = cli_json(registry, "golden", "import", "--json", source)
 
@@ -212,22 +239,28 @@ def test_import_refuses_every_bad_line_by_number_and_adds_nothing(registry, data
         {"line": 2, "reason": 'no provider method is named "Duffel / Search flights"'},
         {"line": 3, "reason": 'names "Twilio / Send an SMS" more than once'},
         {"line": 4, "reason": "the same query as line 1 (queries compare ignoring case, compatibility forms, invisible characters and runs of white space)"},
-        {"line": 5, "reason": 'the registry holds the golden query "charge a card" with other relevant records; '
-                              "remove it first (`payrail-embedder golden remove`) to label it anew"},
+        {
+            "line": 5,
+            "reason": 'the registry holds the golden query "charge a card" with other relevant records; '
+            "remove it first (`payrail-embedder golden remove`) to label it anew",
+        },
         {"line": 6, "reason": "the same query as line 5 (queries compare ignoring case, compatibility forms, invisible characters and runs of white space)"},
         {"line": 8, "reason": 'names "Amadeus / Hotel Search" more than once; names 101 relevant records; the limit is 100'},
-    ]  # fmt: skip
+    ]
     assert stored_golden(database_url) == before
     text = run_cli(registry, "golden", "import", source)
     assert text.returncode == 2 and text.stdout == "nothing imported: 6 lines refused\n"
-    assert f"refused {source}:2: no provider method is named \"Duffel / Search flights\"\n" in text.stderr
+    assert f'refused {source}:2: no provider method is named "Duffel / Search flights"\n' in text.stderr
 
 
 @pytest.mark.parametrize(
     "line, code, detail",
     [
-        ('{"query": "hotel", "relevant": [["Amadeus", "Hotel Search"]], "source": "dev"}', "invalid_input",
-         "unknown field(s) source: a golden query is its query and relevant records alone"),
+        (
+            '{"query": "hotel", "relevant": [["Amadeus", "Hotel Search"]], "source": "dev"}',
+            "invalid_input",
+            "unknown field(s) source: a golden query is its query and relevant records alone",
+        ),
         ('{"query": "hotel", "query": "other", "relevant": [["Amadeus", "Hotel Search"]]}', "invalid_input", "field 'query' appears twice"),
         ('{"query": "hotel", "relevant": []}', "invalid_input", "relevant must be a non-empty array"),
         ('{"query": "hotel", "relevant": [["Amadeus\\u0000", "Hotel Search"]]}', "invalid_input", "PostgreSQL text cannot hold"),
@@ -237,7 +270,7 @@ def test_import_refuses_every_bad_line_by_number_and_adds_nothing(registry, data
         ('{"query": "hotel", "relevant": [["Amadeus", "Hotel Search"]]', "invalid_input", "malformed JSON"),
         ('["hotel"]', "invalid_input", "a line must be a JSON object"),
     ],
-)  # fmt: skip
+)
 def test_import_refuses_a_malformed_line_naming_it(registry, database_url, tmp_path, line, code, detail):
     source = write_lines(tmp_path / "golden.jsonl", ['{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}', line])
     result_code, failure, _ = cli_json(registry, "golden", "import", "--json", source)
@@ -258,8 +291,7 @@ def test_import_refuses_bytes_that_are_not_utf8_and_takes_a_byte_order_mark(regi
 
 def test_a_record_golden_queries_name_is_deleted_only_with_them(registry, database_url):
     refund = record_id(database_url, "Stripe", "Create a refund")
-    for query, names in (("money back", ["Stripe / Create a refund"]),
-                         ("money back and a text", ["Stripe / Create a refund", "Twilio / Send an SMS"])):  # fmt: skip
+    for query, names in (("money back", ["Stripe / Create a refund"]), ("money back and a text", ["Stripe / Create a refund", "Twilio / Send an SMS"])):
         assert run_cli(registry, "golden", "add", query, *[arg for name in names for arg in ("--relevant", name)]).returncode == 0
     before = stored_golden(database_url)
 
@@ -285,9 +317,13 @@ def test_agents_cannot_read_or_write_golden_queries_through_the_cli(registry, da
         admin.execute("create role golden_agent login in role payrail_agent")
     try:
         agent = {**registry, "PAYRAIL_DATABASE_URL": login_url(database_url, "golden_agent")}
-        for args in (("golden", "list", "--json"), ("golden", "export"), ("eval", "--json"),
-                     ("golden", "add", "--json", "steal", "--relevant", "Stripe / Create a PaymentIntent"),
-                     ("golden", "remove", "--json", "charge a card")):  # fmt: skip
+        for args in (
+            ("golden", "list", "--json"),
+            ("golden", "export"),
+            ("eval", "--json"),
+            ("golden", "add", "--json", "steal", "--relevant", "Stripe / Create a PaymentIntent"),
+            ("golden", "remove", "--json", "charge a card"),
+        ):
             result = run_cli(agent, *args)
             assert result.returncode == 2 and "charge a card" not in result.stdout, (args, result.stdout, result.stderr)
             if "--json" in args:
@@ -305,8 +341,10 @@ def test_every_change_of_the_golden_queries_is_logged_with_who_and_where(registr
     assert (event["event"], event["role"], event["relevant"], event["level"]) == ("golden_add", user, "1", "info"), event
     assert event["golden_query"] == str(stored_golden(database_url)[0][0]) and event["database"] and event["duration_ms"]
 
-    source = write_lines(tmp_path / "golden.jsonl", ['{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}',
-                                                     '{"query": "refund", "relevant": [["Nobody", "Nothing"]]}'])  # fmt: skip
+    source = write_lines(
+        tmp_path / "golden.jsonl",
+        ['{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}', '{"query": "refund", "relevant": [["Nobody", "Nothing"]]}'],
+    )
     [event] = events(run_cli(registry, "golden", "import", "--json", source).stderr, "golden_import")
     assert (event["level"], event["added"], event["unchanged"], event["refused"]) == ("warning", "0", "0", "1"), event
     source.write_text('{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}\n', encoding="utf-8")

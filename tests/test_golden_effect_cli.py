@@ -15,15 +15,25 @@ from payrail_test_support.golden_tops import eval_tops
 from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
 
 CATALOG = [
-    {"provider": "Acme Maps", "method": "Geocode an address", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: turn a street address into coordinates."},
-    {"provider": "Acme Maps", "method": "Reverse geocode", "urls": [], "docsUrl": None, "enabled": False,
-     "guidance": "Purpose: turn latitude and longitude into a postal address."},
-    {"provider": "Globex", "method": "Send an SMS", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: send a text message to a phone."},
-    {"provider": "Globex", "method": "Weather", "urls": [], "docsUrl": None, "enabled": True,
-     "guidance": "Purpose: current weather for a city."},
-]  # fmt: skip
+    {
+        "provider": "Acme Maps",
+        "method": "Geocode an address",
+        "urls": [],
+        "docsUrl": None,
+        "enabled": True,
+        "guidance": "Purpose: turn a street address into coordinates.",
+    },
+    {
+        "provider": "Acme Maps",
+        "method": "Reverse geocode",
+        "urls": [],
+        "docsUrl": None,
+        "enabled": False,
+        "guidance": "Purpose: turn latitude and longitude into a postal address.",
+    },
+    {"provider": "Globex", "method": "Send an SMS", "urls": [], "docsUrl": None, "enabled": True, "guidance": "Purpose: send a text message to a phone."},
+    {"provider": "Globex", "method": "Weather", "urls": [], "docsUrl": None, "enabled": True, "guidance": "Purpose: current weather for a city."},
+]
 GOLDEN = [
     ("turn latitude and longitude into a postal address", "Acme Maps / Reverse geocode"),
     ("send a text message", "Globex / Send an SMS"),

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from payrail_embedder import golden, golden_rankings
-from payrail_embedder.connection import naming_pgvector
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.evaluation import run_queries
-from payrail_embedder.records import ProviderMethod
-from payrail_embedder.write import Change, Refused, Saved, prepare_change, save_changes
+from payrail_embedder.model import golden_rankings
+from payrail_embedder.model.evaluation import run_queries
+from payrail_embedder.postgres.connection import connect, naming_pgvector
+from payrail_embedder.registry import golden
+from payrail_embedder.registry.records import ProviderMethod
+from payrail_embedder.registry.write import Change, Refused, Saved, prepare_change, save_changes
 from payrail_test_support.openai_fake import FAKE_MODEL
 
 WORDS = ["hotel", "room", "book", "flight", "sms", "send", "card", "charge", "refund", "map", "route", "weather"]
@@ -190,7 +190,9 @@ def test_golden_queries_without_a_vector_kept_are_embedded_and_search_never_read
     # A vector kept for a golden query changes no search: not even a wrong one.
     before = eval_tops(conn, embedder_factory)
     conn.execute(
-        naming_pgvector(conn, "update payrail.golden_query_embeddings set embedding = array_fill(1, array[{pgvector}.vector_dims(embedding)])::real[]::{pgvector}.vector")
+        naming_pgvector(
+            conn, "update payrail.golden_query_embeddings set embedding = array_fill(1, array[{pgvector}.vector_dims(embedding)])::real[]::{pgvector}.vector"
+        )
     )
     assert eval_tops(conn, embedder_factory) == before
 
@@ -213,9 +215,11 @@ def edits(draw):
 
 @pytest.mark.slow
 @settings(
-    max_examples=30, deadline=None, database=None,
+    max_examples=30,
+    deadline=None,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)  # fmt: skip
+)
 @given(edit=edits())
 def test_random_edits_are_previewed_as_eval_finds_them_after_the_save(conn, embedder_factory, edit):
     place, provider, method, guidance, enabled = edit

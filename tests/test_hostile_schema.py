@@ -22,10 +22,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.deploy import apply_schema
-from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches
+from payrail_embedder.postgres.deploy import apply_schema
 from payrail_test_support import backoffice, pgbouncer
-from payrail_test_support.backoffice import operator_logins, start_backoffice  # noqa: F401 (fixture)
+from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, expected_name_matches, expected_semantic_matches
+from payrail_test_support.backoffice import start_backoffice
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import McpHttpServer, api_registry, backoffice_round, mcp_stdio_answers, run_cli_commands
@@ -60,14 +60,29 @@ def planted_objects(vector_schema: str) -> str:
         )
         statements += [f"create operator public.{op} (leftarg = {left}, rightarg = {right}, function = {function})" for op in operators]
     overloads = [
-        ("lower", "character varying"), ("char_length", "character varying"), ("btrim", "character varying"),
-        ("format", "character varying"), ("md5", "character varying"), ("normalize", "character varying, text"),
-        ("vector_norm", f"{vector_schema}.vector"), ("l2_normalize", f"{vector_schema}.vector"),
-        ("vector_dims", f"{vector_schema}.vector"), ("now", "integer"), ("cardinality", "character varying[]"),
-        ("lower", "text"), ("char_length", "text"), ("strpos", "text, text"), ("now", ""), ("to_regtype", "text"),
-        ("to_regclass", "text"), ("set_config", "text, text, boolean"), ("has_table_privilege", "text, text"),
-        ("pg_advisory_xact_lock", "bigint"), ("pg_has_role", "name, oid, text"), ("current_setting", "text"),
-    ]  # fmt: skip
+        ("lower", "character varying"),
+        ("char_length", "character varying"),
+        ("btrim", "character varying"),
+        ("format", "character varying"),
+        ("md5", "character varying"),
+        ("normalize", "character varying, text"),
+        ("vector_norm", f"{vector_schema}.vector"),
+        ("l2_normalize", f"{vector_schema}.vector"),
+        ("vector_dims", f"{vector_schema}.vector"),
+        ("now", "integer"),
+        ("cardinality", "character varying[]"),
+        ("lower", "text"),
+        ("char_length", "text"),
+        ("strpos", "text, text"),
+        ("now", ""),
+        ("to_regtype", "text"),
+        ("to_regclass", "text"),
+        ("set_config", "text, text, boolean"),
+        ("has_table_privilege", "text, text"),
+        ("pg_advisory_xact_lock", "bigint"),
+        ("pg_has_role", "name, oid, text"),
+        ("current_setting", "text"),
+    ]
     for name, arguments in overloads:
         statements.append(
             f"create function public.{name}({arguments}) returns integer language sql volatile as "
@@ -138,9 +153,7 @@ def test_db_apply_refuses_a_vector_schema_that_others_can_write_and_says_how_to_
 
 
 @pytest.mark.parametrize("access", ["direct", "pgbouncer"])
-def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(
-    access, server, hostile_login, operator_logins, openai_fake, tmp_path  # noqa: F811
-):
+def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(access, server, hostile_login, operator_logins, openai_fake, tmp_path):
     url = fresh_database(server, "plant")
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("create schema extensions")
@@ -249,7 +262,7 @@ def registry_catalog(conn: psycopg.Connection) -> list[tuple]:
 
 
 def test_every_db_file_rerun_alone_on_any_search_path_leaves_the_same_catalog(database_url):
-    from payrail_embedder.deploy import sql_files
+    from payrail_embedder.postgres.deploy import sql_files
 
     with psycopg.connect(database_url, autocommit=True) as conn:
         before = registry_catalog(conn)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from payrail_embedder import catalog
-from payrail_embedder.database import connect
-from payrail_embedder.embedders import OPENAI_MAX_BATCH, EmbeddingUnavailable, OpenAIEmbedder
-from payrail_embedder.records import read_lines
+from payrail_embedder.embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, OpenAIEmbedder
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import catalog
+from payrail_embedder.registry.records import read_lines
 from payrail_test_support.cli import cli_json, write_jsonl
 from payrail_test_support.openai_fake import FAKE_MODEL, SwitchAt
 from payrail_test_support.stored import assert_whole_or_nothing, rows
@@ -40,9 +40,7 @@ def embedder_for(openai_fake) -> OpenAIEmbedder:
 
 def import_file(database_url: str, openai_fake, path, **options) -> catalog.ImportReport:
     with connect(database_url, autocommit=True) as conn:
-        return catalog.import_records(
-            conn, lambda: embedder_for(openai_fake), lambda: read_lines(path), batch_size=BATCH, **options
-        )
+        return catalog.import_records(conn, lambda: embedder_for(openai_fake), lambda: read_lines(path), batch_size=BATCH, **options)
 
 
 def saved_names(database_url: str) -> list[str]:
@@ -82,8 +80,9 @@ def test_the_file_is_read_a_batch_at_a_time(database_url, openai_fake, tmp_path)
             lines_read[-1] += 1
             yield item
 
-    class CountingEmbedder:
+    class CountingEmbedder(Embedder):
         model_name = FAKE_MODEL
+        batch_size = OPENAI_MAX_BATCH
 
         def __init__(self):
             self.inner = embedder_for(openai_fake)
@@ -133,5 +132,4 @@ def test_the_cli_imports_a_file_of_several_batches_and_says_where_a_stopped_one_
 
     openai_fake.behaviour = "ok"
     code, report, _ = cli_json(cli_env, "import", str(path), "--json")
-    assert (code, report["created"], report["unchanged"], report["refused"], report["saved"]) == (
-        0, 10, OPENAI_MAX_BATCH, [], True), report
+    assert (code, report["created"], report["unchanged"], report["refused"], report["saved"]) == (0, 10, OPENAI_MAX_BATCH, [], True), report

@@ -1,5 +1,5 @@
 """Files an operator hands the command line, attacked: pipes, standard input, FIFOs, devices,
-sockets, directories, empty inputs and lines longer than any record (payrail_embedder.input_files).
+sockets, directories, empty inputs and lines longer than any record (payrail_embedder.base.input_files).
 
 `import` reads a pipe, `-`, /dev/stdin or a FIFO once and saves what it held (never "saved" with
 nothing saved); refuses a device, a socket or a directory in words before reading a byte; and
@@ -23,9 +23,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from payrail_embedder.base.input_files import MAX_SPOOLED_BYTES, InputRefused, LineLimit, UnreadableLine, json_lines, open_input
 from payrail_embedder.embedders import record_text
-from payrail_embedder.input_files import MAX_SPOOLED_BYTES, InputRefused, LineLimit, json_lines, open_input
-from payrail_embedder.records import RECORD_LINE
+from payrail_embedder.registry.records import RECORD_LINE
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.stored import assert_whole_or_nothing, rows
@@ -57,9 +57,13 @@ def saved_providers(database_url: str) -> list[str]:
 def shell(env: dict[str, str], script: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """script in bash, payrail-embedder on the PATH: real pipes and redirections, as an operator types them."""
     return subprocess.run(
-        ["bash", "-c", script], env={**env, "PATH": f"{CLI.parent}:{env['PATH']}"}, cwd=REPO,
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        ["bash", "-c", script],
+        env={**env, "PATH": f"{CLI.parent}:{env['PATH']}"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def imported_all(result: subprocess.CompletedProcess, database_url: str) -> None:
@@ -273,9 +277,7 @@ def test_an_endless_line_is_refused_after_reading_one_limit_of_it():
 
     lines = list(json_lines(io.BufferedReader(zeros), limit))
 
-    assert [(line.number, line.text, line.problem) for line in lines] == [
-        (1, None, "the line is longer than 1,000 bytes, more than the test allows; the rest of the file was not read")
-    ]
+    assert lines == [UnreadableLine(1, "the line is longer than 1,000 bytes, more than the test allows; the rest of the file was not read")]
     assert zeros.handed_out <= limit.bytes + io.DEFAULT_BUFFER_SIZE, zeros.handed_out
 
 
@@ -298,9 +300,7 @@ def test_a_pipe_is_read_at_most_to_its_bound(tmp_path):
     writer.join(timeout=30)
 
     assert not writer.is_alive()
-    assert str(refused.value) == (
-        f"{fifo} holds more than 10,000 bytes, the most read from a pipe or standard input: write it to a file and name the file"
-    )
+    assert str(refused.value) == (f"{fifo} holds more than 10,000 bytes, the most read from a pipe or standard input: write it to a file and name the file")
     assert MAX_SPOOLED_BYTES == 1_000_000_000  # docs/operators.md says 1 GB
 
 

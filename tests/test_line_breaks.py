@@ -14,21 +14,20 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from payrail_embedder.database import connect
-from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
-    backoffice,
-    new_page,
-    operator_logins,
-    page,
-    registry,
-)
+from payrail_embedder.postgres.connection import connect
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.cli import run_edit as edit
 
 STORABLE = {"U+2028": "\u2028", "U+2029": "\u2029"}
 REFUSED = {
-    "CR": "\r", "VT": "\x0b", "FF": "\x0c", "U+001C": "\x1c", "U+001D": "\x1d", "U+001E": "\x1e", "U+0085": "\x85",
-}  # fmt: skip
+    "CR": "\r",
+    "VT": "\x0b",
+    "FF": "\x0c",
+    "U+001C": "\x1c",
+    "U+001D": "\x1d",
+    "U+001E": "\x1e",
+    "U+0085": "\x85",
+}
 # Each break between two lines; the second begins with "#" and "{", as editor comments and JSON do.
 GUIDANCE = "Purpose: split by {break} here.{break}# Not a comment.{break}{{not JSON}}\nNotes: the last line."
 
@@ -54,9 +53,7 @@ def stored_guidance(database_url: str, method: str) -> str | None:
     return row[0] if row else None
 
 
-def test_import_export_and_import_again_keep_every_storable_break_and_every_reader_sees_one_line_per_record(
-    cli_env, database_url, tmp_path
-):
+def test_import_export_and_import_again_keep_every_storable_break_and_every_reader_sees_one_line_per_record(cli_env, database_url, tmp_path):
     records = [record(label, guidance_with(character)) for label, character in STORABLE.items()]
     records.append(record("every one", "Purpose: all of them:" + "".join(STORABLE.values()) + "\nend."))
     code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "in.jsonl", records))

@@ -8,11 +8,10 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_embedder.postgres.connection import connect
 from payrail_test_support.cli import cli_import, cli_json, run_cli
 from payrail_test_support.openai_fake import fake_embedding
-
 from test_edit import DRAFT, ENABLED
 
 WEATHER = {**ENABLED, "provider": "globex weather", "method": "Current conditions", "guidance": "Purpose: weather now."}

@@ -67,9 +67,7 @@ def test_local_vectors_are_deterministic(local_embedder):
 
 
 def test_related_texts_are_closer_than_unrelated_ones(local_embedder):
-    availability, booking, sms = local_embedder.embed(
-        ["hotel room availability", "book a hotel", "send an SMS text message"]
-    )
+    availability, booking, sms = local_embedder.embed(["hotel room availability", "book a hotel", "send an SMS text message"])
 
     related = cosine(availability, booking)
     assert related > cosine(availability, sms)

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from payrail_embedder import catalog, database
 from payrail_embedder.embedders import EmbeddingUnavailable, LocalEmbedder, record_text
 from payrail_embedder.embedders.local_model import (
     GRAPH_FILE,
@@ -32,7 +31,9 @@ from payrail_embedder.embedders.local_model import (
     load_bundled,
     load_sentence_transformer,
 )
-from payrail_embedder.records import read_lines
+from payrail_embedder.postgres import connection
+from payrail_embedder.registry import catalog
+from payrail_embedder.registry.records import read_lines
 from payrail_test_support import REPO
 
 pytestmark = pytest.mark.local_model
@@ -76,12 +77,18 @@ def test_the_bundled_model_runs_on_onnx_by_default(onnx_embedder):
         LocalEmbedder("some/other-model", runtime="onnx")
 
 
+@pytest.fixture(scope="module")
+def torch_vectors(torch_embedder) -> np.ndarray:
+    """sentence-transformers' vectors of sample_texts() + QUESTIONS: the reference, computed once for every batch size."""
+    return np.array(torch_embedder.embed(sample_texts() + QUESTIONS))
+
+
 @pytest.mark.parametrize("batch_size", [64, 1])
-def test_onnx_vectors_are_the_torch_vectors(onnx_embedder, torch_embedder, batch_size):
+def test_onnx_vectors_are_the_torch_vectors(onnx_embedder, torch_vectors, batch_size):
     texts = sample_texts() + QUESTIONS
     onnx_embedder.batch_size = batch_size
 
-    expected = np.array(torch_embedder.embed(texts))
+    expected = torch_vectors
     got = np.array(onnx_embedder.embed(texts))
 
     assert got.shape == expected.shape == (len(texts), 384)
@@ -148,9 +155,17 @@ def load_bundled_graph_dir() -> Path:
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (lambda c: edit_json(c / "1_Pooling" / "config.json", lambda p: p.update(pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True)), "pooling 'max'"),
+        (
+            lambda c: edit_json(c / "1_Pooling" / "config.json", lambda p: p.update(pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True)),
+            "pooling 'max'",
+        ),
         (lambda c: edit_json(c / "1_Pooling" / "config.json", lambda p: p.update(pooling_mode="weightedmean")), "pooling 'weightedmean'"),
-        (lambda c: edit_json(c / "modules.json", lambda m: m.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})), "Dense"),
+        (
+            lambda c: edit_json(
+                c / "modules.json", lambda m: m.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+            ),
+            "Dense",
+        ),
         (lambda c: edit_json(c / "sentence_bert_config.json", lambda s: s.update(do_lower_case=True)), "do_lower_case"),
         (lambda c: (c / "1_Pooling" / "config.json").write_text("{not json"), "1_Pooling/config.json"),
         (lambda c: (c / "tokenizer.json").unlink(), "tokenizer.json"),
@@ -174,7 +189,7 @@ def registry_url(database_url, onnx_embedder, tmp_path) -> str:
     bundled model."""
     lines = SAMPLE_CATALOG.read_text(encoding="utf-8").splitlines(keepends=True)[:12]
     (tmp_path / "catalog.jsonl").write_text("".join(lines), encoding="utf-8")
-    with database.connect(database_url, autocommit=True) as conn:
+    with connection.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, lambda: onnx_embedder, read_lines(tmp_path / "catalog.jsonl"))
     assert report.saved and not report.refused
     return database_url
@@ -187,9 +202,7 @@ def python_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def run_python(env: dict[str, str], code: str, *args: str, flags: tuple[str, ...] = (), timeout: float = 300):
-    return subprocess.run(
-        [sys.executable, *flags, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
+    return subprocess.run([sys.executable, *flags, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def cli_code(blocked: tuple[str, ...] = ()) -> str:
@@ -241,9 +254,7 @@ def test_concurrent_first_uses_export_the_graph_once_and_agree(tmp_path, torch_e
     """Two processes on a machine with no export yet: both export, one rename wins, both answer."""
     env = python_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
     processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", EMBED_ONE, SEMANTIC_QUESTION], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
-        )
+        subprocess.Popen([sys.executable, "-c", EMBED_ONE, SEMANTIC_QUESTION], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         for _ in range(2)
     ]
     outputs = [process.communicate(timeout=600) for process in processes]

@@ -17,14 +17,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder import database
+from payrail_embedder.postgres import connection
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
 from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, start_backoffice
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import BackofficeOperator, draft_record, editing
 from payrail_test_support.logs import events, events_among, parse_line
-from payrail_test_support.own_server import own_server, registry_url  # noqa: F401 (fixtures)
 from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
 from payrail_test_support.waiting import wait_until
 
@@ -120,7 +119,7 @@ def test_a_backoffice_session_is_logged_event_by_event_without_a_secret(server, 
         assert secret not in backoffice.output, secret
 
 
-def test_an_mcp_outage_is_logged_with_its_cause_and_its_recovery(own_server, registry_url, openai_fake, tmp_path):  # noqa: F811
+def test_an_mcp_outage_is_logged_with_its_cause_and_its_recovery(own_server, registry_url, openai_fake, tmp_path):
     import_catalog(registry_url, openai_fake, tmp_path)
     # A password in the URL (the server trusts its socket and ignores it): it must not be logged.
     secret_password = "db-password-never-logged-81c2"
@@ -189,16 +188,17 @@ def test_commands_that_change_the_registry_log_a_summary_naming_the_database(cli
     oldest = found["history"][-1]["historyId"]
     code, report, stderr = cli_json(cli_env, "restore", str(oldest), "--json")
     (summary,) = events(stderr)
-    assert code == 0 and (summary["event"], summary["history"], summary["version"], summary["outcome"]) == (
-        "restore", str(oldest), "4", "updated"
-    ), stderr  # fmt: skip
+    assert code == 0 and (summary["event"], summary["history"], summary["version"], summary["outcome"]) == ("restore", str(oldest), "4", "updated"), stderr
     assert summary["database"] == psycopg.conninfo.make_conninfo(host=name["host"], port=5432, dbname=name["dbname"], user="postgres")
 
     code, report, stderr = cli_json(cli_env, "model", "switch", "fake-embedding-2", "--json")
     (summary,) = events(stderr)
     assert code == 0 and (summary["event"], summary["switched"], summary["model"], summary["previous"]) == (
-        "model_switch", "true", "fake-embedding-2", "fake-embedding-1"
-    )  # fmt: skip
+        "model_switch",
+        "true",
+        "fake-embedding-2",
+        "fake-embedding-1",
+    )
 
     refused = write_jsonl(tmp_path / "refused.jsonl", [{**draft_record("refused"), "urls": ["http://plain.example/"]}])
     code, report, stderr = cli_json(cli_env, "import", "--json", refused)
@@ -222,7 +222,7 @@ def test_operator_add_and_db_roles_name_the_server_they_changed_never_the_passwo
     roles = run_cli(cli_env, "db", "roles")
     (summary,) = events(roles.stderr)
     assert (summary["event"], summary["existing"]) == ("db_roles", "payrail_agent,payrail_operator,payrail_embedder"), roles.stderr
-    assert summary["database"] == database.display_url(database_url)
+    assert summary["database"] == connection.display_url(database_url)
 
 
 def test_the_operations_guide_finds_a_sync_in_its_json_log(cli_env, tmp_path):
@@ -280,7 +280,7 @@ LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 def test_a_line_break_or_a_quote_in_a_value_never_splits_or_forges_a_line(log_format):
     import logging
 
-    from payrail_embedder.logs import LineFormatter
+    from payrail_embedder.base.logs import LineFormatter
 
     record = logging.LogRecord("payrail_embedder", logging.WARNING, __file__, 1, "sign_in", None, None)
     for line_break in LINE_BREAKS:

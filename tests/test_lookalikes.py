@@ -3,7 +3,7 @@ skeleton), mixed scripts without the operator's word, and internationalized host
 through import, edit, the backoffice's form and psql as an operator login, each refused in the
 words payrail.rules has, naming the record imitated, and changing nothing.
 
-The SQL rule itself is attacked by db/tests/190-lookalikes.sql; the skeleton is checked against
+The SQL rule itself is attacked by db/tests/104-lookalikes.sql; the skeleton is checked against
 ICU by tests/test_unicode_security.py.
 """
 
@@ -14,20 +14,8 @@ import threading
 import psycopg
 import pytest
 
-from payrail_embedder.database import connect
-from payrail_test_support.backoffice import (
-    ACME,
-    ENABLED,
-    OPERATOR,
-    PASSWORD,
-    HttpClient,
-    backoffice,  # noqa: F401 (a fixture)
-    http_sign_in,
-    operator_logins,  # noqa: F401 (a fixture)
-    record_form,
-    registry,  # noqa: F401 (a fixture)
-    stored,
-)
+from payrail_embedder.postgres.connection import connect
+from payrail_test_support.backoffice import ACME, ENABLED, OPERATOR, PASSWORD, HttpClient, http_sign_in, record_form, stored
 from payrail_test_support.cli import cli_json, run_cli, run_edit, write_jsonl
 from payrail_test_support.servers import login_url
 
@@ -45,9 +33,7 @@ def acme_id(database_url: str) -> int:
 
 def mixed_scripts_of(database_url: str, provider: str, method: str) -> bool | None:
     with connect(database_url) as conn:
-        row = conn.execute(
-            "select mixed_scripts from payrail.provider_methods where provider = %s and method = %s", (provider, method)
-        ).fetchone()
+        row = conn.execute("select mixed_scripts from payrail.provider_methods where provider = %s and method = %s", (provider, method)).fetchone()
     return None if row is None else row[0]
 
 
@@ -63,18 +49,20 @@ def line(**changes) -> dict:
 @pytest.mark.parametrize(
     "changes, words",
     [
-        pytest.param({"provider": CYRILLIC_ACME, "mixedScripts": True}, "provider: looks like the provider of record {id}, "
-                     '"Acme Maps / Geocode an address", without being the same', id="cyrillic-provider"),
+        pytest.param(
+            {"provider": CYRILLIC_ACME, "mixedScripts": True},
+            'provider: looks like the provider of record {id}, "Acme Maps / Geocode an address", without being the same',
+            id="cyrillic-provider",
+        ),
         pytest.param({"provider": "\uff21\uff43\uff4d\uff45 \uff2d\uff41\uff50\uff53 "}, None, id="fullwidth-is-the-same-provider"),
-        pytest.param({"provider": "Acme Maps", "method": "Ge0code an address"}, "method: looks like the method of record {id}",
-                     id="digit-zero-method"),
-        pytest.param({"provider": "Acme Maps", "method": "Geocode an addres\u0455"},
-                     "provider_methods_scripts_check", id="mixed-scripts-method"),
-        pytest.param({"docsUrl": "https://docs.\u0430cme.example/batch"}, "docsUrl: looks like the docs host of record {id}, "
-                     '"Acme Maps / Geocode an address" (docs.acme.example, and this one is docs.xn--cme-5cd.example)',
-                     id="unicode-docs-host"),
-        pytest.param({"docsUrl": "https://docs.xn--cme-5cd.example/batch"}, "docsUrl: looks like the docs host of record {id}",
-                     id="punycode-docs-host"),
+        pytest.param({"provider": "Acme Maps", "method": "Ge0code an address"}, "method: looks like the method of record {id}", id="digit-zero-method"),
+        pytest.param({"provider": "Acme Maps", "method": "Geocode an addres\u0455"}, "provider_methods_scripts_check", id="mixed-scripts-method"),
+        pytest.param(
+            {"docsUrl": "https://docs.\u0430cme.example/batch"},
+            'docsUrl: looks like the docs host of record {id}, "Acme Maps / Geocode an address" (docs.acme.example, and this one is docs.xn--cme-5cd.example)',
+            id="unicode-docs-host",
+        ),
+        pytest.param({"docsUrl": "https://docs.xn--cme-5cd.example/batch"}, "docsUrl: looks like the docs host of record {id}", id="punycode-docs-host"),
     ],
 )
 def test_import_refuses_a_look_alike_in_words_naming_the_record_and_saves_nothing(registry, database_url, tmp_path, changes, words):
@@ -98,8 +86,7 @@ def test_an_import_refuses_one_of_two_lines_that_look_alike_without_naming_a_rec
     (refused,) = report["refused"]
     other = lines[2 - refused["line"]]
     assert refused["reason"].split(", without")[0] == (
-        "provider: looks like the provider of another record of this same change (another line of the same file), "
-        f'"{other["provider"]} / {other["method"]}"'
+        f'provider: looks like the provider of another record of this same change (another line of the same file), "{other["provider"]} / {other["method"]}"'
     ), refused
 
 
@@ -129,9 +116,9 @@ def test_edit_reopens_with_the_look_alike_refused_in_words_and_saves_nothing(reg
     text = f"Provider: {CYRILLIC_ACME}\nMethod: Batch geocode\nEnabled: no\nMixed scripts: yes\n\nPurpose: many at once.\n"
     result, shown = run_edit(registry, tmp_path, [{"write": text}, {"quit": True}], "--new")
     assert result.returncode == 2, result.stderr
-    assert shown[1].splitlines()[1].startswith(
-        f'#   Provider: looks like the provider of record {acme_id(database_url)}, "Acme Maps / Geocode an address"'
-    ), shown[1]
+    assert shown[1].splitlines()[1].startswith(f'#   Provider: looks like the provider of record {acme_id(database_url)}, "Acme Maps / Geocode an address"'), (
+        shown[1]
+    )
     assert stored(database_url, CYRILLIC_ACME, "Batch geocode") is None
 
 
@@ -144,12 +131,11 @@ def test_edit_saves_a_mixed_script_name_only_with_the_operators_word(registry, d
     assert mixed_scripts_of(database_url, "\u0405quare", "Terminal") is True
 
 
-def test_the_backoffice_form_refuses_a_look_alike_next_to_its_field_and_keeps_what_was_typed(backoffice, database_url):  # noqa: F811
+def test_the_backoffice_form_refuses_a_look_alike_next_to_its_field_and_keeps_what_was_typed(backoffice, database_url):
     client = HttpClient(backoffice.url)
     session = http_sign_in(client)
     before = count(database_url)
-    form = record_form({**ENABLED, "method": "Batch geocode"}, 0, session.token, provider=CYRILLIC_ACME,
-                       docsUrl="https://docs.xn--cme-5cd.example/batch")
+    form = record_form({**ENABLED, "method": "Batch geocode"}, 0, session.token, provider=CYRILLIC_ACME, docsUrl="https://docs.xn--cme-5cd.example/batch")
     form["mixedScripts"] = "on"
     reply = client.post("/records/new", form, headers={"Origin": client.origin}, cookies=session.cookies)
     assert reply.status == 422 or reply.status == 200, reply.status
@@ -167,7 +153,7 @@ def test_the_backoffice_form_refuses_a_look_alike_next_to_its_field_and_keeps_wh
     assert 'value="GIobex Weather"' in reply.body and stored(database_url, *ACME)["version"] == row["version"]
 
 
-def test_the_backoffice_form_stores_an_internationalized_docs_host_as_ascii(backoffice, database_url):  # noqa: F811
+def test_the_backoffice_form_stores_an_internationalized_docs_host_as_ascii(backoffice, database_url):
     client = HttpClient(backoffice.url)
     session = http_sign_in(client)
     form = record_form({**ENABLED, "provider": "Bücher", "method": "Search"}, 0, session.token, docsUrl="https://bücher.example/docs")
@@ -203,9 +189,7 @@ def test_two_writers_of_look_alike_names_at_once_never_both_commit(registry, dat
     def second_writer():
         with psycopg.connect(database_url) as conn:
             try:
-                conn.execute(
-                    "insert into payrail.provider_methods (provider, method, guidance) values ('GIobex Pay', 'Refund', 'G.')"
-                )
+                conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('GIobex Pay', 'Refund', 'G.')")
                 outcome["second"] = "committed"
             except psycopg.errors.CheckViolation as error:
                 outcome["second"] = error.diag.constraint_name

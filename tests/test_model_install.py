@@ -136,13 +136,19 @@ def test_an_install_running_keeps_another_out_and_the_leftovers_of_a_killed_one_
     models.mkdir()
     # An install killed while it held the lock and its staging directory: a process of its own, SIGKILLed.
     holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys, time; from pathlib import Path; from payrail_embedder.embedders import tuned_models\n"
-            "with tuned_models.staging_directory(Path(sys.argv[1])) as scratch:\n"
-            "    (scratch / 'partial.safetensors').write_bytes(b'half')\n    print(scratch, flush=True)\n    time.sleep(600)\n"
-        ), str(models)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from pathlib import Path; from payrail_embedder.embedders import tuned_models\n"
+                "with tuned_models.staging_directory(Path(sys.argv[1])) as scratch:\n"
+                "    (scratch / 'partial.safetensors').write_bytes(b'half')\n    print(scratch, flush=True)\n    time.sleep(600)\n"
+            ),
+            str(models),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         leftover = Path(holder.stdout.readline().strip())
         code, failure, _ = cli_json(env_for(tmp_path), "model", "install", "--json", hand_made_model(tmp_path / "copied"))
@@ -173,6 +179,7 @@ def test_an_install_killed_while_it_copies_leaves_nothing_the_next_one_trips_ove
     env = env_for(tmp_path / "data")
 
     killed = subprocess.Popen([str(CLI), "model", "install", str(source)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
     def weights_copying() -> Path | None:
         staged = next(models.glob(f"{STAGING_PREFIX}*/{source.name}/model.safetensors"), None)
         return staged if staged is not None and staged.stat().st_size > 0 else None

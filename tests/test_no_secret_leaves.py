@@ -21,25 +21,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder import database, safe_text
 from payrail_embedder.api import Registry
-from payrail_embedder.logs import LineFormatter
-from payrail_embedder.search import SearchUnavailable
+from payrail_embedder.base import safe_text
+from payrail_embedder.base.logs import LineFormatter
+from payrail_embedder.postgres import connection
+from payrail_embedder.registry.search import SearchUnavailable
 from payrail_embedder.settings import Settings
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
-from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
-    ACME,
-    ENABLED,
-    OPERATOR,
-    PASSWORD,
-    HttpClient,
-    operator_logins,
-    post_sign_in,
-    record_form,
-    registry,
-    start_backoffice,
-    stored,
-)
+from payrail_test_support.backoffice import ACME, ENABLED, OPERATOR, PASSWORD, HttpClient, post_sign_in, record_form, start_backoffice, stored
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.interfaces import BackofficeOperator, draft_record
 from payrail_test_support.logs import events, events_among, parse_line
@@ -129,8 +118,8 @@ def test_control_characters_are_escaped_but_those_kept():
     ],
 )
 def test_every_password_of_a_database_url_is_found_also_where_libpq_cannot_read_it(url, secrets):
-    assert secrets <= set(database.url_secrets(url)), database.url_secrets(url)
-    shown = database.display_url(url)
+    assert secrets <= set(connection.url_secrets(url)), connection.url_secrets(url)
+    shown = connection.display_url(url)
     assert all(len(secret) < safe_text.MIN_WORD_SECRET_LENGTH or secret not in shown for secret in secrets), shown
 
 
@@ -201,9 +190,7 @@ def test_the_cli_shows_an_upstream_error_without_the_key_or_its_controls(hostile
     assert_safe(json.dumps(report) + stderr, API_KEY)
 
 
-def test_the_python_api_and_the_mcp_tool_report_an_upstream_error_without_the_key_or_its_controls(
-    hostile_upstream, monkeypatch, tmp_path
-):
+def test_the_python_api_and_the_mcp_tool_report_an_upstream_error_without_the_key_or_its_controls(hostile_upstream, monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)  # the Python API reads it from the environment, as the CLI does
     with Registry(settings=Settings.from_env(hostile_upstream)) as registry, pytest.raises(SearchUnavailable) as raised:
         registry.search_provider_methods(SEMANTIC_QUERY)
@@ -271,7 +258,7 @@ def test_a_percent_encoded_password_is_shown_in_neither_form(server, database_ur
     (logged,) = events(roles.stderr, "db_roles")
     status = run_cli(env, "db", "status")
     assert roles.returncode == status.returncode == 0, roles.stderr + status.stderr
-    assert logged["database"] == database.display_url(database_url) and "password" not in logged["database"]
+    assert logged["database"] == connection.display_url(database_url) and "password" not in logged["database"]
     assert_safe(roles.stdout + roles.stderr + status.stdout + status.stderr, "p%25ss%40w%2Frd-6b0", "p%ss@w/rd-6b0")
 
 
@@ -314,9 +301,7 @@ def test_a_role_name_with_escape_sequences_and_line_breaks_is_shown_escaped_by_t
     assert_safe(run_cli(hostile_author, "history", "--json", *ACME).stdout)
 
 
-def test_the_backoffice_shows_a_hostile_role_name_escaped_and_logs_a_hostile_typed_name_on_one_line(
-    hostile_author, openai_fake, tmp_path
-):
+def test_the_backoffice_shows_a_hostile_role_name_escaped_and_logs_a_hostile_typed_name_on_one_line(hostile_author, openai_fake, tmp_path):
     backoffice = start_backoffice(hostile_author | {"OPENAI_API_KEY": API_KEY}, tmp_path)
     try:
         ada = BackofficeOperator(backoffice.url, OPERATOR, PASSWORD)

@@ -71,9 +71,7 @@ def test_import_then_search_through_the_cli(cli_env, openai_fake, database_url, 
     assert sorted(embedded) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG)
     assert {request["model"] for request in openai_fake.requests} == {FAKE_MODEL}
     with psycopg.connect(database_url) as conn:
-        assert conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchall() == [
-            (FAKE_MODEL, FAKE_DIMENSIONS)
-        ]
+        assert conn.execute("select name, dimensions from payrail.get_embedding_model()").fetchall() == [(FAKE_MODEL, FAKE_DIMENSIONS)]
 
     # The semantic path: the query, and only the query, is embedded; the order is the computed one.
     expected = expected_semantic_matches(SEMANTIC_QUERY)
@@ -128,12 +126,9 @@ def test_import_batches_embedding_requests(cli_env, openai_fake, database_url, t
     # The client asked for base64, which the fake honours: the saved vectors prove the decoding.
     assert {request.get("encoding_format") for request in openai_fake.requests} == {"base64"}
     with psycopg.connect(database_url) as conn:
-        stored = conn.execute(
-            "select count(*) from payrail.provider_methods where vector_dims(embedding) = %s", (FAKE_DIMENSIONS,)
-        ).fetchone()[0]
+        stored = conn.execute("select count(*) from payrail.provider_methods where vector_dims(embedding) = %s", (FAKE_DIMENSIONS,)).fetchone()[0]
         sample_row = conn.execute(
-            "select provider, method, guidance, embedding::text from payrail.provider_methods "
-            "where provider = 'Provider 4321'"
+            "select provider, method, guidance, embedding::text from payrail.provider_methods where provider = 'Provider 4321'"
         ).fetchone()
     assert stored == count
     stored_vector = np.array(json.loads(sample_row[3]), dtype=np.float32)
@@ -197,9 +192,7 @@ def test_search_reports_unavailable_when_embedding_fails(behaviour, cli_env, ope
     ("behaviour", "message_mentions"),
     [("500", "500"), ("wrong_dimensions", "dimensions")],
 )
-def test_import_with_failing_embedder_saves_nothing(
-    behaviour, message_mentions, cli_env, openai_fake, loaded_catalog, database_url, tmp_path
-):
+def test_import_with_failing_embedder_saves_nothing(behaviour, message_mentions, cli_env, openai_fake, loaded_catalog, database_url, tmp_path):
     changed = dict(CATALOG[0], guidance="Purpose: Charge a card, edited.\nInstructions: POST.\nNotes: Edited.")
     new = {
         "provider": "Resend",
@@ -225,9 +218,7 @@ def test_import_with_failing_embedder_saves_nothing(
     assert message_mentions in result.stderr.lower(), result.stderr
     # The embedder was asked, for exactly the new and the changed content, before anything was saved.
     assert len(openai_fake.requests) > requests_before
-    assert sorted(openai_fake.requests[-1]["input"]) == sorted(
-        record_text(r["provider"], r["method"], r["guidance"]) for r in (changed, new)
-    )
+    assert sorted(openai_fake.requests[-1]["input"]) == sorted(record_text(r["provider"], r["method"], r["guidance"]) for r in (changed, new))
     exported_after = run_cli(cli_env, "export")
     assert exported_after.returncode == 0, exported_after.stderr
     assert exported_after.stdout == exported_before.stdout

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,8 +26,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.deploy import apply_schema, create_roles
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.postgres.deploy import apply_schema, create_roles
 from payrail_test_support import CLI
 from payrail_test_support.agent_helpers import CATALOG, MATCH_KEYS, NAME_QUERIES, SEMANTIC_QUERIES, import_catalog
 from payrail_test_support.cli import cli_json, documented_commands, run_commands
@@ -115,8 +114,7 @@ def fill(cluster: Cluster, openai_fake, directory: Path) -> tuple[str, list[dict
             )
     amadeus = record(records, "Amadeus")
     amadeus["guidance"] = (
-        "Purpose: Find live hotel availability and prices through a paid API.\n"
-        "Instructions: GET hotel offers by city.\nNotes: Draft, being checked."
+        "Purpose: Find live hotel availability and prices through a paid API.\nInstructions: GET hotel offers by city.\nNotes: Draft, being checked."
     )
     with psycopg.connect(login_url(url, "operator_two"), autocommit=True) as conn:
         conn.execute("update payrail.provider_methods set guidance = %s where provider = 'Amadeus'", (amadeus["guidance"],))
@@ -176,9 +174,7 @@ def assert_carried_over_and_working(
         assert deployments[: len(earlier)] == earlier and len(deployments) == len(earlier) + 1, deployments
         assert sequence == [f"{len(deployments)} t"], sequence
         with psycopg.connect(url) as conn:
-            assert conn.execute("select postgres_version from payrail.get_schema_version()").fetchone()[0].startswith(
-                f"{conn.info.server_version // 10000}."
-            )
+            assert conn.execute("select postgres_version from payrail.get_schema_version()").fetchone()[0].startswith(f"{conn.info.server_version // 10000}.")
         before = {**before, "rows": {name: r for name, r in before["rows"].items() if not name.startswith("payrail.deployments")}}
     assert after == before
     with psycopg.connect(url) as conn:
@@ -203,15 +199,9 @@ def assert_carried_over_and_working(
     assert answers[SEMANTIC_QUERIES[0]][0]["provider"] == "Amadeus"
     assert {"Twilio", "Acme Maps"}.isdisjoint(match["provider"] for answer in answers.values() for match in answer)
     with psycopg.connect(url) as conn:
-        derived = conn.execute(
-            "select provider_method_id, unit_embedding::text from payrail.provider_method_half_vectors order by 1"
-        ).fetchall()
-        assert derived == conn.execute(
-            "select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1"
-        ).fetchall()
-        history = conn.execute(
-            "select id, provider from payrail.provider_method_history where id > %s order by id", (last_history_id,)
-        ).fetchall()
+        derived = conn.execute("select provider_method_id, unit_embedding::text from payrail.provider_method_half_vectors order by 1").fetchall()
+        assert derived == conn.execute("select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1").fetchall()
+        history = conn.execute("select id, provider from payrail.provider_method_history where id > %s order by id", (last_history_id,)).fetchall()
     assert sorted(provider for _, provider in history) == ["Acme Maps", "Amadeus", "Duffel", "Twilio"]
     # The golden queries' rules came through: a record they name is not deleted while they do.
     with psycopg.connect(url) as conn:
@@ -295,9 +285,7 @@ def test_pg_upgrade_from_16_to_18_with_the_documented_commands_keeps_the_registr
     run_commands(start, env, directory, user=new.user)
     with psycopg.connect(new.url()) as conn:
         assert conn.info.server_version // 10000 == 18
-    assert_carried_over_and_working(
-        new.url("registry"), before, records, embedder, openai_fake, tmp_path, across_versions=True
-    )
+    assert_carried_over_and_working(new.url("registry"), before, records, embedder, openai_fake, tmp_path, across_versions=True)
 
 
 @pytest.mark.parametrize("version", [18, 16])

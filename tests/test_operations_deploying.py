@@ -34,7 +34,8 @@ DOCUMENTED = {
 # What `db apply` prints on standard error for each attempt that waited (deploy._with_attempts).
 WAITED = re.compile(
     r"applying db/, attempt \d+ of \d+: waited for \w+ on [\w.]+, held by pid \d+ "
-    r"\(role \w+, application \w+, idle in transaction for \d+ s\); trying again in [\d.]+ s")
+    r"\(role \w+, application \w+, idle in transaction for \d+ s\); trying again in [\d.]+ s"
+)
 
 
 def section(heading: str) -> str:
@@ -82,19 +83,17 @@ def test_upgrading_a_registry_of_the_last_release_before_this_bookkeeping(server
         release = code_tree(tmp_path / "release", "01de324")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
         assert run_cli_of(release, {**env, "PAYRAIL_DATABASE_URL": older}, "db", "apply").returncode == 0
-        before, apply, after, version, upgrades = (
-            run(c, older, server.psql.parent) for c in DOCUMENTED["Upgrading the product"])
+        before, apply, after, version, upgrades = (run(c, older, server.psql.parent) for c in DOCUMENTED["Upgrading the product"])
         for result in (before, apply, after, version, upgrades):
             assert result.returncode == 0, result.stdout + result.stderr
         assert "db apply: due (the registry predates schema versions)" in before.stdout, before.stdout
         # What an older registry holds is said before the apply too, as far as its tables tell.
-        assert re.search(r"\d+ records: \d+ enabled, \d+ drafts, which of them lack a current vector is known after `db apply`",
-                         before.stdout), before.stdout
+        assert re.search(r"\d+ records: \d+ enabled, \d+ drafts, which of them lack a current vector is known after `db apply`", before.stdout), before.stdout
         assert re.search(r"applied db/ to .*: changed \(.*upgrade steps 001-provider_methods_version, ", apply.stdout), apply.stdout
         assert "db apply: not due, the registry is current" in after.stdout, after.stdout
         assert "payrail-embedder" in version.stdout and "(1 row)" in version.stdout, version.stdout
         steps = sorted(p.stem for p in (REPO / "db" / "upgrades").glob("*.sql"))
-        assert [line.split("|")[0].strip() for line in upgrades.stdout.splitlines()[2:2 + len(steps)]] == steps
+        assert [line.split("|")[0].strip() for line in upgrades.stdout.splitlines()[2 : 2 + len(steps)]] == steps
     finally:
         with psycopg.connect(server.admin_url, autocommit=True) as admin:
             admin.execute(f'drop database if exists "{name}" with (force)')

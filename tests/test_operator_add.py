@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from payrail_embedder.cli import cli
-from payrail_test_support.backoffice import OTHER_OPERATOR, PASSWORD, operator_logins  # noqa: F401 (fixture)
+from payrail_test_support.backoffice import OTHER_OPERATOR, PASSWORD
 from payrail_test_support.cli import run_cli
 from payrail_test_support.servers import embedded_bin
 
@@ -26,8 +26,7 @@ def add(database_url: str, *args: str, input: str):
 def grants_of(database_url: str, role: str) -> set[str]:
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
-            "select g.rolname from pg_auth_members m join pg_roles g on g.oid = m.roleid"
-            " join pg_roles r on r.oid = m.member where r.rolname = %s",
+            "select g.rolname from pg_auth_members m join pg_roles g on g.oid = m.roleid join pg_roles r on r.oid = m.member where r.rolname = %s",
             (role,),
         ).fetchall()
     return {name for (name,) in rows}
@@ -99,7 +98,9 @@ def test_the_embedded_default_asks_every_login_but_postgres_for_its_password(tmp
         psycopg.connect(url).close()
         backup = subprocess.run(
             [embedded_bin(18) / "pg_basebackup", "-d", url, "-D", tmp_path / "backup", "-X", "fetch"],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert backup.returncode == 0, backup.stderr
     finally:

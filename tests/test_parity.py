@@ -60,14 +60,8 @@ def sql_answers(database_url: str) -> dict[str, dict]:
             else:
                 assert query in SEMANTIC_QUERIES
                 embedding = Vector(fake_embedding(query, dimensions))
-                rows = conn.execute(
-                    "select * from payrail.search_provider_methods(%s, %s, %s)", (query, embedding, model)
-                ).fetchall()
-            answers[query] = {
-                "matches": [
-                    {"provider": p, "method": m, "urls": list(u), "docsUrl": d, "guidance": g} for p, m, u, d, g in rows
-                ]
-            }
+                rows = conn.execute("select * from payrail.search_provider_methods(%s, %s, %s)", (query, embedding, model)).fetchall()
+            answers[query] = {"matches": [{"provider": p, "method": m, "urls": list(u), "docsUrl": d, "guidance": g} for p, m, u, d, g in rows]}
     return answers
 
 
@@ -78,10 +72,7 @@ def api_answers(env: dict[str, str]) -> dict[str, dict]:
         model=env["PAYRAIL_EMBEDDING_MODEL"],
         openai_base_url=env["OPENAI_BASE_URL"],
     ) as registry:
-        return {
-            query: {"matches": [m.to_json() for m in registry.search_provider_methods(query)["matches"]]}
-            for query in QUERIES
-        }
+        return {query: {"matches": [m.to_json() for m in registry.search_provider_methods(query)["matches"]]} for query in QUERIES}
 
 
 def cli_answers(env: dict[str, str]) -> dict[str, dict]:

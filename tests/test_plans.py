@@ -20,9 +20,10 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from payrail_embedder import evaluation, golden, stored
-from payrail_embedder.records import ProviderMethod
-from payrail_embedder.write import Change, check_changes, save_changes
+from payrail_embedder.embedders import OPENAI_MAX_BATCH, Embedder
+from payrail_embedder.registry import golden, labelled_queries, stored
+from payrail_embedder.registry.records import ProviderMethod
+from payrail_embedder.registry.write import Change, check_changes, save_changes
 from payrail_test_support.stored import content_hash
 
 pytestmark = pytest.mark.slow  # a 6,000-record registry loaded per server
@@ -53,8 +54,7 @@ def unanalyzed(request, database_url):
             conn.execute(f"alter table payrail.{table} set (autovacuum_enabled = off)")
         conn.execute("select payrail.set_embedding_model(%s, %s)", (MODEL, DIMENSIONS))
         copy_sql = (
-            "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model,"
-            " embedding_content_hash) from stdin (format binary)"
+            "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash) from stdin (format binary)"
         )
         with conn.transaction():
             with conn.cursor().copy(copy_sql) as copy:
@@ -129,24 +129,27 @@ SQL_PATHS = {
     "name path: an unknown name": ("select * from payrail.search_provider_methods(%s, %s)", ["no such provider", query_vector()]),
     "query_takes_name_path": ("select payrail.query_takes_name_path(%s)", ["Provider 00012 Method 00049"]),
     "semantic search": ("select * from payrail.search_provider_methods(%s, %s, %s)", ["a question", query_vector(), MODEL]),
-    "preview_search, semantic": (
-        "select * from payrail.preview_search(%s, %s, %s, %s, %s)", [*name(9), "a question", query_vector(), MODEL]),
+    "preview_search, semantic": ("select * from payrail.preview_search(%s, %s, %s, %s, %s)", [*name(9), "a question", query_vector(), MODEL]),
     "preview_search, by name": ("select * from payrail.preview_search(%s, %s, %s)", [*name(9), "method 00009"]),
     "save_provider_method by name": (
         "select * from payrail.save_provider_method(null, null, %s, %s, array['https://example.com/new'], null, %s)",
-        [*name(20), GUIDANCE]),
+        [*name(20), GUIDANCE],
+    ),
     "get_provider_method_history": ("select * from payrail.get_provider_method_history(%s, %s)", [*name(40)]),
     # The lookalike rule's lookups (tg_provider_methods__refuse_lookalikes, check_provider_method):
     # "Provider OOO12" with letters O for the digits looks like the stored "Provider 00012".
     "the look-alikes of a provider, a method and a docs host": (
         "select l.field, (l.other).id from payrail._lookalikes(null, %s, %s, %s) as l",
-        ["Provider OOO12", "Method OOO5O", "https://examp1e.com/"]),
+        ["Provider OOO12", "Method OOO5O", "https://examp1e.com/"],
+    ),
     "check_provider_method of a look-alike": (
         "select * from payrail.check_provider_method(null, %s, %s, '{}', 'https://examp1e.com/', %s)",
-        ["Provider OOO12", "Method OOO5O", GUIDANCE]),
+        ["Provider OOO12", "Method OOO5O", GUIDANCE],
+    ),
     "save_provider_method of a new name, looked up for look-alikes": (
         "select * from payrail.save_provider_method(null, null, %s, %s, '{}', 'https://docs.example.com/', %s)",
-        ["Provider 99999", "New method", GUIDANCE]),
+        ["Provider 99999", "New method", GUIDANCE],
+    ),
 }
 
 
@@ -158,8 +161,9 @@ def test_sql_paths_use_their_indexes_before_any_analyze(unanalyzed, path):
         assert_uses_indexes(unanalyzed, lambda: unanalyzed.execute(statement, arguments).fetchall())
 
 
-class RandomEmbedder:
+class RandomEmbedder(Embedder):
     model_name = MODEL
+    batch_size = OPENAI_MAX_BATCH
 
     def embed(self, texts):
         return list(np.random.default_rng(len(texts)).standard_normal((len(texts), DIMENSIONS)).astype(np.float32))
@@ -167,10 +171,9 @@ class RandomEmbedder:
 
 def test_write_path_finds_records_by_their_keys_before_any_analyze(unanalyzed):
     """Import's plan, check and save of a batch of existing records (by name) and new ones."""
-    changes = [
-        Change(ProviderMethod(*name(number), [f"https://example.com/changed/{number}"], None, GUIDANCE, None))
-        for number in range(0, 400, 7)
-    ] + [Change(ProviderMethod(f"New Provider {n}", "Method", [], None, GUIDANCE, True)) for n in range(20)]
+    changes = [Change(ProviderMethod(*name(number), [f"https://example.com/changed/{number}"], None, GUIDANCE, None)) for number in range(0, 400, 7)] + [
+        Change(ProviderMethod(f"New Provider {n}", "Method", [], None, GUIDANCE, True)) for n in range(20)
+    ]
     # Each change's own names: planned, checked, saved, its key indexes written (about 22).
     most_normalized = 40 * len(changes)
     assert_uses_indexes(unanalyzed, lambda: check_changes(unanalyzed, changes), most_normalized)
@@ -199,7 +202,7 @@ def test_eval_and_golden_queries_find_records_by_their_keys_before_any_analyze(u
     numbers = range(0, 600, 30)
     pairs = [name(number) for number in numbers]
     ids = [stored.find_by_name(unanalyzed, list(pair))["id"] for pair in pairs]
-    assert_uses_indexes(unanalyzed, lambda: evaluation.NormalizedNames(unanalyzed, pairs), 10 * len(pairs))
+    assert_uses_indexes(unanalyzed, lambda: labelled_queries.NormalizedNames(unanalyzed, pairs), 10 * len(pairs))
 
     def golden_queries_of_a_registry():
         for number, record_id in enumerate(ids):

@@ -31,13 +31,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.deploy import apply_schema, sql_files
+from payrail_embedder.postgres.deploy import apply_schema, sql_files
 from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY
 from payrail_test_support.cli import run_cli, write_jsonl
@@ -99,11 +98,14 @@ class Twin:
 
 def psql_parse_trees(server, url: str, path: Path, wanted) -> list:
     result = subprocess.run(
-        [str(server.psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "SHOW_CONTEXT=always", "--single-transaction",
-         "-f", str(path), "-d", url],
-        capture_output=True, text=True, errors="replace", timeout=300, cwd=REPO,
+        [str(server.psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "SHOW_CONTEXT=always", "--single-transaction", "-f", str(path), "-d", url],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=300,
+        cwd=REPO,
         env={**os.environ, "PGOPTIONS": LOG_PARSE_TREES},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return list(logged_trees(result.stderr, wanted))
 
@@ -147,7 +149,9 @@ def twins_of(conn: psycopg.Connection, found: set[Call]) -> set[Twin]:
             row = conn.execute(
                 """select o.oprname, o.oprleft, o.oprright, o.oprresult, o.oprcode::pg_catalog.regproc::text,
                           o.oid::pg_catalog.regoperator::text
-                   from pg_catalog.pg_operator as o where o.oid = %s""", (call.oid,)).fetchone()
+                   from pg_catalog.pg_operator as o where o.oid = %s""",
+                (call.oid,),
+            ).fetchone()
             name, left, right, result, _, meant = row
             declared = [t for t in (left, right) if t != 0]
             kind, returns_set = "operator", False
@@ -155,7 +159,9 @@ def twins_of(conn: psycopg.Connection, found: set[Call]) -> set[Twin]:
             row = conn.execute(
                 """select p.proname, p.proargtypes::pg_catalog.oid[], p.prorettype, p.prokind::text,
                           p.oid::pg_catalog.regprocedure::text
-                   from pg_catalog.pg_proc as p where p.oid = %s""", (call.oid,)).fetchone()
+                   from pg_catalog.pg_proc as p where p.oid = %s""",
+                (call.oid,),
+            ).fetchone()
             name, declared, result, prokind, meant = row
             kind = {"a": "aggregate", "w": "aggregate"}.get(prokind, "function")
             returns_set = call.returns_set
@@ -189,8 +195,7 @@ def plant(conn: psycopg.Connection, schema: str, twins: set[Twin]) -> dict[str, 
         function = sql.Identifier(schema, f"planted_{number}")
         arguments = sql.SQL(", ").join(sql.SQL(t) for t in twin.arguments)
         body = sql.SQL(
-            "language plpgsql volatile as $$ begin perform pg_catalog.nextval({counter}); "
-            "raise exception 'planted % ran as %', {what}, current_user; end $$"
+            "language plpgsql volatile as $$ begin perform pg_catalog.nextval({counter}); raise exception 'planted % ran as %', {what}, current_user; end $$"
         ).format(counter=sql.Literal(f"{schema}.{counter}"), what=sql.Literal(twin.describe()))
         returns = sql.SQL(("setof " if twin.returns_set else "") + twin.result)
         if twin.kind == "operator":
@@ -199,8 +204,7 @@ def plant(conn: psycopg.Connection, schema: str, twins: set[Twin]) -> dict[str, 
                 sides.insert(0, sql.SQL("leftarg = {}").format(sql.SQL(twin.arguments[0])))
             statements = [
                 sql.SQL("create function {}({}) returns {} ").format(function, arguments, returns) + body,
-                sql.SQL("create operator {}.{} ({}, function = {})").format(
-                    sql.Identifier(schema), sql.SQL(twin.name), sql.SQL(", ").join(sides), function),
+                sql.SQL("create operator {}.{} ({}, function = {})").format(sql.Identifier(schema), sql.SQL(twin.name), sql.SQL(", ").join(sides), function),
             ]
         elif twin.kind == "aggregate":
             final = sql.Identifier(schema, f"planted_{number}_final")
@@ -209,7 +213,8 @@ def plant(conn: psycopg.Connection, schema: str, twins: set[Twin]) -> dict[str, 
                 sql.SQL("create function {}({}, {}) returns {} ").format(function, state, arguments, state) + body,
                 sql.SQL("create function {}({}) returns {} ").format(final, state, state) + body,
                 sql.SQL("create aggregate {}({}) (sfunc = {}, stype = {}, finalfunc = {})").format(
-                    sql.Identifier(schema, twin.name), arguments, function, state, final),
+                    sql.Identifier(schema, twin.name), arguments, function, state, final
+                ),
             ]
         else:
             statements = [sql.SQL("create function {}({}) returns {} ").format(sql.Identifier(schema, twin.name), arguments, returns) + body]
@@ -240,16 +245,16 @@ def fresh_database(server, label: str, template: str = "template0") -> Iterator[
 
 def runs(conn: psycopg.Connection, planted: dict[str, Twin]) -> list[str]:
     """The twins that ran, each with how often."""
-    counted = conn.execute(
-        "select s.sequencename::text, s.last_value from pg_catalog.pg_sequences as s where s.last_value is not null"
-    ).fetchall()
+    counted = conn.execute("select s.sequencename::text, s.last_value from pg_catalog.pg_sequences as s where s.last_value is not null").fetchall()
     return [f"{planted[name].describe()}: {count} times" for name, count in counted if name in planted]
 
 
 def dependents(conn: psycopg.Connection, owner: str) -> list[str]:
     """Registry objects that depend on an object owner made: bound to it when they were created."""
-    return [row[0] for row in conn.execute(
-        """select pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
+    return [
+        row[0]
+        for row in conn.execute(
+            """select pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
            from pg_catalog.pg_depend as d
            where d.refobjid in (select oid from pg_catalog.pg_proc where proowner = %(owner)s::pg_catalog.regrole
                                 union all
@@ -257,8 +262,9 @@ def dependents(conn: psycopg.Connection, owner: str) -> list[str]:
              and d.objid not in (select oid from pg_catalog.pg_proc where proowner = %(owner)s::pg_catalog.regrole
                                  union all
                                  select oid from pg_catalog.pg_operator where oprowner = %(owner)s::pg_catalog.regrole)""",
-        {"owner": owner},
-    )]  # fmt: skip
+            {"owner": owner},
+        )
+    ]
 
 
 def test_nothing_an_outsider_plants_in_pgvectors_schema_runs_or_is_bound(server, openai_fake, tmp_path):
@@ -279,7 +285,8 @@ def test_nothing_an_outsider_plants_in_pgvectors_schema_runs_or_is_bound(server,
     assert kinds == {"operator", "function", "aggregate"}, kinds
     # A call written with types no built-in takes as they are: its twin was planted.
     assert any(twin.name == "*" and twin.arguments == ("integer", "double precision") for twin in planted.values()), sorted(
-        twin.describe() for twin in planted.values())
+        twin.describe() for twin in planted.values()
+    )
 
 
 def attack(url: str, outsider: str, twins: set[Twin], openai_fake, tmp_path: Path) -> dict[str, Twin]:
@@ -323,8 +330,7 @@ def attack(url: str, outsider: str, twins: set[Twin], openai_fake, tmp_path: Pat
         refused = run_cli(env, "import", write_jsonl(tmp_path / "refused.jsonl", [dict(DRAFT, urls=["http://insecure.example/"])]))
         assert refused.returncode != 0 and "https://" in refused.stdout + refused.stderr, (refused.stdout, refused.stderr)
         with psycopg.connect(url, autocommit=True) as session:
-            deleted = session.execute(
-                "select payrail.delete_provider_method(id, version) from payrail.provider_methods where not enabled limit 1")
+            deleted = session.execute("select payrail.delete_provider_method(id, version) from payrail.provider_methods where not enabled limit 1")
             assert deleted.fetchone() is not None
         switched = run_cli(env, "model", "switch", "fake-embedding-2", "--json")
         assert switched.returncode == 0 and json.loads(switched.stdout)["switched"], (switched.stdout, switched.stderr)

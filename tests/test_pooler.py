@@ -19,10 +19,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder import SearchUnavailable, database, errcodes
+from payrail_embedder import SearchUnavailable
 from payrail_embedder.api import Registry
+from payrail_embedder.base import errcodes
+from payrail_embedder.base.errors import PREPARED_STATEMENTS_HINT, database_reason
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.errors import PREPARED_STATEMENTS_HINT, database_reason
+from payrail_embedder.postgres import connection
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
 from payrail_test_support.backoffice import HttpClient, post_sign_in, start_backoffice
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
@@ -246,7 +248,7 @@ class Run:
         def guarded():
             try:
                 body()
-            except BaseException:  # noqa: BLE001 (reported by the test)
+            except BaseException:
                 self.errors.append(f"{name}: {traceback.format_exc()}")
 
         thread = threading.Thread(target=guarded, name=name)
@@ -316,9 +318,7 @@ def test_every_interface_at_once_through_pgbouncer(pool_mode, server, catalog_ur
 
         def stale_then_sync(round_number):
             with psycopg.connect(bouncer.through(catalog_url, OPERATOR), autocommit=True, prepare_threshold=None) as conn:
-                conn.execute(
-                    "update payrail.provider_methods set guidance = guidance || ' Stale.' where provider = 'Pool Operator' and method = 'Draft sync'"
-                )
+                conn.execute("update payrail.provider_methods set guidance = guidance || ' Stale.' where provider = 'Pool Operator' and method = 'Draft sync'")
             code, report, stderr = cli_json(operators, "sync", "--json")
             assert code == 0 and not report["pending"], (report, stderr)
 
@@ -346,7 +346,7 @@ def test_every_interface_at_once_through_pgbouncer(pool_mode, server, catalog_ur
     assert all(run.counts.get(name, 0) >= 1 for name in ("sql", "api-0", "mcp-stdio", "mcp-http", "cli")), run.counts
     assert "Traceback" not in backoffice.output, backoffice.output
     # What the operators did is all there.
-    with database.connect(catalog_url, autocommit=True) as conn:
+    with connection.connect(catalog_url, autocommit=True) as conn:
         drafts = dict(conn.execute("select method, guidance from payrail.provider_methods where provider = 'Pool Operator'").fetchall())
         assert conn.execute("select count(*) from payrail.provider_methods where embedding is null").fetchone() == (0,)
     assert {f"Draft import {n}" for n in range(ROUNDS)} | {f"Draft backoffice import {pool_mode} {n}" for n in range(ROUNDS)} <= set(drafts)

@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from payrail_embedder import catalog
-from payrail_embedder.database import connect
-from payrail_embedder.embedders import record_text
-from payrail_embedder.records import Line, ProviderMethod, Refusal, parse_record, read_lines
-from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE
+from payrail_embedder.embedders import OPENAI_MAX_BATCH, Embedder, record_text
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import catalog
+from payrail_embedder.registry.records import Line, ProviderMethod, Refusal, parse_record, read_lines
+from payrail_embedder.registry.search import QUERY_BLANK, QUERY_INVISIBLE
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import WHITE_SPACE, name_path, normalized
 
@@ -196,6 +196,7 @@ def records_off_by_a_little(draw):
         record[name] = draw(ARBITRARY[name])
     return record
 
+
 # Every record with the operator's word that its names may mix scripts (mixed_scripts): arbitrary
 # letters mix them; the scripts rule and the look-alike rule have tests of their own
 # (tests/test_lookalikes.py, tests/test_unicode_security.py, db/tests).
@@ -236,9 +237,7 @@ def test_whatever_the_database_accepts_obeys_every_field_rule(database_url):
                     return
                 assert record_broken(*values) == [], f"the database accepted {values!r}"
                 provider, method, *rest = values
-                assert (stored[0], stored[1], list(stored[2]), stored[3], stored[4]) == (
-                    stored_name(provider), stored_name(method), *rest
-                )  # fmt: skip
+                assert (stored[0], stored[1], list(stored[2]), stored[3], stored[4]) == (stored_name(provider), stored_name(method), *rest)
 
         check()
 
@@ -343,9 +342,8 @@ def seed_search(database_url: str, records: list[tuple[str, str, bool]] = SEEDED
                   (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash, mixed_scripts)
                 values (%s, %s, %s, %s, %s, %s, payrail._content_hash(%s, %s, %s), true)
                 """,
-                (provider, method, guidance, enabled, fake_embedding(record_text(provider, method, guidance)),
-                 FAKE_MODEL, provider, method, guidance),
-            )  # fmt: skip
+                (provider, method, guidance, enabled, fake_embedding(record_text(provider, method, guidance)), FAKE_MODEL, provider, method, guidance),
+            )
 
 
 def name_path_answer(query: str) -> list[tuple[str, str]]:
@@ -420,16 +418,12 @@ def test_search_with_any_vector_answers_at_most_three_or_says_why_not(database_u
         @given(query=queries, vector=vectors, model=st.sampled_from([None, FAKE_MODEL, "another-model"]))
         def check(query, vector, model):
             vector = np.array(vector, dtype=np.float32)
-            well_formed = (
-                len(vector) == FAKE_DIMENSIONS and np.all(np.isfinite(vector)) and np.any(vector) and model != "another-model"
-            )
+            well_formed = len(vector) == FAKE_DIMENSIONS and np.all(np.isfinite(vector)) and np.any(vector) and model != "another-model"
             with conn.transaction(force_rollback=True):
                 conn.execute("set local role payrail_agent")
                 try:
                     with conn.transaction():
-                        rows = conn.execute(
-                            "select * from payrail.search_provider_methods(%s, %s, %s)", (query, vector, model)
-                        ).fetchall()
+                        rows = conn.execute("select * from payrail.search_provider_methods(%s, %s, %s)", (query, vector, model)).fetchall()
                 except psycopg.Error as error:
                     assert_not_internal(error)
                     # 22000: pgvector's own input errors (NaN, infinity, no dimension).
@@ -454,9 +448,7 @@ def test_search_with_any_vector_answers_at_most_three_or_says_why_not(database_u
 # Directions whose components are 0 or between 2^-20 and 1 in size, so that scaling them by 2^k
 # is exact in float32 for k from -106 to 127 (no component becomes subnormal or infinite).
 component = st.one_of(st.just(0.0), st.floats(2.0**-20, 1.0, width=32), st.floats(-1.0, -(2.0**-20), width=32))
-directions = st.lists(component, min_size=FAKE_DIMENSIONS, max_size=FAKE_DIMENSIONS).filter(any).map(
-    lambda xs: np.array(xs, dtype=np.float32)
-)
+directions = st.lists(component, min_size=FAKE_DIMENSIONS, max_size=FAKE_DIMENSIONS).filter(any).map(lambda xs: np.array(xs, dtype=np.float32))
 SEMANTIC = "a question that is no provider or method name"
 
 
@@ -586,10 +578,11 @@ def test_read_lines_of_any_bytes_yields_records_or_refusals(tmp_path):
     check()
 
 
-class FakeEmbedder:
+class FakeEmbedder(Embedder):
     """The fake OpenAI server's vectors, in process: import needs an embedder, not HTTP here."""
 
     model_name = FAKE_MODEL
+    batch_size = OPENAI_MAX_BATCH
 
     def embed(self, texts):
         return [fake_embedding(t) for t in texts]

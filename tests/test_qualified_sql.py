@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pglast
+import psycopg
 import pytest
 from pglast import ast, enums, visitors
 
@@ -93,7 +93,7 @@ class Finder(visitors.Visitor):
 
     def report(self, what: str, location: int | None) -> None:
         start = max(0, location or 0)
-        self.found.append((what, " ".join(self.text[start:start + 70].split())))
+        self.found.append((what, " ".join(self.text[start : start + 70].split())))
 
     def operator(self, name: list[str], location) -> None:
         if name == ["pg_catalog", name[-1]] or (len(name) == 1 and name[0] in self.bare):
@@ -108,7 +108,9 @@ class Finder(visitors.Visitor):
             if "__Case__Variable_" in self.text:
                 self.report("PL/pgSQL's CASE x WHEN compares with = found on the search path: write CASE WHEN x operator(pg_catalog.=) ...", node.location)
             else:
-                self.report(f"{UNQUALIFIABLE[node.kind]} compares with an operator found on the search path: spell it with operator(pg_catalog.=)", node.location)
+                self.report(
+                    f"{UNQUALIFIABLE[node.kind]} compares with an operator found on the search path: spell it with operator(pg_catalog.=)", node.location
+                )
         else:
             self.operator(names(node.name), node.location)
 
@@ -168,8 +170,13 @@ def check_sql(text: str, where: str, bare: set[str]) -> list[Problem]:
     unqualified = pglast.parse_sql(QUALIFIED_OPERATOR.sub(r"\1", text))
     for raw, plain in zip(pglast.parse_sql(text), unqualified):
         if meaning(raw.stmt) != meaning(plain.stmt):
-            problems.append(Problem(where, "operator(...) binds as any other operator does, not as its own: parenthesize",
-                                    " ".join(text[raw.stmt_location:raw.stmt_location + (raw.stmt_len or len(text))].split())[:300]))
+            problems.append(
+                Problem(
+                    where,
+                    "operator(...) binds as any other operator does, not as its own: parenthesize",
+                    " ".join(text[raw.stmt_location : raw.stmt_location + (raw.stmt_len or len(text))].split())[:300],
+                )
+            )
         finder = Finder(text, bare)
         finder(raw.stmt)
         for what, found in finder.found:
@@ -186,7 +193,7 @@ def check_sql(text: str, where: str, bare: set[str]) -> list[Problem]:
             if built_ins_only(options.get("set")):
                 continue  # its body, parsed when it runs, finds nothing outside pg_catalog
             if language == "plpgsql":
-                problems += check_plpgsql(text[raw.stmt_location:end], f"{where} {name}", bare)
+                problems += check_plpgsql(text[raw.stmt_location : end], f"{where} {name}", bare)
             elif language == "sql" and "as" in options:
                 body = options["as"]
                 problems += check_sql((body[0] if isinstance(body, tuple) else body).sval, f"{where} {name}", bare)
@@ -279,8 +286,26 @@ def test_the_check_finds_each_way_a_name_escapes_its_schema():
         select 1 operator(pg_catalog.+) 2 operator(pg_catalog.*) 3, 1 operator(pg_catalog.+) (2 operator(pg_catalog.*) 3);
     """
     found = sorted(" ".join(problem.what.split(" ")[:2]) for problem in check_sql(text, "test", {"<=>", "l2_normalize"}))
-    assert found == sorted([
-        "operator *", "PL/pgSQL's CASE", "IN (...)", "BETWEEN compares", "NULLIF compares", "IS DISTINCT", "LIKE compares",
-        "operator =", "function now()", "function of", "operator >", "operator of", "function count()", "operator <",
-        "operator +", "CASE x", "IN (select", "operator /", "operator(...) binds",
-    ]), found
+    assert found == sorted(
+        [
+            "operator *",
+            "PL/pgSQL's CASE",
+            "IN (...)",
+            "BETWEEN compares",
+            "NULLIF compares",
+            "IS DISTINCT",
+            "LIKE compares",
+            "operator =",
+            "function now()",
+            "function of",
+            "operator >",
+            "operator of",
+            "function count()",
+            "operator <",
+            "operator +",
+            "CASE x",
+            "IN (select",
+            "operator /",
+            "operator(...) binds",
+        ]
+    ), found

@@ -35,9 +35,18 @@ def start_standby(primary, pgdata: Path) -> Cluster:
     postmaster = primary._handle.get_postmaster_info()
     standby.run(
         "pg_basebackup",
-        "-h", str(postmaster.socket_dir), "-p", str(postmaster.port), "-U", "postgres",
-        "-D", str(pgdata), "-R", "--wal-method=stream", "--checkpoint=fast",
-    )  # fmt: skip
+        "-h",
+        str(postmaster.socket_dir),
+        "-p",
+        str(postmaster.port),
+        "-U",
+        "postgres",
+        "-D",
+        str(pgdata),
+        "-R",
+        "--wal-method=stream",
+        "--checkpoint=fast",
+    )
     return standby.start()
 
 
@@ -72,10 +81,7 @@ def test_a_hot_standby_serves_the_primarys_answers_and_refuses_writes(primary, o
         with psycopg.connect(url) as conn:
             conn.execute("update payrail.provider_methods set enabled = true where provider = 'Amadeus'")
             conn.execute("update payrail.provider_methods set enabled = false where provider = 'Twilio'")
-            conn.execute(
-                "update payrail.provider_methods set urls = '{https://api.stripe.com/v1/refunds/new}' "
-                "where method = 'Create a refund'"
-            )
+            conn.execute("update payrail.provider_methods set urls = '{https://api.stripe.com/v1/refunds/new}' where method = 'Create a refund'")
             conn.execute(
                 "insert into payrail.provider_methods (provider, method, guidance) "
                 "values ('Acme Maps', 'Geocode an address', 'Purpose: turn an address into coordinates.')"

@@ -12,18 +12,7 @@ import re
 
 import psycopg
 
-from payrail_test_support.backoffice import (  # noqa: F401 (fixtures)
-    ACME,
-    ENABLED,
-    OPERATOR,
-    OTHER_OPERATOR,
-    PASSWORD,
-    backoffice,
-    history,
-    operator_logins,
-    registry,
-    stored,
-)
+from payrail_test_support.backoffice import ACME, ENABLED, OPERATOR, OTHER_OPERATOR, PASSWORD, history, stored
 from payrail_test_support.interfaces import BackofficeOperator
 from payrail_test_support.logs import events_among
 
@@ -87,9 +76,7 @@ def test_a_version_of_a_record_deleted_meanwhile_comes_back_as_a_new_draft_and_t
 def test_a_version_whose_name_was_taken_meanwhile_is_not_restored_and_the_list_says_why(backoffice, database_url):
     ada, old_id, form = deleted_by_another_operator(backoffice)
     with psycopg.connect(database_url) as conn:
-        conn.execute(
-            "insert into payrail.provider_methods (provider, method, guidance) values ('ACME maps', 'geocode  an address', 'Another.')"
-        )
+        conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('ACME maps', 'geocode  an address', 'Another.')")
 
     reply = restore(ada, old_id, form)
     assert reply.location == "/records", (reply.status, reply.location, reply.body[:3000])

@@ -13,10 +13,10 @@ import threading
 import psycopg
 import pytest
 
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.records import ProviderMethod
-from payrail_embedder.write import Change, Conflict, Refused, Saved, check_changes, save_changes
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry.records import ProviderMethod
+from payrail_embedder.registry.write import Change, Conflict, Refused, Saved, check_changes, save_changes
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.openai_fake import FAKE_MODEL
@@ -89,9 +89,7 @@ def test_import_reports_every_refused_line_in_file_order_whichever_rule_refused_
 
 def test_export_then_import_of_drafts_without_a_vector_changes_nothing(cli_env, database_url, openai_fake, tmp_path):
     with psycopg.connect(database_url) as conn:
-        conn.execute(
-            "insert into payrail.provider_methods (provider, method, guidance) values ('Acme', 'Draft', 'Not embedded yet.')"
-        )
+        conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('Acme', 'Draft', 'Not embedded yet.')")
         before = conn.execute("select version, updated_at from payrail.provider_methods").fetchall()
     exported = tmp_path / "export.jsonl"
     assert run_cli(cli_env, "export", "-o", str(exported)).returncode == 0
@@ -113,9 +111,7 @@ def test_a_save_of_a_version_that_is_no_longer_current_is_a_conflict_and_embeds_
         (outcome,) = save_changes(conn, lambda: embedder, [stale])
         assert isinstance(outcome, Conflict) and "version 1 was read, version 2 is saved now" in outcome.reason, outcome
         assert len(openai_fake.requests) == requests
-        assert conn.execute("select guidance, docs_url from payrail.provider_methods").fetchone() == (
-            "Purpose: record number 1.", "https://docs.example/1"
-        )  # fmt: skip
+        assert conn.execute("select guidance, docs_url from payrail.provider_methods").fetchone() == ("Purpose: record number 1.", "https://docs.example/1")
 
         conn.execute("delete from payrail.provider_methods")
         (outcome,) = save_changes(conn, lambda: embedder, [Change(as_record(record(1)), record_id=saved.record_id, expected_version=2)])
@@ -144,9 +140,7 @@ def test_a_refusal_names_the_fields_its_rule_is_about(database_url, embedder, op
     assert openai_fake.requests == []
 
 
-def test_an_edit_that_embeds_nothing_is_refused_by_the_save_itself_with_every_rule_and_changes_nothing(
-    database_url, embedder, openai_fake
-):
+def test_an_edit_that_embeds_nothing_is_refused_by_the_save_itself_with_every_rule_and_changes_nothing(database_url, embedder, openai_fake):
     """A URL-only edit skips the checks in a transaction rolled back (they spare an embedding
     request, and there is none): its own save is refused the same way, every rule at once."""
     stored = "select version, urls, docs_url, enabled, embedding::text, updated_at from payrail.provider_methods"
@@ -182,16 +176,16 @@ def test_checking_changes_looks_each_record_up_by_its_key_not_by_normalizing_eve
         with conn.transaction(force_rollback=True):
             conn.execute("set local track_functions = 'all'")
             outcomes = check_changes(conn, changes)
-            normalized = conn.execute(
-                "select pg_stat_get_xact_function_calls('payrail._normalize_name(text)'::regprocedure)"
-            ).fetchone()[0]
+            normalized = conn.execute("select pg_stat_get_xact_function_calls('payrail._normalize_name(text)'::regprocedure)").fetchone()[0]
     assert outcomes == [None] * len(changes)
     assert 0 < normalized <= 20 * len(changes), f"{normalized} normalizations for {len(changes)} changes"
 
 
 class PsqlEditor(threading.Thread):
     """An operator editing in psql meanwhile: transactions of a few URL edits in random order (not
-    the registry's lock order), redone when PostgreSQL picks it as a deadlock's victim."""
+    the registry's lock order), redone when PostgreSQL picks it as a deadlock's victim. A short
+    pause between transactions, still far quicker than a person: back to back, they can make the
+    import the victim on each of its attempts on a loaded machine (a CI run's import failed so)."""
 
     def __init__(self, database_url: str, seed: int):
         super().__init__(daemon=True)
@@ -213,6 +207,7 @@ class PsqlEditor(threading.Thread):
                     self.saved += 1
                 except psycopg.errors.DeadlockDetected:
                     self.victims += 1
+                self.stop.wait(self.rng.uniform(0.01, 0.05))
 
 
 def import_beside(cli_env: dict, database_url: str, path: str, command: list[str], seed: int) -> tuple:
@@ -248,7 +243,7 @@ def test_import_sync_and_psql_edits_side_by_side_all_finish_and_leave_every_vect
         imported, sync, synced_out = import_beside(cli_env, database_url, path, ["sync", "--batch-size", "7", "--json"], round_number)
 
         report = json.loads(imported.stdout)
-        assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
+        assert (imported.returncode, report.get("refused"), report.get("updated")) == (0, [], count), report
         assert sync.returncode == 0, synced_out
         assert json.loads(synced_out)["pending"] == []
         stored = rows(database_url)
@@ -268,7 +263,7 @@ def test_a_model_switch_import_and_psql_edits_side_by_side_all_finish(cli_env, d
     imported, switch, switched_out = import_beside(cli_env, database_url, moved, switch_command, seed=1)
 
     report = json.loads(imported.stdout)
-    assert (imported.returncode, report["refused"], report["updated"]) == (0, [], count), report
+    assert (imported.returncode, report.get("refused"), report.get("updated")) == (0, [], count), report
     switched = json.loads(switched_out)
     assert (switch.returncode, switched.get("switched")) == (0, True), switched
     stored = rows(database_url)

@@ -31,8 +31,7 @@ def random_registry(rng: np.random.Generator) -> list[dict]:
         method = ("Method " if number % 2 else "METHOD ") + f"{number:04d}"
         # origin: the record whose direction this is; equal origins mean equal cosine distances.
         records.append(
-            {"provider": provider, "method": method, "vector": vector.astype(np.float32), "enabled": enabled,
-             "origin": number if origin is None else origin}
+            {"provider": provider, "method": method, "vector": vector.astype(np.float32), "enabled": enabled, "origin": number if origin is None else origin}
         )
 
     for _ in range(160):

@@ -47,9 +47,7 @@ def first_pass_threshold_bytes(conn: psycopg.Connection) -> int:
 def half_table_scans(url: str) -> int:
     """Sequential scans of the half-precision table so far, one per process taking part in each."""
     with psycopg.connect(url) as conn:
-        return conn.execute(
-            "select seq_scan from pg_stat_user_tables where relid = 'payrail.provider_method_half_vectors'::regclass"
-        ).fetchone()[0]
+        return conn.execute("select seq_scan from pg_stat_user_tables where relid = 'payrail.provider_method_half_vectors'::regclass").fetchone()[0]
 
 
 def registry_vectors(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,14 +163,12 @@ def test_preview_counts_its_draft_with_workers(big_registry):
     url, _, _ = big_registry
     with psycopg.connect(url) as conn:
         register_vector(conn)
-        drafts = conn.execute(
-            "select id, provider, method, embedding from payrail.provider_methods where not enabled order by id limit 5"
-        ).fetchall()
+        drafts = conn.execute("select id, provider, method, embedding from payrail.provider_methods where not enabled order by id limit 5").fetchall()
     for draft_id, provider, method, embedding in drafts:
         query = embedding.to_numpy() * 2  # right at the draft, so it must come first
         rows, planned, scans = search_once(
-            url, "payrail_operator", "select provider, method from payrail.preview_search(%s, %s, %s, %s, %s)",
-            (provider, method, "preview", query, MODEL))
+            url, "payrail_operator", "select provider, method from payrail.preview_search(%s, %s, %s, %s, %s)", (provider, method, "preview", query, MODEL)
+        )
         assert rows[0] == (provider, method)
         assert rows == plain_exact_order(url, query, draft_id)
         assert planned >= 1

@@ -52,8 +52,7 @@ def random_records(rng: np.random.Generator, dimensions: int) -> tuple[np.ndarra
 def load(conn: psycopg.Connection, vectors: np.ndarray, enabled: np.ndarray) -> None:
     conn.execute("select payrail.set_embedding_model(%s, %s)", (MODEL, vectors.shape[1]))
     copy_sql = (
-        "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model,"
-        " embedding_content_hash) from stdin (format binary)"
+        "copy payrail.provider_methods (provider, method, guidance, enabled, embedding, embedding_model, embedding_content_hash) from stdin (format binary)"
     )
     guidance = "Purpose: random two-pass test record."
     with conn.cursor().copy(copy_sql) as copy:
@@ -122,9 +121,7 @@ def test_preview_counts_its_draft_in_both_passes(database_url):
     with psycopg.connect(database_url) as conn:
         register_vector(conn)
         load(conn, vectors, enabled)
-        drafts = conn.execute(
-            "select id, provider, method, embedding from payrail.provider_methods where not enabled order by id limit 30"
-        ).fetchall()
+        drafts = conn.execute("select id, provider, method, embedding from payrail.provider_methods where not enabled order by id limit 30").fetchall()
         placed = 0
         for number, (draft_id, provider, method, embedding) in enumerate(drafts):
             # Half the queries right at the draft, so it must come first.

@@ -34,10 +34,12 @@ def soak_database(servers):
 @pytest.mark.slow
 def test_soak_for_30_seconds_finds_no_violation(soak_database):
     result = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "soak.py"), "--seconds", str(SOAK_SECONDS), "--json",
-         "--database-url", soak_database],
-        capture_output=True, text=True, timeout=SOAK_SECONDS + 150, cwd=REPO,
-    )  # fmt: skip
+        [sys.executable, str(REPO / "benchmarks" / "soak.py"), "--seconds", str(SOAK_SECONDS), "--json", "--database-url", soak_database],
+        capture_output=True,
+        text=True,
+        timeout=SOAK_SECONDS + 150,
+        cwd=REPO,
+    )
     assert result.stdout.strip(), result.stderr
     summary = json.loads(result.stdout)
     assert result.returncode == 0, summary
@@ -64,8 +66,7 @@ def test_the_checker_catches_wrong_answers(database_url, openai_fake, tmp_path):
 
         def row_of(provider, method):
             return conn.execute(
-                "select provider, method, urls, docs_url, guidance from payrail.provider_methods"
-                " where provider = %s and method = %s",
+                "select provider, method, urls, docs_url, guidance from payrail.provider_methods where provider = %s and method = %s",
                 (provider, method),
             ).fetchone()
 

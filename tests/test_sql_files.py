@@ -3,6 +3,7 @@ building the same catalog on an empty database, rerun or run concurrently."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -11,13 +12,13 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-import psycopg
 import pglast
+import psycopg
 from pglast import ast
 from psycopg import sql
 
-from payrail_embedder.database import display_url
-from payrail_embedder.deploy import apply_schema, sql_dir, sql_files
+from payrail_embedder.postgres.connection import display_url
+from payrail_embedder.postgres.deploy import apply_schema, sql_dir, sql_files
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import run_cli
 from payrail_test_support.registry_state import fingerprint
@@ -55,16 +56,70 @@ def test_sql_files_are_numbered_uniquely_and_increasing_across_both_folders():
     assert sorted(p.name for p in DB.iterdir() if p.is_dir()) == ["functions", "schema", "tests", "upgrades"]
 
 
-def test_each_upgrade_step_is_numbered_and_records_itself_by_its_own_file_name():
-    """A step runs once because it asks payrail._upgrade_due with its own name: a copied step
-    that kept another's name would never run."""
+def test_each_pgtap_file_is_named_after_the_file_it_tests():
+    """splinter's habit: tests/200-search.sql tests functions/200-search.sql, and a second file for
+    the same one says its aspect (200-search__errcodes.sql), so a file's tests are found by its name."""
+    tested = {path.stem for folder in ("schema", "functions") for path in (DB / folder).glob("*.sql")}
+    pgtap = sorted((DB / "tests").glob("*.sql"))
+    assert len(pgtap) > 10
+    unnamed = [path.name for path in pgtap if path.stem.partition("__")[0] not in tested]
+    assert not unnamed, f"pgTAP files not named after a file of db/schema or db/functions: {unnamed}"
+
+
+# What each shipped upgrade step runs (the SHA-256 of its block): registries that had a step never
+# run it again, so a change to one would leave them apart from new ones. A new step adds its line
+# here; a shipped step that needs mending is mended by a new step.
+SHIPPED_UPGRADE_STEPS = {
+    "001-provider_methods_version": "18282666f18ef16fc5f86062992e66fe9a2911f19dee60072c5615ff49451426",
+    "002-provider_method_history_version": "17ad574ab33a0345de628fd917e65b85dda7aa7e4ed9ed0ffcf3e2f180ddd877",
+    "003-enabled_name_indexes": "b6d57eff742cf88c26a1df42e1cab009333178c52be6edbdc50c46f63550b7bc",
+    "004-stamp_version_trigger": "892e075b14b5b3bcd7b7f11377342381f5aa10b054bd229b5e306dd8839d80b8",
+    "005-name_path_matches_counted_draft": "d99003b54262f83ef3fb064818e75072f5b08ddf1b12a15f2a355eda83660035",
+    "006-saved_by": "d9be076f07e42329d5c077dfe8de1d850f6b7bb22ebf3e49750df886bcbb6fb3",
+    "007-lookalikes": "56954e4c4df6f42566db7eace17f5baa246794f56a0f863de2029ac09542e3f7",
+    "008-delete_provider_method_golden_queries": "ed9e8bb6d2fb79fc5baa5af2a679f4699d35d4c05b235b0821e92b4423329b1b",
+    "009-run_upgrade_step": "3045ae929654024d1cf94c391d94e24293c7ef1fcfd74c6c0a9d998d0ec0699d",
+}
+
+
+def upgrade_step_call(path: Path) -> tuple[str, str]:
+    """(name, block) of the one statement a step file holds: select payrail._run_upgrade_step(name, block)."""
+    statements = pglast.parse_sql(path.read_text(encoding="utf-8"))
+    assert len(statements) == 1, f"{path.name}: one statement, the call of payrail._run_upgrade_step"
+    select = statements[0].stmt
+    call = select.targetList[0].val if isinstance(select, ast.SelectStmt) and len(select.targetList) == 1 else None
+    assert isinstance(call, ast.FuncCall) and [name.sval for name in call.funcname] == ["payrail", "_run_upgrade_step"], (
+        f"{path.name} must be select payrail._run_upgrade_step('{path.stem}', $step$ ... $step$)"
+    )
+    name, block = (argument.val.sval for argument in call.args)
+    return name, block
+
+
+def test_each_upgrade_step_runs_through_the_template_by_its_own_file_name():
+    """A step runs once because payrail._run_upgrade_step guards and records it by the name it is
+    given: a copied step that kept another's name would never run."""
     steps = sorted((DB / "upgrades").glob("*.sql"))
     assert steps
     numbers = [sql_file_number(path) for path in steps]
     assert numbers == list(range(1, len(steps) + 1)), f"steps are numbered 001, 002, ... without gaps: {numbers}"
-    for path in steps:
-        asked = re.findall(r"payrail\._upgrade_due\('([^']+)'\)", path.read_text(encoding="utf-8"))
-        assert asked == [path.stem], f"{path.name} asks payrail._upgrade_due for {asked}"
+    assert [upgrade_step_call(path)[0] for path in steps] == [path.stem for path in steps]
+
+
+def test_no_shipped_upgrade_step_changes():
+    steps = {path.stem: upgrade_step_call(path)[1] for path in sorted((DB / "upgrades").glob("*.sql"))}
+    blocks = {name: hashlib.sha256(block.encode()).hexdigest() for name, block in steps.items()}
+    changed = sorted(name for name, digest in SHIPPED_UPGRADE_STEPS.items() if blocks.get(name) != digest)
+    assert not changed, f"shipped upgrade steps changed or gone (write a new step instead): {changed}"
+    assert sorted(blocks) == sorted(SHIPPED_UPGRADE_STEPS), "a new step adds its SHA-256 to SHIPPED_UPGRADE_STEPS"
+
+
+def test_the_shipped_step_check_knows_a_changed_block(tmp_path):
+    step = tmp_path / "001-provider_methods_version.sql"
+    shipped = (DB / "upgrades" / step.name).read_text(encoding="utf-8")
+    step.write_text(shipped.replace("add column version", "add column if not exists version"), encoding="utf-8")
+    name, block = upgrade_step_call(step)
+    assert name == step.stem
+    assert hashlib.sha256(block.encode()).hexdigest() != SHIPPED_UPGRADE_STEPS[name]
 
 
 def unstated_attributes(statement: ast.CreateFunctionStmt) -> list[str]:
@@ -121,9 +176,7 @@ def test_every_function_states_its_volatility_security_and_search_path(database_
     }
     assert {f"{file}: {name}": unstated for (file, name), unstated in functions.items() if unstated} == {}
     with psycopg.connect(database_url) as conn:
-        in_catalog = conn.execute(
-            "select 'payrail.' || proname from pg_catalog.pg_proc where pronamespace = 'payrail'::pg_catalog.regnamespace"
-        ).fetchall()
+        in_catalog = conn.execute("select 'payrail.' || proname from pg_catalog.pg_proc where pronamespace = 'payrail'::pg_catalog.regnamespace").fetchall()
     assert {name for (name,) in in_catalog} == {name for _, name in functions}
 
 
@@ -197,12 +250,7 @@ def test_psql_install_twice_then_db_apply_build_the_same_catalog_as_db_apply_alo
 def test_two_concurrent_db_apply_on_an_empty_database_both_succeed(server, tmp_path):
     with empty_database(server) as url, empty_database(server) as reference:
         env = apply_env(url, tmp_path)
-        runs = [
-            subprocess.Popen(
-                [str(CLI), "db", "apply"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-            for _ in range(2)
-        ]
+        runs = [subprocess.Popen([str(CLI), "db", "apply"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         outputs = [run.communicate(timeout=120) for run in runs]
         for run, (stdout, stderr) in zip(runs, outputs):
             assert run.returncode == 0, stdout + stderr
@@ -224,9 +272,7 @@ def test_every_stored_definition_resolves_under_the_empty_search_path_of_a_dump(
     dump = tmp_path / "schema.sql"
     with empty_database(server) as source, empty_database(server) as restored:
         apply_schema(source)
-        subprocess.run(
-            [server.psql.parent / "pg_dump", "--schema-only", f"--file={dump}", source], check=True, timeout=120
-        )
+        subprocess.run([server.psql.parent / "pg_dump", "--schema-only", f"--file={dump}", source], check=True, timeout=120)
         result = subprocess.run(
             [server.psql, "-X", "-v", "ON_ERROR_STOP=1", "--single-transaction", f"--file={dump}", restored],
             capture_output=True,
@@ -243,9 +289,7 @@ def test_db_apply_force_rebuilds_the_half_precision_vectors_from_the_records(dat
     rows are derived) repairs a row that is missing, stale or left over (restored from a dump
     without triggers, or edited by a superuser). A plain apply of a current registry reads no row."""
     derived = "select provider_method_id, unit_embedding::text from payrail.provider_method_half_vectors order by 1"
-    expected = (
-        "select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1"
-    )
+    expected = "select id, (l2_normalize(embedding)::halfvec)::text from payrail.provider_methods where enabled order by 1"
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("select payrail.set_embedding_model('test-model', 2)")
         for number, enabled in enumerate([True, True, True, False]):

@@ -10,16 +10,26 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from payrail_embedder import stored
-from payrail_embedder.database import connect
-from payrail_embedder.deploy import apply_schema
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.postgres.deploy import apply_schema
+from payrail_embedder.registry import stored
 
 RECORDS = [
-    ("Acme Maps", "Geocode an address", ["https://api.acme.example/v1/geocode?q=a%20b&x_y=1"], "https://docs.acme.example/geo",
-     "Purpose: coordinates (latitude, longitude) for a street address.\nInstructions: GET with q."),
+    (
+        "Acme Maps",
+        "Geocode an address",
+        ["https://api.acme.example/v1/geocode?q=a%20b&x_y=1"],
+        "https://docs.acme.example/geo",
+        "Purpose: coordinates (latitude, longitude) for a street address.\nInstructions: GET with q.",
+    ),
     ("Globex Weather", "Current conditions", [], None, "Purpose: the weather now, in °C and °F.\tNotes: 100% free."),
-    ("Initech", "Translate a document", ["https://api.initech.example/translate", "https://initech.example/pricing"], None,
-     "Purpose: translate into Deutsch, Français, Ελληνικά.\nNotes: quotes ' and \" and a back\\slash; a: b & c | !d (e) <-> f:* g."),
+    (
+        "Initech",
+        "Translate a document",
+        ["https://api.initech.example/translate", "https://initech.example/pricing"],
+        None,
+        "Purpose: translate into Deutsch, Français, Ελληνικά.\nNotes: quotes ' and \" and a back\\slash; a: b & c | !d (e) <-> f:* g.",
+    ),
     ("Hooli", "Compress a file", [], "https://docs.hooli.example/compress", "Purpose: shrink a file. ÜBER straße."),
     ("Pied Piper", "Middle-out", [], None, "Purpose: " + "x" * 1000),
     ("ΣΟΦΊΑ Λέξεις", "Ορισμός", [], None, "Purpose: ΟΔΟΣ, a word that ends in a capital sigma."),
@@ -28,12 +38,62 @@ RECORDS = [
 # or of the docs URL, the separator between two URLs, one or two characters, case and accents, and
 # what would be syntax in LIKE, a regular expression or SQL.
 FILTERS = [
-    "latitude", "LATITUDE", "itud", "acme", "ACME MAPS geocode", "maps geocode", "acme.example/v1", "docs.hooli",
-    "/geo", "x_y=1", "a%20b", "translate https://initech.example/pricing", "e", "o", "zq", "w", "ow", "ZQ", "°c",
-    "ελλην", "ΕΛΛΗΝ", "οδος", "οδοσ", "σοφία", "français", "FRANÇAIS", "über", "straße", "100%", "%", "_", "\\",
-    "back\\slash", "'", '"', "' and \"", "a: b & c | !d (e) <-> f:* g", ".*", "[a-z]", "^", "$", "&", "|", "(",
-    "'); drop table payrail.provider_methods; --", "purpose: xxx", "x" * 5, "xp", "\t", "\n", "\nnotes", "ress",
-    "s", "nothing like it", "compress a file. über", "ü" * 3000,
+    "latitude",
+    "LATITUDE",
+    "itud",
+    "acme",
+    "ACME MAPS geocode",
+    "maps geocode",
+    "acme.example/v1",
+    "docs.hooli",
+    "/geo",
+    "x_y=1",
+    "a%20b",
+    "translate https://initech.example/pricing",
+    "e",
+    "o",
+    "zq",
+    "w",
+    "ow",
+    "ZQ",
+    "°c",
+    "ελλην",
+    "ΕΛΛΗΝ",
+    "οδος",
+    "οδοσ",
+    "σοφία",
+    "français",
+    "FRANÇAIS",
+    "über",
+    "straße",
+    "100%",
+    "%",
+    "_",
+    "\\",
+    "back\\slash",
+    "'",
+    '"',
+    "' and \"",
+    "a: b & c | !d (e) <-> f:* g",
+    ".*",
+    "[a-z]",
+    "^",
+    "$",
+    "&",
+    "|",
+    "(",
+    "'); drop table payrail.provider_methods; --",
+    "purpose: xxx",
+    "x" * 5,
+    "xp",
+    "\t",
+    "\n",
+    "\nnotes",
+    "ress",
+    "s",
+    "nothing like it",
+    "compress a file. über",
+    "ü" * 3000,
 ]
 
 
@@ -144,10 +204,13 @@ def test_db_apply_force_repairs_entries_that_differ_and_fills_a_registry_from_be
     are rewritten by `db apply --force`, those alone; an empty table (a registry upgraded from
     before it) is filled by the apply's own transaction, and the list reads it at once."""
     with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute("delete from payrail.provider_method_list_entries where provider_method_id = "
-                      "(select id from payrail.provider_methods where provider = 'Hooli')")
-        admin.execute("update payrail.provider_method_list_entries set filter_text = 'stale', enabled = true "
-                      "where provider_method_id = (select id from payrail.provider_methods where provider = 'Initech')")
+        admin.execute(
+            "delete from payrail.provider_method_list_entries where provider_method_id = (select id from payrail.provider_methods where provider = 'Hooli')"
+        )
+        admin.execute(
+            "update payrail.provider_method_list_entries set filter_text = 'stale', enabled = true "
+            "where provider_method_id = (select id from payrail.provider_methods where provider = 'Initech')"
+        )
     assert len(entries_differ(database_url)) == 3  # one missing, one both ways
     assert methods(stored.list_records(conn, "compress")) == []
     result = apply_schema(database_url, force=True)

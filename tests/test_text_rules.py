@@ -14,8 +14,8 @@ import psycopg
 import pytest
 import regex
 
-from payrail_embedder.database import connect
-from payrail_embedder.search import QUERY_BLANK, QUERY_INVISIBLE, QUERY_WHITE_SPACE, InvalidQuery, check_query
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry.search import QUERY_BLANK, QUERY_INVISIBLE, QUERY_WHITE_SPACE, InvalidQuery, check_query
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL
 from payrail_test_support.ranking import WHITE_SPACE, normalized, simple_case_fold
 
@@ -127,8 +127,10 @@ def test_case_folding_is_unicodes_simple_folding_of_every_character(database_url
         pairs = sorted(expected.items())
         pytest.fail(
             "payrail._fold_case differs from Unicode's simple case folding; its two strings are now:\n"
-            + "".join(chr(c) for c, _ in pairs) + "\n" + "".join(chr(f) for _, f in pairs)
-        )  # fmt: skip
+            + "".join(chr(c) for c, _ in pairs)
+            + "\n"
+            + "".join(chr(f) for _, f in pairs)
+        )
 
 
 INSERT = "insert into payrail.provider_methods (provider, method, urls, docs_url, guidance) values (%s, %s, %s, %s, %s)"
@@ -202,7 +204,7 @@ def test_the_name_path_finds_a_name_however_it_is_written(database_url):
             " embedding_content_hash) values ('Stripe', 'Create a refund', 'G.', true, %s, %s,"
             " payrail._content_hash('Stripe', 'Create a refund', 'G.'))",
             ([1.0] * FAKE_DIMENSIONS, FAKE_MODEL),
-        )  # fmt: skip
+        )
         conn.execute("set local role payrail_agent")
         for query in ("Ｓｔｒｉｐｅ", "S\u200btripe", "\u202estripe\u202c", "ＳＴＲＩＰＥ / create\u3000a  refund"):
             rows = conn.execute("select provider, method from payrail.search_provider_methods(%s)", (query,)).fetchall()

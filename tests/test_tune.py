@@ -28,16 +28,17 @@ from urllib.parse import urlencode
 import anyio
 import pytest
 
-from payrail_embedder import catalog, database
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import LocalEmbedder, record_text, tuned_models
-from payrail_embedder.evaluation import LabelledQuery
-from payrail_embedder.records import read_lines
-from payrail_embedder.search import SearchUnavailable
+from payrail_embedder.model.tuning import GoldenQuery, Training, TuneOptions, embed_by_length, split_by_provider
+from payrail_embedder.postgres import connection
+from payrail_embedder.registry import catalog
+from payrail_embedder.registry.labelled_queries import LabelledQuery
+from payrail_embedder.registry.records import read_lines
+from payrail_embedder.registry.search import SearchUnavailable
 from payrail_embedder.settings import Settings
-from payrail_embedder.tuning import GoldenQuery, Training, TuneOptions, embed_by_length, split_by_provider
 from payrail_test_support.agent_helpers import mcp_client
-from payrail_test_support.backoffice import HttpClient, http_sign_in, operator_logins, running_backoffice  # noqa: F401 (a fixture)
+from payrail_test_support.backoffice import HttpClient, http_sign_in, running_backoffice
 from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess, write_jsonl
 from payrail_test_support.ranking import cosine_ranking, semantic_path
 
@@ -93,7 +94,7 @@ def local_env(database_url: str, data_dir: Path) -> dict[str, str]:
 
 def import_catalog(database_url: str, directory: Path) -> None:
     """RECORDS, embedded by the bundled model, through the import path."""
-    with database.connect(database_url, autocommit=True) as conn:
+    with connection.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, LocalEmbedder, read_lines(write_jsonl(directory / "catalog.jsonl", RECORDS)))
     assert report.saved and report.created == len(RECORDS)
 
@@ -174,7 +175,9 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
     assert listed.returncode == 0, listed.stderr
     assert f"{name} (tuned from all-MiniLM-L6-v2" in listed.stdout and f"validation MRR@3 {before['mrr@3']:.3f} -> {after['mrr@3']:.3f}" in listed.stdout
     trained_on = final["trainedOn"]
-    assert f"on its {len(GOLDEN)} training queries (optimistic) MRR@3 {trained_on['before']['mrr@3']:.3f} -> {trained_on['after']['mrr@3']:.3f}" in listed.stdout
+    assert (
+        f"on its {len(GOLDEN)} training queries (optimistic) MRR@3 {trained_on['before']['mrr@3']:.3f} -> {trained_on['after']['mrr@3']:.3f}" in listed.stdout
+    )
 
 
 def test_the_kept_model_is_the_one_trained_on_every_golden_query(tuned, tmp_path):
@@ -251,10 +254,14 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
 
     from payrail_embedder.embedders.local_model import bundled_model_dir
 
-    pairs = [(query["query"], record_text(record["provider"], record["method"], record["guidance"])) for record in RECORDS[:8] for query in labelled_queries(record)]
+    pairs = [
+        (query["query"], record_text(record["provider"], record["method"], record["guidance"])) for record in RECORDS[:8] for query in labelled_queries(record)
+    ]
 
     def name_of(seed: int, target: str) -> str:
-        Training(bundled_model_dir(), pairs, TuneOptions(seed=seed, epochs=1, batch_size=8, learning_rate=1e-4, threads=1)).run(tmp_path / target, lambda step, total: None)
+        Training(bundled_model_dir(), pairs, TuneOptions(seed=seed, epochs=1, batch_size=8, learning_rate=1e-4, threads=1)).run(
+            tmp_path / target, lambda step, total: None
+        )
         return tuned_models.tuned_name("all-MiniLM-L6-v2", tmp_path / target)
 
     threads = torch.get_num_threads()
@@ -276,10 +283,7 @@ def record_vectors(embedder: LocalEmbedder):
 def ranked_answers(embedder: LocalEmbedder, queries: list[str]) -> list[list[tuple[str, str]]]:
     """Each query's 3 nearest RECORDS by the embedder's own vectors, near ties or not."""
     vector_of = record_vectors(embedder)
-    return [
-        [(r["provider"], r["method"]) for _, r in cosine_ranking(RECORDS, query_vector, vector_of)[:3]]
-        for query_vector in embedder.embed(queries)
-    ]
+    return [[(r["provider"], r["method"]) for _, r in cosine_ranking(RECORDS, query_vector, vector_of)[:3]] for query_vector in embedder.embed(queries)]
 
 
 def backoffice_answer(env: dict[str, str], tmp_path: Path, query: str) -> tuple[list[tuple[str, str]], str | None]:
@@ -392,7 +396,7 @@ def test_a_tuned_model_improves_held_apart_queries_and_every_interface_uses_it_a
     # The write path embeds with it too.
     code, imported, stderr = cli_json(env, "import", "--json", write_jsonl(tmp_path / "new.jsonl", [{**RECORDS[0], "provider": "Kestrel"}]))
     assert code == 0, (imported, stderr)
-    with database.connect(database_url) as conn:
+    with connection.connect(database_url) as conn:
         assert conn.execute("select embedding_model from payrail.provider_methods where provider = 'Kestrel'").fetchone() == (name,)
 
 
@@ -423,10 +427,21 @@ def test_a_model_that_does_not_beat_the_registrys_is_not_kept_unless_forced(tune
     assert manifest["goldenQueries"] == {"file": "golden.jsonl", "sha256": registry_digest}
 
 
+@pytest.fixture
+def pg18_database_url(servers):
+    """A fresh registry on PostgreSQL 18 alone, for a `model tune` process: tuning reads the
+    registry the same on every server (as for the fixture tuned), and each process costs a minute."""
+    server = servers("pg18")
+    database_url = server.create_database()
+    yield database_url
+    server.drop_database(database_url)
+
+
 @pytest.mark.slow
-def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines(database_url, tmp_path):
+def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines(pg18_database_url, tmp_path):
     """Every record's Purpose line is a query its record answers (tests/test_record_queries.py
     checks which); they decide on providers held apart, as golden queries would."""
+    database_url = pg18_database_url
     import_catalog(database_url, tmp_path)
     env = local_env(database_url, tmp_path / "data")
     options = [*TUNE_OPTIONS, "--epochs", "1"]

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import psycopg
-
 import pytest
 
 from payrail_test_support import REPO

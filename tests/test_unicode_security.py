@@ -12,7 +12,7 @@ import importlib.util
 import icu
 import pytest
 
-from payrail_embedder.database import connect
+from payrail_embedder.postgres.connection import connect
 from payrail_test_support import REPO
 
 GENERATOR = REPO / "scripts" / "generate_unicode_security.py"
@@ -76,7 +76,10 @@ def test_mixed_scripts_follow_icus_script_extensions(database_url):
             assert codes - {"Zyyy", "Zinh"}, name  # every case has letters of some script
 
 
-@pytest.mark.parametrize("host", ["b\u00fccher.example", "docs.str\u0456pe.com", "\u4f8b\u3048.\u30c6\u30b9\u30c8", "xn--ls8h.la", "\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444"])
+@pytest.mark.parametrize(
+    "host",
+    ["b\u00fccher.example", "docs.str\u0456pe.com", "\u4f8b\u3048.\u30c6\u30b9\u30c8", "xn--ls8h.la", "\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444"],
+)
 def test_punycode_labels_decode_as_pythons_idna_codec(database_url, host):
     ascii_host = host.encode("idna").decode("ascii")
     with connect(database_url) as conn:

@@ -32,21 +32,42 @@ pytestmark = pytest.mark.slow
 RELEASES = ["b35def0", "17768a6", "b1fd839", "01de324"]
 
 CATALOG = [
-    {"provider": "Acme Travel", "method": "Hotel Search", "urls": ["https://api.acme.example/hotels"],
-     "docsUrl": "https://docs.acme.example/hotels", "guidance": "Purpose: find live hotel availability.", "enabled": True},
-    {"provider": "Acme Travel", "method": "Flight Search", "urls": ["https://api.acme.example/flights"],
-     "docsUrl": None, "guidance": "Purpose: search flights between two airports.", "enabled": True},
-    {"provider": "Globex", "method": "Send SMS", "urls": ["https://globex.example/sms"], "docsUrl": "https://globex.example/docs",
-     "guidance": "Purpose: send a text message to a phone.", "enabled": True},
-    {"provider": "Globex", "method": "Weather", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: current weather for a city.", "enabled": True},
-    {"provider": "Initech", "method": "Invoices", "urls": ["https://initech.example/invoices"], "docsUrl": None,
-     "guidance": "Purpose: list and pay invoices.", "enabled": True},
-    {"provider": "Draftco", "method": "Secret Launch", "urls": [], "docsUrl": None,
-     "guidance": "Purpose: not public yet.", "enabled": False},
+    {
+        "provider": "Acme Travel",
+        "method": "Hotel Search",
+        "urls": ["https://api.acme.example/hotels"],
+        "docsUrl": "https://docs.acme.example/hotels",
+        "guidance": "Purpose: find live hotel availability.",
+        "enabled": True,
+    },
+    {
+        "provider": "Acme Travel",
+        "method": "Flight Search",
+        "urls": ["https://api.acme.example/flights"],
+        "docsUrl": None,
+        "guidance": "Purpose: search flights between two airports.",
+        "enabled": True,
+    },
+    {
+        "provider": "Globex",
+        "method": "Send SMS",
+        "urls": ["https://globex.example/sms"],
+        "docsUrl": "https://globex.example/docs",
+        "guidance": "Purpose: send a text message to a phone.",
+        "enabled": True,
+    },
+    {"provider": "Globex", "method": "Weather", "urls": [], "docsUrl": None, "guidance": "Purpose: current weather for a city.", "enabled": True},
+    {
+        "provider": "Initech",
+        "method": "Invoices",
+        "urls": ["https://initech.example/invoices"],
+        "docsUrl": None,
+        "guidance": "Purpose: list and pay invoices.",
+        "enabled": True,
+    },
+    {"provider": "Draftco", "method": "Secret Launch", "urls": [], "docsUrl": None, "guidance": "Purpose: not public yet.", "enabled": False},
 ]
-QUERIES = ["Acme Travel", "Globex Send SMS", "weather", "find a hotel for tonight", "pay my bills", "text my customer",
-           "Draftco", "Secret Launch"]
+QUERIES = ["Acme Travel", "Globex Send SMS", "weather", "find a hotel for tonight", "pay my bills", "text my customer", "Draftco", "Secret Launch"]
 
 
 def fill(release: Path, url: str, env: dict[str, str], tmp_path: Path, logins: dict[str, str]) -> None:
@@ -63,8 +84,9 @@ def fill(release: Path, url: str, env: dict[str, str], tmp_path: Path, logins: d
     if release.name == "b35def0":  # operators could not write yet: the rule helpers were not granted to them
         first = second = urlsplit(url).username
     with psycopg.connect(login_url(url, first), autocommit=True) as operator:
-        operator.execute("update payrail.provider_methods set urls = array['https://api.acme.example/v2/hotels'] "
-                         "where provider = 'Acme Travel' and method = 'Hotel Search'")
+        operator.execute(
+            "update payrail.provider_methods set urls = array['https://api.acme.example/v2/hotels'] where provider = 'Acme Travel' and method = 'Hotel Search'"
+        )
         operator.execute("insert into payrail.provider_methods (provider, method, guidance) values ('Hooli', 'Mail', 'Purpose: mail.')")
     with psycopg.connect(login_url(url, second), autocommit=True) as operator:
         operator.execute("delete from payrail.provider_methods where provider = 'Initech'")
@@ -74,15 +96,21 @@ def fill(release: Path, url: str, env: dict[str, str], tmp_path: Path, logins: d
 def snapshot(url: str, agent_url: str, logins: list[str]) -> dict:
     """What must survive an upgrade, read with the columns the release had."""
     with psycopg.connect(url) as conn:
+
         def rows(table: str, order: str) -> list:
-            columns = [c for (c,) in conn.execute(
-                "select column_name from information_schema.columns where table_schema = 'payrail' and table_name = %s"
-                " order by column_name", (table,))]
+            columns = [
+                c
+                for (c,) in conn.execute(
+                    "select column_name from information_schema.columns where table_schema = 'payrail' and table_name = %s order by column_name", (table,)
+                )
+            ]
             if not columns:
                 return []
             listed = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns)
-            return [dict(zip(columns, row, strict=True)) for row in conn.execute(
-                sql.SQL("select {} from payrail.{} order by {}").format(listed, sql.Identifier(table), sql.SQL(order)))]
+            return [
+                dict(zip(columns, row, strict=True))
+                for row in conn.execute(sql.SQL("select {} from payrail.{} order by {}").format(listed, sql.Identifier(table), sql.SQL(order)))
+            ]
 
         state = {
             "records": rows("provider_methods", "id"),
@@ -91,13 +119,14 @@ def snapshot(url: str, agent_url: str, logins: list[str]) -> dict:
             "memberships": conn.execute(
                 """select m.rolname::text, r.rolname::text from pg_auth_members as a
                    join pg_roles as m on m.oid = a.member join pg_roles as r on r.oid = a.roleid
-                   where m.rolname = any(%s) order by 1, 2""", (logins,)).fetchall(),
+                   where m.rolname = any(%s) order by 1, 2""",
+                (logins,),
+            ).fetchall(),
         }
     with psycopg.connect(agent_url, autocommit=True) as agent:
         register_vector(agent)
         state["answers"] = {
-            query: agent.execute("select * from payrail.search_provider_methods(%s, %s, %s)",
-                                 (query, fake_embedding(query), FAKE_MODEL)).fetchall()
+            query: agent.execute("select * from payrail.search_provider_methods(%s, %s, %s)", (query, fake_embedding(query), FAKE_MODEL)).fetchall()
             for query in QUERIES
         }
     return state
@@ -109,9 +138,7 @@ def catalog_of(url: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
-    release, server, database_url, openai_fake, tmp_path
-):
+def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(release, server, database_url, openai_fake, tmp_path):
     name = f"upgrade_{release}_{urlsplit(database_url).path.lstrip('/')}"
     url, fresh = replace_database(database_url, name), replace_database(database_url, f"{name}_fresh")
     logins = {f"{name}_op1": "payrail_operator", f"{name}_op2": "payrail_operator", f"{name}_agent": "payrail_agent"}
@@ -137,8 +164,7 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
         for entry, kept in zip(before["history"], after["history"], strict=True):
             assert {column: kept[column] for column in entry} == entry
             assert kept["version"] == entry.get("version")
-        assert (after["model"], after["memberships"], after["answers"]) == (
-            before["model"], before["memberships"], before["answers"])
+        assert (after["model"], after["memberships"], after["answers"]) == (before["model"], before["memberships"], before["answers"])
         assert len(after["history"]) >= (0 if release == "b35def0" else 4), "the first release kept no history; the others did"
 
         with psycopg.connect(url) as conn:
@@ -168,9 +194,7 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
         assert json.loads(run_cli(env, "db", "apply", "--json").stdout)["changed"] is False, run_cli(env, "db", "status", "--json").stdout
         with psycopg.connect(login_url(url, f"{name}_op2"), autocommit=True) as operator:
             operator.execute("update payrail.provider_methods set urls = '{}' where provider = 'Globex' and method = 'Send SMS'")
-            assert operator.execute(
-                "select changed_by, version from payrail.provider_method_history order by id desc limit 1").fetchone() == (
-                f"{name}_op2", 1)
+            assert operator.execute("select changed_by, version from payrail.provider_method_history order by id desc limit 1").fetchone() == (f"{name}_op2", 1)
             # The upgraded registry has golden queries: an operator adds one, its record is kept from
             # deletion, and the next apply (every file again) keeps it.
             operator.execute("""select payrail.add_golden_query('text my customer',
@@ -193,9 +217,7 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(
 BEFORE_LOOKALIKES = "3d13ea2"
 
 
-def test_a_registry_that_held_look_alikes_gets_the_rules_and_is_told_what_breaks_them(
-    server, database_url, openai_fake, tmp_path
-):
+def test_a_registry_that_held_look_alikes_gets_the_rules_and_is_told_what_breaks_them(server, database_url, openai_fake, tmp_path):
     """A registry of the release before: look-alike providers, a name of mixed scripts and a
     Unicode docs host, as that release accepted them. The apply brings the rules (new writes obey
     them at once), its follow-up names the constraint the stored rows break, find_lookalikes()
@@ -227,14 +249,15 @@ def registry_that_held_look_alikes(database_url: str, openai_fake, tmp_path: Pat
     assert result.returncode != 0 and "provider_methods_docs_url_ascii_host_check" in result.stderr, result.stdout + result.stderr
     with psycopg.connect(database_url, autocommit=True) as conn:
         assert conn.execute("select ran from payrail.applied_upgrades where name = '007-lookalikes'").fetchone() == (True,)
-        stripe, imitation = (conn.execute("select id from payrail.provider_methods where provider = %s", (name,)).fetchone()[0]
-                             for name in ("Stripe", "Str\u0456pe"))
+        stripe, imitation = (
+            conn.execute("select id from payrail.provider_methods where provider = %s", (name,)).fetchone()[0] for name in ("Stripe", "Str\u0456pe")
+        )
         # Each of the two, with the other.
         assert conn.execute("select record_id, field, looks_like_record_id from payrail.find_lookalikes()").fetchall() == sorted(
-            [(stripe, "provider", imitation), (imitation, "provider", stripe)])
+            [(stripe, "provider", imitation), (imitation, "provider", stripe)]
+        )
         with pytest.raises(psycopg.errors.CheckViolation, match=f"looks like the provider of record ({stripe}|{imitation})"):
-            conn.execute("insert into payrail.provider_methods (provider, method, guidance, mixed_scripts) "
-                         "values ('Str\u0456pe', 'Payout', 'G.', true)")
+            conn.execute("insert into payrail.provider_methods (provider, method, guidance, mixed_scripts) values ('Str\u0456pe', 'Payout', 'G.', true)")
         # A stored row that breaks a rule not yet validated is written again only whole: its
         # host as it is, the word given alone, is refused.
         with pytest.raises(psycopg.errors.CheckViolation, match="provider_methods_docs_url_ascii_host_check"):
@@ -246,6 +269,5 @@ def registry_that_held_look_alikes(database_url: str, openai_fake, tmp_path: Pat
     result = run_cli(env, "db", "apply", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     with psycopg.connect(database_url) as conn:
-        assert conn.execute("select docs_url from payrail.provider_methods where id = %s", (imitation,)).fetchone() == (
-            "https://xn--bcher-kva.example/docs",)
+        assert conn.execute("select docs_url from payrail.provider_methods where id = %s", (imitation,)).fetchone() == ("https://xn--bcher-kva.example/docs",)
         assert conn.execute("select constraints_not_validated from payrail.get_schema_version()").fetchone() == ([],)

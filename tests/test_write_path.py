@@ -17,9 +17,10 @@ import numpy as np
 import psycopg
 import pytest
 
-from payrail_embedder import model_switch, sync
-from payrail_embedder.database import connect
-from payrail_embedder.embedders import OPENAI_MAX_BATCH, OpenAIEmbedder, record_text
+from payrail_embedder.embedders import OPENAI_MAX_BATCH, Embedder, OpenAIEmbedder, record_text
+from payrail_embedder.model import switch
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import sync
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import, cli_json, run_cli
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, SwitchAt, fake_embedding
@@ -74,9 +75,7 @@ def test_sync_sends_up_to_2048_inputs_per_request_and_batch_size_overrides(cli_e
     assert [len(r["input"]) for r in openai_fake.requests] == [7, 7, 7]
 
 
-def test_sync_stops_when_the_embedder_fails_midway_keeps_what_it_committed_and_lists_the_rest(
-    cli_env, database_url, openai_fake
-):
+def test_sync_stops_when_the_embedder_fails_midway_keeps_what_it_committed_and_lists_the_rest(cli_env, database_url, openai_fake):
     names = insert_drafts(database_url, 12)
     openai_fake.requests = SwitchAt(openai_fake, 3, "500")
     code, summary, stderr = cli_json(cli_env, "sync", "--batch-size", "4", "--json")
@@ -100,9 +99,7 @@ def test_sync_stops_when_the_embedder_fails_midway_keeps_what_it_committed_and_l
     assert all(assert_whole_or_nothing(row) for row in rows(database_url))
 
 
-def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_and_a_rerun_converges(
-    cli_env, database_url, openai_fake
-):
+def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_and_a_rerun_converges(cli_env, database_url, openai_fake):
     """kill -9 while a batch's transaction has written some of its rows and waits on a row lock."""
     names = insert_drafts(database_url, 20)
     ids = [row["id"] for row in rows(database_url)]
@@ -112,8 +109,12 @@ def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_an
 
     sync = subprocess.Popen(
         [str(CLI), "sync", "--batch-size", "5", "--json"],
-        env=cli_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=cli_env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with psycopg.connect(database_url, autocommit=True) as watcher:
 
@@ -128,10 +129,11 @@ def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_an
             blocker.rollback()
             # The server rolls the orphaned transaction back once its backend notices the dead client.
             wait_until(
-                lambda: not watcher.execute(
-                    "select exists (select from pg_stat_activity"
-                    " where application_name = 'payrail-embedder' and datname = current_database())"
-                ).fetchone()[0],
+                lambda: (
+                    not watcher.execute(
+                        "select exists (select from pg_stat_activity where application_name = 'payrail-embedder' and datname = current_database())"
+                    ).fetchone()[0]
+                ),
                 "the killed sync's backend to go away",
             )
     finally:
@@ -148,8 +150,7 @@ def test_sync_killed_with_sigkill_mid_transaction_leaves_nothing_half_written_an
     code, summary, _ = cli_json(cli_env, "sync", "--batch-size", "5", "--json")
     assert (code, summary) == (0, {"embedded": 10, "changedMeanwhile": 0, "pending": []})
     assert [r["input"] for r in openai_fake.requests[requests_before_rerun:]] == [
-        [record_text(row["provider"], row["method"], row["guidance"]) for row in stored[start : start + 5]]
-        for start in (10, 15)
+        [record_text(row["provider"], row["method"], row["guidance"]) for row in stored[start : start + 5]] for start in (10, 15)
     ]
     assert all(assert_whole_or_nothing(row) for row in rows(database_url))
     assert cli_json(cli_env, "sync", "--dry-run", "--json")[1] == {"wouldEmbed": []}
@@ -161,8 +162,9 @@ def test_sync_embeds_the_new_content_of_a_record_edited_while_it_was_embedded(da
     edited_guidance = "Purpose: rewritten while sync was embedding it."
     real = fake_embedder(openai_fake)
 
-    class EditingEmbedder:
+    class EditingEmbedder(Embedder):
         model_name = real.model_name
+        batch_size = OPENAI_MAX_BATCH
         calls = 0
 
         def embed(self, texts):
@@ -196,8 +198,9 @@ def test_sync_embeds_the_new_content_of_a_record_edited_while_it_was_embedded(da
 def test_sync_refuses_nan_zero_and_infinite_vectors_and_changes_nothing(database_url, bad_vector, message):
     insert_drafts(database_url, 3)
 
-    class BadEmbedder:
+    class BadEmbedder(Embedder):
         model_name = FAKE_MODEL
+        batch_size = OPENAI_MAX_BATCH
 
         def embed(self, texts):
             return [fake_embedding(t) for t in texts[:-1]] + [bad_vector(FAKE_DIMENSIONS)]
@@ -234,15 +237,11 @@ def test_sync_with_another_model_than_the_registrys_is_refused_before_any_reques
 # --- model switch --------------------------------------------------------------------------------
 
 
-def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure_then_switches(
-    cli_env, database_url, openai_fake, tmp_path
-):
+def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure_then_switches(cli_env, database_url, openai_fake, tmp_path):
     cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
     new_env = {**cli_env, "PAYRAIL_EMBEDDING_MODEL": NEW_MODEL}
     code, shown, _ = cli_json(cli_env, "model", "show", "--json")
-    assert (code, shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (
-        0, FAKE_MODEL, FAKE_DIMENSIONS, len(CATALOG), {}
-    )  # fmt: skip
+    assert (code, shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (0, FAKE_MODEL, FAKE_DIMENSIONS, len(CATALOG), {})
     code, before, _ = cli_json(cli_env, "search", "--json", QUERY)
     assert code == 0 and before["matches"] == [public(r) for r in fake_semantic_path(CATALOG, QUERY)]
 
@@ -251,9 +250,7 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     openai_fake.requests = SwitchAt(openai_fake, 2, "500")
     code, report, stderr = cli_json(cli_env, "model", "switch", NEW_MODEL, "--batch-size", "2", "--json")
     assert code == 1, report
-    assert (report["switched"], report["staged"], report["previous"]) == (
-        False, 2, {"model": FAKE_MODEL, "dimensions": FAKE_DIMENSIONS}
-    )  # fmt: skip
+    assert (report["switched"], report["staged"], report["previous"]) == (False, 2, {"model": FAKE_MODEL, "dimensions": FAKE_DIMENSIONS})
     # Staging embeds the shortest texts first (sync's order): the first batch is two of the shortest,
     # and the rest are pending, shortest first.
     length = {f"{r['provider']} / {r['method']}": len(r["provider"]) + len(r["method"]) + len(r["guidance"]) for r in CATALOG}
@@ -278,16 +275,18 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     code, report, _ = cli_json(cli_env, "model", "switch", NEW_MODEL, "--batch-size", "2", "--json")
     assert code == 0, report
     assert (report["switched"], report["staged"], report["moved"], report["draftsCleared"], report["dimensions"]) == (
-        True, len(CATALOG) - 2, len(CATALOG), 0, NEW_DIMENSIONS
-    )  # fmt: skip
+        True,
+        len(CATALOG) - 2,
+        len(CATALOG),
+        0,
+        NEW_DIMENSIONS,
+    )
     assert sorted(text for r in openai_fake.requests for text in r["input"]) == sorted(
         record_text(r["provider"], r["method"], r["guidance"]) for r in CATALOG if f"{r['provider']} / {r['method']}" not in staged_names
     )
     assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
     code, shown, _ = cli_json(cli_env, "model", "show", "--json")
-    assert (shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (
-        NEW_MODEL, NEW_DIMENSIONS, len(CATALOG), {}
-    )  # fmt: skip
+    assert (shown["model"], shown["dimensions"], shown["embedded"], shown["staged"]) == (NEW_MODEL, NEW_DIMENSIONS, len(CATALOG), {})
 
     # Now the new model answers, and a client still on the old one gets search_unavailable (PYE02 in SQL).
     code, answer, _ = cli_json(new_env, "search", "--json", QUERY)
@@ -296,9 +295,7 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     assert (code, answer["error"]) == (1, "search_unavailable"), answer
     assert FAKE_MODEL in answer["detail"] and NEW_MODEL in answer["detail"]
     with connect(database_url) as conn, pytest.raises(psycopg.Error) as refused:
-        conn.execute(
-            "select * from payrail.search_provider_methods(%s, %s, %s)", (QUERY, fake_embedding(QUERY), FAKE_MODEL)
-        )
+        conn.execute("select * from payrail.search_provider_methods(%s, %s, %s)", (QUERY, fake_embedding(QUERY), FAKE_MODEL))
     assert refused.value.sqlstate == "PYE02"
     # Names never needed a vector.
     assert cli_json(cli_env, "search", "--json", "Stripe")[1]["matches"] == [public(CATALOG[2])]
@@ -314,8 +311,9 @@ def test_model_switch_restages_a_record_edited_after_it_was_staged(cli_env, data
     real = fake_embedder(openai_fake, NEW_MODEL)
     edited = dict(CATALOG[0], guidance="Purpose: live hotel availability, edited during the switch.")
 
-    class EditingEmbedder:
+    class EditingEmbedder(Embedder):
         model_name = NEW_MODEL
+        batch_size = OPENAI_MAX_BATCH
         calls = 0
 
         def embed(self, texts):
@@ -331,14 +329,17 @@ def test_model_switch_restages_a_record_edited_after_it_was_staged(cli_env, data
                         where provider = %s
                         """,
                         (
-                            edited["guidance"], fake_embedding(record_text(edited["provider"], edited["method"], edited["guidance"])),
-                            FAKE_MODEL, edited["guidance"], edited["provider"],
+                            edited["guidance"],
+                            fake_embedding(record_text(edited["provider"], edited["method"], edited["guidance"])),
+                            FAKE_MODEL,
+                            edited["guidance"],
+                            edited["provider"],
                         ),
-                    )  # fmt: skip
+                    )
             return vectors
 
     with connect(database_url, autocommit=True) as conn:
-        report = model_switch.switch_model(conn, EditingEmbedder(), batch_size=len(CATALOG))
+        report = switch.switch_model(conn, EditingEmbedder(), batch_size=len(CATALOG))
     assert (report.switched, report.changed_meanwhile, report.staged) == (True, 1, len(CATALOG)), report
     assert all(assert_whole_or_nothing(row, NEW_DIMENSIONS) for row in rows(database_url))
     assert [r["guidance"] for r in rows(database_url) if r["provider"] == edited["provider"]] == [edited["guidance"]]
@@ -388,9 +389,7 @@ def test_a_vector_writer_waits_for_a_switch_in_progress_then_is_refused(database
                 return waits_for_a_lock(reader)
 
             wait_until(writer_waits, "the late writer to wait for the switch's lock", timeout=30)
-            answer = reader.execute(
-                "select provider from payrail.search_provider_methods('find a hotel', '[1,0,0]', 'old-model')"
-            ).fetchall()
+            answer = reader.execute("select provider from payrail.search_provider_methods('find a hotel', '[1,0,0]', 'old-model')").fetchall()
             assert answer == [("Acme",)], "search must keep answering with the old model during the switch"
         switcher.commit()
         writer.join(timeout=30)
@@ -411,9 +410,7 @@ def test_preview_counts_the_draft_as_enabled_and_changes_nothing(cli_env, databa
     assert answer["matches"][0] == public(draft)
     # The name path counts it too, without embedding the query.
     requests = len(openai_fake.requests)
-    assert cli_json(cli_env, "preview", "Amadeus", "--draft", "Amadeus / Hotel offers", "--json")[1] == {
-        "matches": [public(draft)]
-    }
+    assert cli_json(cli_env, "preview", "Amadeus", "--draft", "Amadeus / Hotel offers", "--json")[1] == {"matches": [public(draft)]}
     assert len(openai_fake.requests) == requests
     # Nothing changed: search does not show the draft.
     assert cli_json(cli_env, "search", "--json", QUERY)[1]["matches"] == [public(r) for r in fake_semantic_path(CATALOG, QUERY)]
@@ -471,10 +468,7 @@ def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env
 def test_sync_embeds_the_shortest_texts_first_so_each_batch_pads_little(cli_env, database_url, openai_fake):
     """A model pads a batch to its longest text; sync groups texts of similar lengths."""
     rng = np.random.default_rng(5)
-    drafts = [
-        (f"Provider {n:02d}", f"Method {n:02d}", "Purpose: " + "lookup " * int(rng.integers(1, 60)))
-        for n in range(12)
-    ]
+    drafts = [(f"Provider {n:02d}", f"Method {n:02d}", "Purpose: " + "lookup " * int(rng.integers(1, 60))) for n in range(12)]
     with psycopg.connect(database_url) as conn, conn.cursor() as cursor:
         cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", drafts)
     result = run_cli(cli_env, "sync", "--batch-size", "4")

@@ -372,10 +372,15 @@ begin
     return;
   end if;
 
+  select * into v_model from payrail.embedding_model;
   if p_query_embedding is null then
+    -- The detail names the model, so a client learns what to embed with from this one answer
+    -- (payrail_embedder.registry.embedding_model reads it).
     raise exception using
       errcode = 'PYE01',
       message = 'this query is not a provider or method name, so it needs a query embedding',
+      detail = case when v_model.name is null then 'The registry has no embedding model yet.'
+                    else pg_catalog.format('The registry''s embedding model is %s (%s dimensions).', v_model.name, v_model.dimensions) end,
       hint = 'Embed the query with the model payrail.get_embedding_model() returns and pass it as query_embedding.';
   end if;
 
@@ -385,8 +390,7 @@ begin
       message = 'query embedding is the zero vector, which has no cosine distance',
       hint = 'Pass the embedding the model returned for the query text.';
   end if;
-  select * into v_model from payrail.embedding_model;
-  if v_model is null then
+  if v_model.name is null then
     -- No model yet means no vectors, so no enabled record: the honest answer is none.
     return;
   end if;

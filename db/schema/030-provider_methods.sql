@@ -91,7 +91,7 @@ create index if not exists provider_methods_docs_host_lookalike_idx
   on payrail.provider_methods (payrail._host_lookalike_key(docs_url), payrail._url_host(docs_url))
   where docs_url is not null;
 -- The records list (backoffice, `payrail-embedder list`) pages through records in this order,
--- by provider and method ignoring case (payrail_embedder.stored.LIST_ORDER_KEY): a page is a
+-- by provider and method ignoring case (payrail_embedder.registry.stored.LIST_ORDER_KEY): a page is a
 -- short read of this index, not a sort of every record.
 create index if not exists provider_methods_list_order_idx
   on payrail.provider_methods (pg_catalog.lower(provider), pg_catalog.lower(method), id);

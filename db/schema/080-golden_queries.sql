@@ -32,7 +32,7 @@ create table if not exists payrail.golden_query_records (
 );
 
 -- The search query's rules (payrail._check_query): not empty (white space and invisible
--- characters alone), at most 2,000 characters. db/tests/190-golden_queries.sql checks that this
+-- characters alone), at most 2,000 characters. db/tests/160-golden_queries.sql checks that this
 -- constraint and search refuse the same queries.
 select payrail._ensure_check_constraint('payrail.golden_queries', 'golden_queries_query_check',
   $$check (not payrail._is_blank(query) and pg_catalog.char_length(query) operator(pg_catalog.<=) 2000)$$);

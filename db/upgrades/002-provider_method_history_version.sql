@@ -1,14 +1,11 @@
--- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
-do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
-
 -- History entries got the version they held, and who changed a record is written by the trigger
 -- alone: a registry whose history predates either gets the column (NULL for its old entries)
 -- and loses the defaults, which named the trigger's owner once it became security definer.
-do $$
+select payrail._run_upgrade_step('002-provider_method_history_version', $step$
 declare
   v_history regclass := pg_catalog.to_regclass('payrail.provider_method_history');
 begin
-  if not payrail._upgrade_due('002-provider_method_history_version') or v_history is null then
+  if v_history is null then
     return;
   end if;
   if not exists (select from pg_catalog.pg_attribute where attrelid operator(pg_catalog.=) v_history and attname operator(pg_catalog.=) 'version' and not attisdropped) then
@@ -24,4 +21,4 @@ begin
       alter column changed_by_session_user drop default;
   end if;
 end
-$$;
+$step$);

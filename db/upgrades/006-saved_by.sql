@@ -1,17 +1,11 @@
--- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
-do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
-
 -- Records and history entries got who saved each version (provider_methods.saved_by, written by
 -- tg_provider_methods__stamp_version, and the history's version_saved_by): a registry created
 -- before gets the columns, NULL for the versions saved before (shown as saved by "unknown").
-do $$
+select payrail._run_upgrade_step('006-saved_by', $step$
 declare
   v_table regclass;
   v_column text;
 begin
-  if not payrail._upgrade_due('006-saved_by') then
-    return;
-  end if;
   for v_table, v_column in
     values (pg_catalog.to_regclass('payrail.provider_methods'), 'saved_by'),
            (pg_catalog.to_regclass('payrail.provider_method_history'), 'version_saved_by')
@@ -23,4 +17,4 @@ begin
     end if;
   end loop;
 end
-$$;
+$step$);

@@ -1,19 +1,13 @@
--- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
-do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
-
 -- No record can pose as another (db/schema/018-lookalikes.sql): records and history entries get
 -- the operator's word that a name mixes scripts on purpose (mixed_scripts, false for every record
 -- saved before), and the write functions that take it replace their signatures without it, so no
 -- call resolves to the old ones. The rules then apply to every write; the mixed-scripts and
 -- ASCII-host constraints check the stored rows in db apply's follow-up, which names any record
 -- that breaks them, and payrail.find_lookalikes() lists stored records that look alike.
-do $$
+select payrail._run_upgrade_step('007-lookalikes', $step$
 declare
   v_table regclass;
 begin
-  if not payrail._upgrade_due('007-lookalikes') then
-    return;
-  end if;
   foreach v_table in array array[pg_catalog.to_regclass('payrail.provider_methods'),
                                  pg_catalog.to_regclass('payrail.provider_method_history')] loop
     if v_table is not null and not exists (select from pg_catalog.pg_attribute
@@ -26,4 +20,4 @@ begin
   drop function if exists payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text);
   drop function if exists payrail.check_provider_method(bigint, text, text, text[], text, text);
 end
-$$;
+$step$);

@@ -11,27 +11,31 @@ import contextlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import click
 import psycopg
 
-from . import catalog, database, deploy, embedded, evaluation, golden_rankings, input_files, logins, logs, model_switch, stored, tuning
 from . import edit as edit_module
-from . import golden as golden_module
-from . import history as history_module
 from . import status as status_module
-from . import sync as sync_module
+from .base import input_files, logs, paths
+from .base.errors import EXIT_STATUS, as_json, as_text, code_and_detail
+from .base.progress import progress
+from .base.safe_text import escape_controls, one_line
 from .embedders import OPENAI_MAX_BATCH, tuned_models
-from .errors import EXIT_STATUS, as_json, as_text, code_and_detail
-from .progress import progress
-from .records import RECORD_LINE, ProviderMethod, json_text, parse_lines
-from .registry_model import registry_model
-from .safe_text import escape_controls, one_line
-from .search import Connections, Match, SearchUnavailable, check_query, search_provider_methods
+from .model import evaluation, golden_rankings, switch, tuning
+from .postgres import connection, deploy, local_server, logins
+from .registry import catalog, labelled_queries, stored
+from .registry import golden as golden_module
+from .registry import history as history_module
+from .registry import sync as sync_module
+from .registry.embedding_model import registry_model
+from .registry.records import RECORD_LINE, ProviderMethod, json_text, parse_lines
+from .registry.search import Connections, Match, SearchUnavailable, check_query, search_provider_methods
+from .registry.write import Change, Conflict, Refused, Saved, prepare_change
 from .settings import Settings, settings_options
-from .write import Change, Conflict, Refused, Saved, prepare_change
 
 
 class Failure(click.ClickException):
@@ -40,7 +44,6 @@ class Failure(click.ClickException):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code = code
-        self.exit_code = EXIT_STATUS[code]
 
     def format_message(self) -> str:
         return as_text(self.code, self.message)
@@ -84,7 +87,7 @@ class Commands(click.Group):
                 error.show()
             else:
                 failure.show()
-            sys.exit(failure.exit_code)
+            sys.exit(EXIT_STATUS[failure.code])
 
 
 def duration(seconds: float) -> str:
@@ -117,7 +120,7 @@ def log_change(event: str, conn: psycopg.Connection, started: float, *, failed: 
     logs.log(
         event,
         logging.WARNING if failed else logging.INFO,
-        database=database.connected_to(conn),
+        database=connection.connected_to(conn),
         role=conn.info.user,
         **fields,
         duration_ms=round((time.monotonic() - started) * 1000),
@@ -141,9 +144,7 @@ def db():
     show_default=True,
     help="Seconds to wait for each lock before giving way and trying again; keep it under the server's deadlock_timeout.",
 )
-@click.option(
-    "--attempts", type=click.IntRange(min=1), default=deploy.LOCK_ATTEMPTS, show_default=True, help="How often to try for the locks."
-)
+@click.option("--attempts", type=click.IntRange(min=1), default=deploy.LOCK_ATTEMPTS, show_default=True, help="How often to try for the locks.")
 @JSON_OPTION
 @click.pass_obj
 def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
@@ -177,9 +178,11 @@ def db_roles(settings: Settings, as_json):
     """
     report = deploy.create_roles(settings.resolved_database_url)
     logs.log(
-        "db_roles", database=database.display_url(settings.resolved_database_url),
-        created=",".join(report["created"]) or None, existing=",".join(report["existing"]) or None,
-    )  # fmt: skip
+        "db_roles",
+        database=connection.display_url(settings.resolved_database_url),
+        created=",".join(report["created"]) or None,
+        existing=",".join(report["existing"]) or None,
+    )
     if as_json:
         click.echo(json_text(report))
         return
@@ -222,23 +225,18 @@ def db_status(settings: Settings, as_json):
 def describe_status(report: dict) -> list[str]:
     """db status for people."""
     lines = [f"payrail-agent-search {report['productVersion']}"]
-    local_server = report["embedded"]
-    if local_server is None:
+    embedded = report["embedded"]
+    if embedded is None:
         lines.append(f"configured database: {report['url']}")
-    elif local_server["running"]:
-        lines.append(
-            f"embedded PostgreSQL {embedded.EMBEDDED_POSTGRES_VERSION}: running (pid {local_server['pid']}), "
-            f"data in {local_server['dataDirectory']}"
-        )
+    elif embedded["running"]:
+        lines.append(f"embedded PostgreSQL {local_server.EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), data in {embedded['dataDirectory']}")
         lines.append(f"url: {report['url']}")
     else:
-        lines.append(
-            f"embedded PostgreSQL {embedded.EMBEDDED_POSTGRES_VERSION}: not running (data directory {local_server['dataDirectory']})"
-        )
-        if local_server["startProblem"]:
-            lines.append(f"it cannot start: {local_server['startProblem']}")
+        lines.append(f"embedded PostgreSQL {local_server.EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})")
+        if embedded["startProblem"]:
+            lines.append(f"it cannot start: {embedded['startProblem']}")
         else:
-            lines.append(f"`{embedded.START_COMMAND}` starts it")
+            lines.append(f"`{local_server.START_COMMAND}` starts it")
     if report["error"]:
         lines.append(f"cannot read the registry: {report['error']}")
     server = report["server"]
@@ -253,9 +251,7 @@ def describe_status(report: dict) -> list[str]:
         )
     if report["applyDue"] is not None:
         due = report["applyDue"]
-        lines.append(
-            f"db apply: due ({'; '.join(report['applyDueReasons'])})" if due else "db apply: not due, the registry is current"
-        )
+        lines.append(f"db apply: due ({'; '.join(report['applyDueReasons'])})" if due else "db apply: not due, the registry is current")
     writers = report["writableSearchPathSchemas"]
     if writers == []:
         lines.append("search path: no role but the owners can create objects in the registry's schemas")
@@ -272,9 +268,7 @@ def describe_status(report: dict) -> list[str]:
         lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
         needing = registry["draftsNeedingEmbedding"]
         without_vector = (
-            f"{needing} of them without a current vector"
-            if needing is not None
-            else "which of them lack a current vector is known after `db apply`"
+            f"{needing} of them without a current vector" if needing is not None else "which of them lack a current vector is known after `db apply`"
         )
         lines.append(f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, {without_vector}")
     return lines
@@ -292,8 +286,8 @@ def db_start(settings: Settings):
     if settings.database_url:
         raise Failure("invalid_input", "PAYRAIL_DATABASE_URL (--database-url) is set: db start starts the embedded default only")
     url = settings.resolved_database_url  # starts it, saying so on standard error
-    data_dir = settings.data_dir or embedded.default_data_dir()
-    click.echo(f"the embedded PostgreSQL {embedded.EMBEDDED_POSTGRES_VERSION} runs under {data_dir}: {url}")
+    data_dir = settings.data_dir or paths.default_data_dir()
+    click.echo(f"the embedded PostgreSQL {local_server.EMBEDDED_POSTGRES_VERSION} runs under {data_dir}: {url}")
 
 
 @db.command("stop")
@@ -303,8 +297,8 @@ def db_stop(settings: Settings):
 
     A running backoffice or MCP server then answers that it is stopped until `db start`.
     """
-    data_dir = settings.data_dir or embedded.default_data_dir()
-    if embedded.stop_embedded_server(data_dir):
+    data_dir = settings.data_dir or paths.default_data_dir()
+    if local_server.stop_embedded_server(data_dir):
         click.echo(f"stopped the embedded PostgreSQL under {data_dir}")
     else:
         click.echo(f"no embedded PostgreSQL runs under {data_dir}")
@@ -341,14 +335,24 @@ def import_(settings: Settings, files, skip_invalid, as_json):
         # time in each pass (checked, then saved), never held whole.
         inputs = [opened.enter_context(input_files.open_input(path, line_limit=RECORD_LINE)) for path in files]
         total = count_lines(inputs)
-        lines = lambda: (item for each in inputs for item in parse_lines(each.lines(), each.source))  # noqa: E731
+
+        def lines():
+            return (item for each in inputs for item in parse_lines(each.lines(), each.source))
+
         with settings.connect() as conn:
             with progress("import", total) as advance:
                 report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
             log_change(
-                "import", conn, started, failed=bool(report.refused), created=report.created, updated=report.updated,
-                unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
-            )  # fmt: skip
+                "import",
+                conn,
+                started,
+                failed=bool(report.refused),
+                created=report.created,
+                updated=report.updated,
+                unchanged=report.unchanged,
+                refused=len(report.refused),
+                saved=report.saved,
+            )
     echo_import_report(report, as_json)
     if report.not_imported and not as_json:
         click.echo("Fix the refused lines and import again, or import with --skip-invalid to save the valid lines alone.", err=True)
@@ -454,18 +458,22 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
         with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
         log_change(
-            "sync", conn, started, failed=bool(report.pending or report.error), embedded=report.embedded,
-            changed_meanwhile=report.changed_meanwhile, pending=len(report.pending),
-            golden_queries=report.golden_queries or None, error=report.error,
-        )  # fmt: skip
+            "sync",
+            conn,
+            started,
+            failed=bool(report.pending or report.error),
+            embedded=report.embedded,
+            changed_meanwhile=report.changed_meanwhile,
+            pending=len(report.pending),
+            golden_queries=report.golden_queries or None,
+            error=report.error,
+        )
     if as_json:
         click.echo(json_text(report.to_json()))
     else:
         echo_pending(report)
         golden_queries = f", {report.golden_queries} golden quer{'y' if report.golden_queries == 1 else 'ies'} embedded" if report.golden_queries else ""
-        click.echo(
-            f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending{golden_queries}"
-        )
+        click.echo(f"{report.embedded} embedded, {report.changed_meanwhile} changed meanwhile, {len(report.pending)} pending{golden_queries}")
     if report.pending or report.error:
         sys.exit(EXIT_STATUS["unavailable"])
 
@@ -477,7 +485,8 @@ def read_query(query: str) -> str:
     """QUERY, or standard input for "-" (a query with quotes or newlines needs no shell quoting)."""
     if query != "-":
         return query
-    data = click.get_binary_stream("stdin").read()
+    with click.open_file("-", "rb") as stdin:
+        data = stdin.read()
     try:
         return data.decode("utf-8").removesuffix("\n")
     except UnicodeDecodeError as error:
@@ -487,7 +496,7 @@ def read_query(query: str) -> str:
 def connect_for_search(settings: Settings) -> psycopg.Connection:
     try:
         return settings.connect()
-    except (psycopg.Error, database.DatabaseUnavailable) as error:
+    except (psycopg.Error, connection.DatabaseUnavailable) as error:
         raise SearchUnavailable(f"cannot reach the database: {error}", "database_unreachable") from error
 
 
@@ -579,7 +588,7 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
     it; 1 when search is unavailable; 2 for bad input.
     """
     floors = {metric: floor for metric, floor in (("hit@3", min_hit_at_3), ("mrr@3", min_mrr)) if floor is not None}
-    queries = evaluation.read_labelled_queries(queries_file) if queries_file else None
+    queries = labelled_queries.read_labelled_queries(queries_file) if queries_file else None
     with connect_for_search(settings) as conn:
         if queries is None:
             queries = golden_module.labelled_queries(conn)
@@ -591,45 +600,47 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
                 )
         report = evaluation.evaluate(conn, settings.embedder, queries)
         model = registry_model(conn)
+        # The candidate model's name and its report.
         compared = None
         if candidate_model:
             candidate = replace(settings, model=candidate_model).embedder()
-            compared = evaluation.evaluate_candidate(conn, candidate, queries)
+            compared = candidate_model, evaluation.evaluate_candidate(conn, candidate, queries)
     below = report.below(floors)
     if as_json:
         answer = {**report.to_json(), "belowFloors": below}
         if compared is not None:
-            answer["compare"] = {"model": candidate_model, "metrics": compared.metrics, "misses": compared.misses}
+            compared_model, compared_report = compared
+            answer["compare"] = {"model": compared_model, "metrics": compared_report.metrics, "misses": compared_report.misses}
         click.echo(json_text(answer))
     else:
-        echo_report(report, compared, model.name if model else "no model", candidate_model)
+        echo_report(report, compared, model.name if model else "no model")
     for failed in below:
         click.echo(f"below the floor: {failed['metric']} {failed['value']:.3f} < {failed['floor']:.3f}", err=True)
     if below:
         sys.exit(BELOW_FLOOR)
 
 
-def echo_report(report: evaluation.EvaluationReport, compared: evaluation.EvaluationReport | None, name: str, candidate_model: str | None) -> None:
-    """eval's report for people: its label warnings on standard error, the metrics and the misses."""
+def echo_report(report: evaluation.EvaluationReport, compared: tuple[str, evaluation.EvaluationReport] | None, name: str) -> None:
+    """eval's report for people: its label warnings on standard error, the metrics and the misses
+    (and those of a candidate model, compared: its name and report, side by side)."""
     for warning in report.label_warnings:
-        click.echo(
-            f"warning: {evaluation.origin_text(warning)}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True
-        )
+        click.echo(f"warning: {labelled_queries.origin_text(warning)}: {warning['provider']} / {warning['method']} is {warning['problem']}", err=True)
     click.echo(f"{report.queries} queries")
     if compared is None:
         for metric, value in report.metrics.items():
             click.echo(f"{metric:<16} {value:.3f}")
         echo_misses(report.misses, "")
         return
-    echo_side_by_side([f"{name} (registry)", candidate_model], [report.metrics, compared.metrics])
+    candidate_model, candidate_report = compared
+    echo_side_by_side([f"{name} (registry)", candidate_model], [report.metrics, candidate_report.metrics])
     echo_misses(report.misses, f" by {name}")
-    echo_misses(compared.misses, f" by {candidate_model}")
+    echo_misses(candidate_report.misses, f" by {candidate_model}")
 
 
 def echo_misses(misses: list[dict], by: str) -> None:
     click.echo(f"{len(misses)} missed{by} (no relevant method in the top 3):")
     for miss in misses:
-        click.echo(f"{evaluation.origin_text(miss)}: {miss['query']}")
+        click.echo(f"{labelled_queries.origin_text(miss)}: {miss['query']}")
         click.echo("   relevant: " + "; ".join(f"{p} / {m}" for p, m in miss["relevant"]))
         click.echo("   returned: " + ("; ".join(f"{p} / {m}" for p, m in miss["returned"]) or "-"))
 
@@ -745,13 +756,18 @@ def golden_import(settings: Settings, file, as_json):
     with the registry's model first and their vectors kept, as `golden add` does.
     """
     started = time.monotonic()
-    queries = evaluation.read_labelled_queries(file, only_known_fields=True)
+    queries = labelled_queries.read_labelled_queries(file, only_known_fields=True)
     with settings.connect() as conn:
         report = golden_module.import_golden_queries(conn, settings.embedder, queries, str(file))
         log_change(
-            "golden_import", conn, started, failed=not report.saved, added=report.added, unchanged=report.unchanged,
+            "golden_import",
+            conn,
+            started,
+            failed=not report.saved,
+            added=report.added,
+            unchanged=report.unchanged,
             refused=len(report.refused),
-        )  # fmt: skip
+        )
     echo_import_report(report, as_json)
     if not report.saved:
         sys.exit(EXIT_STATUS["invalid_input"])
@@ -770,7 +786,8 @@ def golden_export(settings: Settings, file):
     with settings.connect() as conn:
         data = "".join(line + "\n" for line in golden_module.export_lines(conn)).encode("utf-8")
     if file is None or str(file) == "-":
-        click.get_binary_stream("stdout").write(data)
+        with click.open_file("-", "wb") as stdout:
+            stdout.write(data)
     else:
         file.write_bytes(data)
 
@@ -863,21 +880,22 @@ def edit(settings: Settings, name, new, yes):
         if saved is None:
             click.echo("nothing saved")
             return
-        log_change(
-            "save", conn, started, record=saved.record_id, version=saved.version, outcome=saved.outcome, embedded=saved.embedded
-        )
-        echo_saved(stored.get(conn, saved.record_id), saved, as_json=False)
+        log_change("save", conn, started, record=saved.record_id, version=saved.version, outcome=saved.outcome, embedded=saved.embedded)
+        echo_saved(conn, saved, as_json=False)
 
 
-def echo_saved(record: dict, saved: Saved, as_json: bool) -> None:
-    """What a save through the write path did to one record (edit, restore)."""
+def echo_saved(conn: psycopg.Connection, saved: Saved, as_json: bool) -> None:
+    """What a save through the write path did to one record (edit, restore), as it is stored now."""
+    record = stored.get(conn, saved.record_id)
+    if record is None:
+        raise Failure("unknown_record", f"record {saved.record_id} was {saved.outcome} as version {saved.version}, then deleted by another session")
     if as_json:
         click.echo(json_text({"outcome": saved.outcome, "embeddedNow": saved.embedded, **stored.as_json(record)}))
         return
     vector = "embedded now" if saved.embedded else ("vector kept" if record["embedded"] else "no vector")
     click.echo(
         f'{saved.outcome} "{record["provider"]} / {record["method"]}": record {saved.record_id}, '
-        f'version {saved.version}, {"enabled" if record["enabled"] else "draft"}, {vector}'
+        f"version {saved.version}, {'enabled' if record['enabled'] else 'draft'}, {vector}"
     )
 
 
@@ -939,20 +957,27 @@ def restore(settings: Settings, history_id, as_draft, as_json):
     """
     started = time.monotonic()
     with settings.connect() as conn:
-        entry, outcome = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
-        if entry is None:
+        restored = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
+        if restored is None:
             raise Failure("unknown_record", f"there is no history entry {history_id}; `payrail-embedder history PROVIDER METHOD` lists them")
+        entry, outcome = restored
         if isinstance(outcome, Refused):
             raise Failure("invalid_input", f"not restored: {outcome.reason}")
         if isinstance(outcome, Conflict):
             raise Failure("unavailable", f"not restored: {outcome.reason}; run it again")
         log_change(
-            "restore", conn, started, record=outcome.record_id, history=history_id, version=outcome.version,
-            outcome=outcome.outcome, embedded=outcome.embedded,
-        )  # fmt: skip
+            "restore",
+            conn,
+            started,
+            record=outcome.record_id,
+            history=history_id,
+            version=outcome.version,
+            outcome=outcome.outcome,
+            embedded=outcome.embedded,
+        )
         if outcome.record_id != entry["provider_method_id"] and not as_json:
             click.echo(f"record {entry['provider_method_id']} was deleted since: restored as a new record, a draft until enabled")
-        echo_saved(stored.get(conn, outcome.record_id), outcome, as_json)
+        echo_saved(conn, outcome, as_json)
 
 
 @cli.group()
@@ -966,7 +991,7 @@ def model():
 def model_show(settings: Settings, as_json):
     """Print the registry's embedding model and how many records carry a vector from it."""
     with settings.connect() as conn:
-        info = model_switch.describe(conn)
+        info = switch.describe(conn)
     if as_json:
         click.echo(json_text(info))
         return
@@ -995,14 +1020,23 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     started = time.monotonic()
     embedder = replace(settings, model=new_model).embedder()
     with settings.connect() as conn:
-        with progress("model_switch", sum(1 for _ in model_switch.ids_to_stage(conn, new_model))) as advance:
-            report = model_switch.switch_model(conn, embedder, batch_size=batch_size, progress=advance)
+        with progress("model_switch", sum(1 for _ in switch.ids_to_stage(conn, new_model))) as advance:
+            report = switch.switch_model(conn, embedder, batch_size=batch_size, progress=advance)
         log_change(
-            "model_switch", conn, started, failed=report.error is not None, model=report.model,
-            previous=report.previous.name if report.previous else None, switched=report.switched, staged=report.staged,
-            moved=report.moved, drafts_cleared=report.drafts_cleared, pending=len(report.pending),
-            golden_queries=report.golden_queries or None, error=report.error,
-        )  # fmt: skip
+            "model_switch",
+            conn,
+            started,
+            failed=report.error is not None,
+            model=report.model,
+            previous=report.previous.name if report.previous else None,
+            switched=report.switched,
+            staged=report.staged,
+            moved=report.moved,
+            drafts_cleared=report.drafts_cleared,
+            pending=len(report.pending),
+            golden_queries=report.golden_queries or None,
+            error=report.error,
+        )
     if as_json:
         click.echo(json_text(report.to_json()))
     elif report.switched:
@@ -1029,7 +1063,13 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     show_default=True,
     help="Keep about this share of the queries aside to decide, split by provider: no training query names a validation query's providers.",
 )
-@click.option("--seed", type=int, default=tuning.TuneOptions.seed, show_default=True, help="Seeds the split and the training: the same inputs and seed give the same model.")
+@click.option(
+    "--seed",
+    type=int,
+    default=tuning.TuneOptions.seed,
+    show_default=True,
+    help="Seeds the split and the training: the same inputs and seed give the same model.",
+)
 @click.option("--epochs", type=click.IntRange(1, 100), default=tuning.TuneOptions.epochs, show_default=True, help="Passes over the training pairs.")
 @click.option(
     "--batch-size",
@@ -1038,7 +1078,13 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
     show_default=True,
     help="Pairs per training step; each query's negatives are the other records of its step.",
 )
-@click.option("--learning-rate", type=click.FloatRange(0, 1, min_open=True), default=tuning.TuneOptions.learning_rate, show_default=True, help="Peak learning rate (AdamW, linear decay after a 10% warm-up).")
+@click.option(
+    "--learning-rate",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=tuning.TuneOptions.learning_rate,
+    show_default=True,
+    help="Peak learning rate (AdamW, linear decay after a 10% warm-up).",
+)
 @click.option(
     "--record-pairs",
     type=click.Choice(tuning.RECORD_PAIRS),
@@ -1068,14 +1114,15 @@ def model_tune(settings: Settings, golden_file, validation_fraction, seed, epoch
     """
     options = tuning.TuneOptions(validation_fraction, seed, epochs, batch_size, learning_rate, threads, force, record_pairs)
     with settings.connect() as conn, contextlib.ExitStack() as training:
-        advance, done = None, 0
+        advance: Callable[[int], None] | None = None
+        done = 0
 
         def training_progress(stage: str, step: int, steps: int) -> None:
             nonlocal advance, done
             if step == 0:  # a training starts, and its progress lines' clock with it
                 training.close()
                 advance, done = training.enter_context(progress(stage, steps)), 0
-            if step > done:
+            if advance is not None and step > done:
                 advance(step - done)
                 done = step
             if step >= steps:
@@ -1108,13 +1155,11 @@ def echo_tune_report(report: tuning.TuneReport, golden_file: Path | None) -> Non
     click.echo(f"validation: {len(report.plan.split.validation)} {'' if data.decides_on_golden else 'record '}queries on providers the training never saw")
     echo_side_by_side([report.plan.tuned_from, "tuned"], [report.before.metrics, report.after.metrics])
     change = mrr_change(report.before, report.after)
-    if not report.kept:
+    final = report.final  # the kept model's
+    if final is None:
         click.echo(f"not kept: {change} does not beat the registry's model {report.plan.tuned_from}; --force keeps it anyway")
         return
-    final = report.final
-    click.echo(
-        f"kept {report.model} in {report.path} (validation {change}{'' if report.better else ', kept by --force'}), in {duration(report.seconds)}"
-    )
+    click.echo(f"kept {report.model} in {report.path} (validation {change}{'' if report.better else ', kept by --force'}), in {duration(report.seconds)}")
     click.echo(
         f"it was then trained on all {final.before.queries} {'golden' if data.decides_on_golden else 'record'} queries "
         f"({final.pairs} pairs): {mrr_change(final.before, final.after)} on them, optimistic as it trained on them; "
@@ -1253,8 +1298,7 @@ def positive_option(name: str, default: int, help: str):
 @click.option(
     "--public-url",
     metavar="URL",
-    help="Where browsers reach the backoffice through a TLS reverse proxy, e.g. https://registry.example.com: "
-    "the only origin forms are accepted from.",
+    help="Where browsers reach the backoffice through a TLS reverse proxy, e.g. https://registry.example.com: the only origin forms are accepted from.",
 )
 @positive_option("--session-idle-timeout", 30 * 60, "Seconds after which an idle session ends and its database connection closes.")
 @positive_option("--session-max-age", 8 * 3600, "Seconds after sign-in at which a session ends, however busy.")

@@ -31,13 +31,13 @@ from collections.abc import Callable
 import click
 import psycopg
 
-from . import stored
+from .base.errors import CodedError
 from .embedders import Embedder, EmbeddingUnavailable
-from .errors import CodedError
-from .golden_rankings import Effect, effect_of
-from .records import NEW_RECORD, ProviderMethod, lines_of
-from .search import SearchError
-from .write import Change, Conflict, Refused, Saved, prepare_change, save_changes
+from .model.golden_rankings import Effect, effect_of
+from .registry import stored
+from .registry.records import NEW_RECORD, ProviderMethod, lines_of
+from .registry.search import SearchError
+from .registry.write import Change, Conflict, Outcome, Refused, Saved, prepare_change, save_change
 
 COMMENT = "#"
 # Header names, as the editor shows them; "URL" comes once per URL.
@@ -184,7 +184,7 @@ def edit_record(
             change = Change(parse_editor_text(edited), record_id, version)
             prepared = prepare_change(conn, embedder_factory, change)
             effect = effect_of(conn, embedder_factory, prepared)
-            outcome = effect.outcome
+            outcome: Outcome | None = effect.outcome
             if outcome is None:
                 answer = confirm(effect)
                 if answer == LEAVE:
@@ -192,7 +192,7 @@ def edit_record(
                 if answer == EDIT_AGAIN:
                     left, problem = None, ["NOT SAVED YET: you chose to edit it again. Saving it would change this:", *effect.describe()]
                     continue
-                outcome = save_changes(conn, prepared.embedder_factory(embedder_factory), [change], checked=True)[0]
+                outcome = save_change(conn, prepared.embedder_factory(embedder_factory), change, checked=True)
         except ValueError as error:
             left, problem = ("invalid_input", str(error)), [f"NOT SAVED: {error}"]
         except (EmbeddingUnavailable, SearchError) as error:
@@ -216,7 +216,7 @@ def refusal_notes(refused: Refused) -> list[str]:
     count = len(refused.rules)
     return [
         f"NOT SAVED: {'a rule' if count == 1 else f'{count} rules'} refused it:",
-        *(f"  {rule.describe(HEADER_OF_FIELD.get)}" for rule in refused.rules),
+        *(f"  {rule.describe(HEADER_OF_FIELD)}" for rule in refused.rules),
     ]
 
 

@@ -20,9 +20,9 @@ from typing import Annotated
 # pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
-from .api import Registry
-from .errors import CodedError
-from .search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, SearchError, check_query
+from .base.errors import CodedError
+from .registry.agent_path import Registry
+from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, check_query
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
@@ -104,10 +104,13 @@ def build_server(registry: Registry):
     async def search_provider_methods(
         query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=QUERY_MAX_CHARACTERS)],
     ) -> Answer:
+        checked = Query(query)  # RegistryServer.call_tool checked it, before the SDK's validation
         try:
-            answer = await anyio.to_thread.run_sync(registry.answer_by_name, query, limiter=lane("name"))
-            if answer is None:
-                answer = await anyio.to_thread.run_sync(registry.search_provider_methods, query, limiter=lane("embedding"))
+            by_name = await anyio.to_thread.run_sync(registry.answer_by_name, checked, limiter=lane("name"))
+            if isinstance(by_name, NeedsEmbedding):
+                answer = await anyio.to_thread.run_sync(registry.search_by_embedding, checked, by_name, limiter=lane("embedding"))
+            else:
+                answer = by_name
         except SearchError as error:
             return failure_result(error)
         return {"matches": [match.to_json() for match in answer["matches"]]}

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import click
 
-from . import database, embedded, logs, safe_text
+from .base import logs, safe_text
 from .embedders import BACKENDS, Embedder, make_embedder, tuned_models
+from .postgres import connection, local_server
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,10 @@ class Settings:
         values = {}
         for setting in SETTINGS:
             raw = environ.get(setting.envvar)
+            if not raw:
+                continue  # the field's default, which is the setting's
             try:
-                values[setting.field] = setting.type.convert(raw, None, None) if raw else setting.default
+                values[setting.field] = setting.type.convert(raw, None, None)
             except click.BadParameter as error:
                 raise ValueError(f"{setting.envvar}: {error.message}") from None
         return cls(**values).with_overrides(**overrides)
@@ -155,7 +158,7 @@ class Settings:
         environment (PGHOST, PGUSER, ...) apply to it and warns about those that do not. From
         here on the URL's passwords are hidden in every text that leaves the process (safe_text)."""
         safe_text.hide(self.secrets())
-        honoured, ignored = database.libpq_environment(self.database_url, os.environ)
+        honoured, ignored = connection.libpq_environment(self.database_url, os.environ)
         if honoured:
             logs.log("libpq_environment", honoured=",".join(honoured))
         if ignored and self.database_url:
@@ -168,15 +171,15 @@ class Settings:
                 reason="PAYRAIL_DATABASE_URL is unset, so the embedded PostgreSQL is used; "
                 "set PAYRAIL_DATABASE_URL=postgresql:// to connect where these variables say",
             )
-        return embedded.resolve_database_url(self.database_url, self.data_dir)
+        return local_server.resolve_database_url(self.database_url, self.data_dir)
 
     def connect(self, *, autocommit: bool = True):
-        return database.connect(self.resolved_database_url, autocommit=autocommit, prepared_statements=self.prepared_statements)
+        return connection.connect(self.resolved_database_url, autocommit=autocommit, prepared_statements=self.prepared_statements)
 
     def secrets(self) -> list[str]:
         """What no text leaving the process may show: the OpenAI API key and the database URL's
         passwords, also those of a URL libpq cannot read."""
-        return [os.environ.get(safe_text.API_KEY_VARIABLE, ""), *database.url_secrets(self.database_url)]
+        return [os.environ.get(safe_text.API_KEY_VARIABLE, ""), *connection.url_secrets(self.database_url)]
 
     @property
     def models_dir(self) -> Path:

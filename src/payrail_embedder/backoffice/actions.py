@@ -12,19 +12,30 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from .. import catalog, golden, history, logs, quality, stored
+from ..base import logs
+from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..errors import CodedError, database_reason
-from ..golden_rankings import Effect, Ranking, effect_of, rank_golden_queries
-from ..records import FIELD_LABELS, ProviderMethod, catalog_lines
-from ..registry_model import RegistryModelMismatch
-from ..search import SearchError, holding, search_provider_methods
-from ..write import Change, Conflict, Prepared, Refused, Saved, TransientFailure, delete_record, prepare_change, save_changes
+from ..model import quality
+from ..model.golden_rankings import Effect, Ranking, effect_of, rank_golden_queries
+from ..registry import catalog, golden, history, stored
+from ..registry.embedding_model import RegistryModelMismatch
+from ..registry.records import FIELD_LABELS, ProviderMethod, catalog_lines
+from ..registry.search import InvalidQuery, SearchError, check_query, holding, search_provider_methods
+from ..registry.write import Change, Conflict, Prepared, Refused, Saved, TransientFailure, delete_record, prepare_change, save_change
 from . import views
 
 EmbedderFactory = Callable[[], Embedder]
 
 EMBEDDING_UNAVAILABLE = "the embedding service is unavailable"
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What an edit would change in the golden queries' top threes, and the change as previewed,
+    its vector made."""
+
+    effect: Effect
+    prepared: Prepared
 
 
 @dataclass
@@ -37,10 +48,8 @@ class SaveResult:
     problem: str | None = None
     field_errors: dict[str, str] = field(default_factory=dict)
     conflict: bool = False
-    # What the edit would change in the golden queries' top threes (a preview, or a save that
-    # waits for the operator to see it); prepared: the change as previewed, its vector made.
-    effect: Effect | None = None
-    prepared: Prepared | None = None
+    # A preview, or a save that waits for the operator to see what it changes.
+    preview: Preview | None = None
 
 
 def _not_saved(conn: psycopg.Connection, error: Exception, prefix: str = "Not saved") -> str:
@@ -79,16 +88,26 @@ def save_record(
     saved = result.saved
     if saved is not None:
         _log("save", conn, failed=False, outcome=saved.outcome, record=saved.record_id, version=saved.version, embedded=saved.embedded)
-    elif result.effect is None:
+    elif result.preview is None:
         _log(
-            "save", conn, failed=True, outcome="conflict" if result.conflict else "refused", record=record_id,
-            version=version, fields=",".join(result.field_errors) or None, reason=result.problem,
-        )  # fmt: skip
+            "save",
+            conn,
+            failed=True,
+            outcome="conflict" if result.conflict else "refused",
+            record=record_id,
+            version=version,
+            fields=",".join(result.field_errors) or None,
+            reason=result.problem,
+        )
     return result
 
 
 def preview_record(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int,
+    conn: psycopg.Connection,
+    embedder_factory: EmbedderFactory,
+    record: ProviderMethod,
+    record_id: int | None,
+    version: int,
     prefix: str = "No preview",
 ) -> SaveResult:
     """What saving the form would change in the golden queries' top threes; nothing is saved.
@@ -101,7 +120,7 @@ def preview_record(
         return SaveResult(problem=_not_saved(conn, error, prefix))
     if effect.outcome is not None:
         return _unsaved(conn, effect.outcome, record_id, prefix)
-    return SaveResult(effect=effect, prepared=prepared)
+    return SaveResult(preview=Preview(effect, prepared))
 
 
 def _save_record(
@@ -111,11 +130,11 @@ def _save_record(
     try:
         prepared = previewed if previewed is not None and previewed.change == change else None
         if prepared is None:
-            preview = preview_record(conn, embedder_factory, record, record_id, version, "Not saved")
-            if preview.effect is None or preview.effect.changes:
-                return preview
-            prepared = preview.prepared
-        outcome = save_changes(conn, prepared.embedder_factory(embedder_factory), [change], checked=True)[0]
+            result = preview_record(conn, embedder_factory, record, record_id, version, "Not saved")
+            if result.preview is None or result.preview.effect.changes:
+                return result
+            prepared = result.preview.prepared
+        outcome = save_change(conn, prepared.embedder_factory(embedder_factory), change, checked=True)
     except WRITE_FAILURES as error:
         return SaveResult(problem=_not_saved(conn, error))
     if isinstance(outcome, Saved):
@@ -143,9 +162,7 @@ def refused(outcome: Refused, prefix: str = "Not saved") -> SaveResult:
     for rule in outcome.rules:
         for name in rule.fields:
             field_errors[name] = " ".join(filter(None, [field_errors.get(name), rule.in_words()]))
-    general = [rule.describe(FIELD_LABELS.get) for rule in outcome.rules if not rule.fields] or (
-        [] if outcome.rules else [outcome.reason]
-    )
+    general = [rule.describe(FIELD_LABELS) for rule in outcome.rules if not rule.fields] or ([] if outcome.rules else [outcome.reason])
     labels = [FIELD_LABELS[name] for name in FIELD_LABELS if name in field_errors]
     if labels:
         general.append(f"Fix the field{'s' if len(labels) > 1 else ''} marked below: {', '.join(labels)}.")
@@ -244,46 +261,55 @@ class Trial:
 
 def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: dict, query: str) -> Trial:
     trial = Trial(query)
+    try:
+        checked = check_query(query)
+    except InvalidQuery as error:
+        trial.agents_problem = trial.counted_problem = error.describe()
+        return trial
     draft = (row["provider"], row["method"])
     for answer, problem, counted_draft in (("agents", "agents_problem", None), ("counted", "counted_problem", draft)):
         try:
-            setattr(trial, answer, search_provider_methods(holding(conn), embedder_factory, query, counted_draft=counted_draft))
+            setattr(trial, answer, search_provider_methods(holding(conn), embedder_factory, checked, counted_draft=counted_draft))
         except SearchError as error:
             # E.g. a draft without a vector of its current content: the database says so, with a hint.
             setattr(trial, problem, error.describe())
     return trial
 
 
-def restore(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int
-) -> tuple[str, str, int | None]:
+def restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str, int | None]:
     """Brings back the public fields a history entry kept, through the write path (history.restore).
     Returns (kind, message, the record to show next): kind "info" or "error"; the record is the one
     restored, which is a new one when the record was deleted meanwhile, or None when there is none."""
     kind, message, saved = _restore(conn, embedder_factory, record_id, history_id, version)
     _log(
-        "restore", conn, failed=saved is None, outcome=saved.outcome if saved else "refused",
-        record=saved.record_id if saved else record_id, history=history_id, version=saved.version if saved else version,
+        "restore",
+        conn,
+        failed=saved is None,
+        outcome=saved.outcome if saved else "refused",
+        record=saved.record_id if saved else record_id,
+        history=history_id,
+        version=saved.version if saved else version,
         reason=None if saved else message,
-    )  # fmt: skip
+    )
     shown = saved.record_id if saved else (record_id if stored.get(conn, record_id) is not None else None)
     return kind, message, shown
 
 
-def _restore(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int
-) -> tuple[str, str, Saved | None]:
+def _restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str, Saved | None]:
     try:
-        entry, outcome = history.restore(conn, embedder_factory, history_id, record_id=record_id, expected_version=version)
+        restored = history.restore(conn, embedder_factory, history_id, record_id=record_id, expected_version=version)
     except WRITE_FAILURES as error:
         return "error", _not_saved(conn, error, "Not restored"), None
-    if entry is None:
+    if restored is None:
         return "error", f"Not restored: this record has no history entry {history_id}.", None
+    entry, outcome = restored
     label = f"version {entry['version']}" if entry["version"] is not None else f"history entry {history_id}"
     if isinstance(outcome, Saved):
         if outcome.outcome == "unchanged":
             return "info", f"Nothing to restore: {label} holds the same fields as the current version.", outcome
         row = stored.get(conn, outcome.record_id)
+        if row is None:
+            return "error", f"Restored {label} as version {outcome.version}, but another session has deleted the record since.", None
         if outcome.record_id != record_id:  # history.restore brings a deleted record back as a new draft
             return "info", views.restored_anew_message(outcome, row, label), outcome
         return "info", views.saved_message(outcome, row, verb=f"Restored {label} into"), outcome
@@ -292,9 +318,7 @@ def _restore(
     return "error", f"Not restored: {outcome.reason}", None
 
 
-def delete(
-    conn: psycopg.Connection, record_id: int, version: int, with_golden_queries: bool = False
-) -> tuple[dict | None, Conflict | Refused | None]:
+def delete(conn: psycopg.Connection, record_id: int, version: int, with_golden_queries: bool = False) -> tuple[dict | None, Conflict | Refused | None]:
     """Deletes the record if it is still at version: (the record as it was, None), else (the record
     as it is now or None, the Conflict, or the refusal while golden queries name it, unless
     with_golden_queries: then it leaves them, and those that named it alone go with it)."""
@@ -302,9 +326,15 @@ def delete(
     problem = delete_record(conn, record_id, version, with_golden_queries=with_golden_queries)
     outcome = "deleted" if problem is None else "conflict" if isinstance(problem, Conflict) else "refused"
     _log(
-        "delete", conn, failed=problem is not None, outcome=outcome, record=record_id,
-        version=version, with_golden_queries=with_golden_queries or None, reason=problem.reason if problem else None,
-    )  # fmt: skip
+        "delete",
+        conn,
+        failed=problem is not None,
+        outcome=outcome,
+        record=record_id,
+        version=version,
+        with_golden_queries=with_golden_queries or None,
+        reason=problem.reason if problem else None,
+    )
     return (stored.get(conn, record_id) if problem else row), problem
 
 
@@ -324,10 +354,17 @@ def import_upload(
         _log("import", conn, failed=True, source=source, saved=False, reason=problem)
         return None, problem
     _log(
-        "import", conn, failed=bool(report.refused), source=source, created=report.created, updated=report.updated,
-        unchanged=report.unchanged, refused=len(report.refused), saved=report.saved,
+        "import",
+        conn,
+        failed=bool(report.refused),
+        source=source,
+        created=report.created,
+        updated=report.updated,
+        unchanged=report.unchanged,
+        refused=len(report.refused),
+        saved=report.saved,
         duration_ms=round((time.monotonic() - started) * 1000),
-    )  # fmt: skip
+    )
     return report, None
 
 

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import logging
 import math
-import threading
 from urllib.parse import urlencode
 
 import psycopg
@@ -22,42 +21,22 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import logs
-from ..embedded import embedded_stopped
-from ..errors import database_reason
-from ..records import FIELD_LABELS, NEW_RECORD
+from ..base import logs
+from ..base.errors import database_reason
+from ..embedders import made_once
+from ..postgres.local_server import embedded_stopped
+from ..registry.records import FIELD_LABELS, NEW_RECORD
+from ..registry.stored import STATES, record_of
+from ..registry.write import Refused
 from ..settings import Settings
-from ..stored import STATES, record_of
-from ..write import Refused
 from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
-from .sessions import (
-    DatabaseUnreachable,
-    Session,
-    SessionEnded,
-    SessionLimits,
-    SessionLost,
-    Sessions,
-    SignInRefused,
-    SignInThrottle,
-    open_connection,
-    typed_problem,
-)
+from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
+from .sign_in import DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
 from .views import differing, form_digest, lines, record_from_form, record_name, saved_message
-from .web import (
-    CSRF_FIELD,
-    HERE,
-    SESSION_COOKIE,
-    SIGN_IN_COOKIE,
-    redirect,
-    render,
-    same_token,
-    set_cookie,
-    sign_in_token,
-    signed_in,
-    work,
-)
+from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
+
 
 def _embedder(request: Request):
     return request.app.state.embedder
@@ -122,9 +101,7 @@ async def sign_in(request: Request) -> Response:
     wait = throttle.begin(username)
     if wait:
         logs.log("sign_in_throttled", logging.WARNING, role=username, wait_seconds=math.ceil(wait))
-        return _sign_in_form(
-            request, 429, username, f'Too many failed sign-ins for "{username}": wait {math.ceil(wait)} seconds, then try again.'
-        )
+        return _sign_in_form(request, 429, username, f'Too many failed sign-ins for "{username}": wait {math.ceil(wait)} seconds, then try again.')
     sessions: Sessions = request.app.state.sessions
     failed = False
     try:
@@ -144,7 +121,7 @@ async def sign_in(request: Request) -> Response:
     return response
 
 
-@signed_in
+@signed_in_form
 async def sign_out(request: Request, session: Session, form: FormData) -> Response:
     await run_in_threadpool(request.app.state.sessions.end, session, "signed_out")
     response = redirect("/sign-in?signed_out=1")
@@ -153,7 +130,7 @@ async def sign_out(request: Request, session: Session, form: FormData) -> Respon
 
 
 @signed_in
-async def records(request: Request, session: Session, form: None) -> Response:
+async def records(request: Request, session: Session) -> Response:
     params = request.query_params
     text = params.get("q", "").replace("\x00", "")
     state = params.get("state")
@@ -176,9 +153,19 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
     """The record page: the form (what the operator typed, or the record), what saving it changes
     (after a preview), Try a query, golden queries, history."""
     context = {
-        "page": None, "trial": None, "query": "", "problem": None, "notice": None, "errors": {}, "saved_now": None,
-        "effect": None, "previewed": None, "golden_problem": None, "golden_query": "", "golden_also": "",
-    } | context  # fmt: skip
+        "page": None,
+        "trial": None,
+        "query": "",
+        "problem": None,
+        "notice": None,
+        "errors": {},
+        "saved_now": None,
+        "effect": None,
+        "previewed": None,
+        "golden_problem": None,
+        "golden_query": "",
+        "golden_also": "",
+    } | context
     row = context["page"].row if context["page"] else None
     # Beside the version saved meanwhile, the fields where it and the operator's text differ are marked.
     differs = differing(context["record"], record_of(context["saved_now"])) if context["saved_now"] else []
@@ -186,7 +173,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
 
 
 @signed_in
-async def new_record(request: Request, session: Session, form: None) -> Response:
+async def new_record(request: Request, session: Session) -> Response:
     return _record_form(request, record=NEW_RECORD, record_id=None, version=0)
 
 
@@ -212,16 +199,17 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
         session.messages.append(("info", saved_message(result.saved, result.row)))
         return redirect(f"/records/{result.saved.record_id}")
     page = await work(request, session, actions.record_page, record_id, _embedder(request)) if record_id is not None else None
-    if result.effect is not None:
-        session.remember_preview(digest, result.prepared)
+    if result.preview is not None:
+        session.remember_preview(digest, result.preview.prepared)
+        changes = result.preview.effect.changes
         notice = None
         if not preview_only:
             notice = (
-                f"Not saved yet: this edit changes the top three of {len(result.effect.changes)} golden "
-                f"{'query' if len(result.effect.changes) == 1 else 'queries'} (below). Save again to save it as it is."
+                f"Not saved yet: this edit changes the top three of {len(changes)} golden "
+                f"{'query' if len(changes) == 1 else 'queries'} (below). Save again to save it as it is."
             )
         return _record_form(
-            request, record=record, record_id=record_id, version=version, page=page, effect=result.effect, previewed=digest, notice=notice
+            request, record=record, record_id=record_id, version=version, page=page, effect=result.preview.effect, previewed=digest, notice=notice
         )
     if result.conflict:
         # The form now stands for the version saved meanwhile: saving it again replaces that
@@ -257,22 +245,22 @@ def _unsaved_form(request: Request, error: Exception, **form) -> Response:
     return response
 
 
-@signed_in
+@signed_in_form
 async def create_record(request: Request, session: Session, form: FormData) -> Response:
     return await _save(request, session, form, None)
 
 
-@signed_in
+@signed_in_form
 async def save_record(request: Request, session: Session, form: FormData) -> Response:
     return await _save(request, session, form, request.path_params["record_id"])
 
 
-@signed_in
+@signed_in_form
 async def preview_new_record(request: Request, session: Session, form: FormData) -> Response:
     return await _save(request, session, form, None, preview_only=True)
 
 
-@signed_in
+@signed_in_form
 async def preview_record(request: Request, session: Session, form: FormData) -> Response:
     return await _save(request, session, form, request.path_params["record_id"], preview_only=True)
 
@@ -282,19 +270,21 @@ async def _stored_page(request: Request, session: Session, *, with_golden: bool 
     page saying there is none."""
     record_id = request.path_params["record_id"]
     page = await work(request, session, actions.record_page, record_id, _embedder(request) if with_golden else None)
-    if page is None:
-        return render(
-            request,
-            "message.html",
-            404,
-            title="No such record",
-            text=f"There is no record {record_id}: it was deleted, or never existed.",
-        )
-    return page
+    return _no_such_record(request, record_id) if page is None else page
+
+
+def _no_such_record(request: Request, record_id: int) -> Response:
+    return render(
+        request,
+        "message.html",
+        404,
+        title="No such record",
+        text=f"There is no record {record_id}: it was deleted, or never existed.",
+    )
 
 
 @signed_in
-async def record(request: Request, session: Session, form: None) -> Response:
+async def record(request: Request, session: Session) -> Response:
     return await _record_page(request, session)
 
 
@@ -306,39 +296,46 @@ async def _record_page(request: Request, session: Session, status_code: int = 20
     query = request.query_params.get("query")
     trial = await work(request, session, actions.try_query, _embedder(request), page.row, query) if query else None
     return _record_form(
-        request, status_code, record=record_of(page.row), record_id=page.row["id"], version=page.row["version"], page=page,
-        trial=trial, query=query or "", **context,
-    )  # fmt: skip
+        request,
+        status_code,
+        record=record_of(page.row),
+        record_id=page.row["id"],
+        version=page.row["version"],
+        page=page,
+        trial=trial,
+        query=query or "",
+        **context,
+    )
 
 
-@signed_in
+@signed_in_form
 async def add_golden_query(request: Request, session: Session, form: FormData) -> Response:
     record_id = request.path_params["record_id"]
     query, also = str(form.get("query", "")).replace("\r\n", "\n"), str(form.get("also", "")).replace("\r\n", "\n")
     problem = await work(request, session, actions.add_golden, _embedder(request), record_id, query, lines(also))
     if problem is None:
-        session.messages.append(("info", f"Added the golden query \"{query}\"."))
+        session.messages.append(("info", f'Added the golden query "{query}".'))
         return redirect(f"/records/{record_id}")
     # The form again, with what was typed and why it was not added.
     return await _record_page(request, session, 422, golden_problem=problem, golden_query=query, golden_also=also)
 
 
-@signed_in
+@signed_in_form
 async def remove_golden_query(request: Request, session: Session, form: FormData) -> Response:
     record_id = request.path_params["record_id"]
     query = str(form.get("query", ""))
     problem = await work(request, session, actions.remove_golden, record_id, query)
-    session.messages.append(("error", problem) if problem else ("info", f"Removed the golden query \"{query}\"."))
+    session.messages.append(("error", problem) if problem else ("info", f'Removed the golden query "{query}".'))
     return redirect(f"/records/{record_id}")
 
 
 @signed_in
-async def quality_page(request: Request, session: Session, form: None) -> Response:
+async def quality_page(request: Request, session: Session) -> Response:
     report, problem = await work(request, session, actions.quality_report, _embedder(request))
     return render(request, "quality.html", 503 if problem else 200, report=report, problem=problem)
 
 
-@signed_in
+@signed_in_form
 async def restore(request: Request, session: Session, form: FormData) -> Response:
     record_id = request.path_params["record_id"]
     history_id, version = _form_int(form, "history_id"), _form_int(form, "version")
@@ -355,14 +352,14 @@ def _delete_page(request: Request, row: dict, status_code: int = 200, problem: s
 
 
 @signed_in
-async def confirm_delete(request: Request, session: Session, form: None) -> Response:
+async def confirm_delete(request: Request, session: Session) -> Response:
     page = await _stored_page(request, session)
     if isinstance(page, Response):
         return page
     return _delete_page(request, page.row, golden=await work(request, session, actions.golden_queries_of, page.row["id"]))
 
 
-@signed_in
+@signed_in_form
 async def delete(request: Request, session: Session, form: FormData) -> Response:
     record_id = request.path_params["record_id"]
     version = _form_int(form, "version")
@@ -371,10 +368,12 @@ async def delete(request: Request, session: Session, form: FormData) -> Response
     with_golden = "with_golden_queries" in form
     row, refusal = await work(request, session, actions.delete, record_id, version, with_golden)
     if refusal is None:
-        session.messages.append(("info", f'Deleted "{record_name(row)}"{" and its golden queries" if with_golden else ""}. The history keeps its last version.'))
+        session.messages.append(
+            ("info", f'Deleted "{record_name(row)}"{" and its golden queries" if with_golden else ""}. The history keeps its last version.')
+        )
         return redirect("/records")
     if row is None:  # deleted meanwhile
-        return await _stored_page(request, session)
+        return _no_such_record(request, record_id)
     golden = await work(request, session, actions.golden_queries_of, record_id)
     if isinstance(refusal, Refused):  # golden queries name it
         problem = f"Not deleted: {refusal.reason}. Tick “Delete it from its golden queries too” to delete it with them."
@@ -383,25 +382,23 @@ async def delete(request: Request, session: Session, form: FormData) -> Response
 
 
 @signed_in
-async def import_page(request: Request, session: Session, form: None) -> Response:
+async def import_page(request: Request, session: Session) -> Response:
     return render(request, "import.html", report=None, problem=None)
 
 
-@signed_in
+@signed_in_form
 async def import_catalog(request: Request, session: Session, form: FormData) -> Response:
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         return render(request, "import.html", 422, report=None, problem="Choose a JSON Lines file to import.")
     data = await upload.read()
-    report, problem = await work(
-        request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form
-    )
+    report, problem = await work(request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form)
     ok = report is not None and not report.refused
     return render(request, "import.html", 200 if ok else 422, report=report, problem=problem)
 
 
 @signed_in
-async def export(request: Request, session: Session, form: None) -> Response:
+async def export(request: Request, session: Session) -> Response:
     data = await work(request, session, actions.export)
     return Response(
         data,
@@ -410,18 +407,23 @@ async def export(request: Request, session: Session, form: None) -> Response:
     )
 
 
-async def session_ended(request: Request, error: SessionEnded) -> Response:
+# Starlette calls an exception handler with the exception it was registered for, typed as any
+# Exception: each narrows it, as Starlette's own handlers do.
+async def session_ended(request: Request, error: Exception) -> Response:
+    assert isinstance(error, SessionEnded)
     response = redirect("/sign-in?lost=1" if isinstance(error, SessionLost) else "/sign-in?ended=1")
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
 
 
-async def database_unreachable(request: Request, error: DatabaseUnreachable) -> Response:
+async def database_unreachable(request: Request, error: Exception) -> Response:
+    assert isinstance(error, DatabaseUnreachable)
     text = f"{error} Your session is kept: try again in a moment."
     return render(request, "message.html", 503, title="The database cannot be reached", text=text)
 
 
-async def body_too_large(request: Request, error: BodyTooLarge) -> Response:
+async def body_too_large(request: Request, error: Exception) -> Response:
+    assert isinstance(error, BodyTooLarge)
     await error.drain()  # a browser shows the answer only once it has sent its request
     limit = in_words(error.limit)
     if request.url.path == "/import" and getattr(request.state, "session", None) is not None:
@@ -434,24 +436,11 @@ async def body_too_large(request: Request, error: BodyTooLarge) -> Response:
     return render(request, "message.html", 413, title="Too large", text=text)
 
 
-async def database_failed(request: Request, error: psycopg.Error) -> Response:
+async def database_failed(request: Request, error: Exception) -> Response:
+    assert isinstance(error, psycopg.Error)
     settings: Settings = request.app.state.settings
     reason = embedded_stopped(settings.database_url, settings.data_dir) or database_reason(error)
     return render(request, "message.html", 500, title="The database failed", text=f"The database failed: {reason}")
-
-
-def shared_embedder(settings: Settings):
-    """One embedder for the whole backoffice (a local model loads once), made on first use."""
-    lock = threading.Lock()
-    made = []
-
-    def embedder():
-        with lock:
-            if not made:
-                made.append(settings.embedder())
-            return made[0]
-
-    return embedder
 
 
 def create_app(
@@ -524,11 +513,9 @@ def create_app(
     app.state.settings = settings
     app.state.database_url = settings.resolved_database_url
     app.state.embedded = settings.database_url is None
-    app.state.embedder = shared_embedder(settings)
+    app.state.embedder = made_once(settings.embedder)  # one embedder for the whole backoffice
     app.state.sessions = Sessions(
-        functools.partial(
-            open_connection, app.state.database_url, embedded=app.state.embedded, prepared_statements=settings.prepared_statements
-        ),
+        functools.partial(open_connection, app.state.database_url, embedded=app.state.embedded, prepared_statements=settings.prepared_statements),
         limits,
     )
     app.state.throttle = SignInThrottle()

@@ -14,10 +14,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # No script at all (the pages are plain forms), styles and images from the app itself, never framed.
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
-)
+CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 SECURITY_HEADERS = [
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -42,17 +39,21 @@ def allowed_hosts(bind_host: str, public_url: str | None) -> frozenset[str] | No
     """The host names a backoffice bound to bind_host answers as: its loopback names, and the
     public URL's host behind a proxy; None (any) when it is bound beyond loopback without one."""
     if public_url:
-        return LOOPBACK_NAMES | {urlsplit(public_url).hostname}
+        public_host = urlsplit(public_url).hostname
+        if public_host is None:
+            raise ValueError(f"{public_url!r} is not an origin: it names no host")
+        return LOOPBACK_NAMES | {public_host}
     return LOOPBACK_NAMES if is_loopback(bind_host) else None
 
 
 def origin_of(url: str) -> str | None:
-    """scheme://host[:port] of an absolute http(s) URL, lower-cased; None for anything else ("null")."""
+    """scheme://host[:port] of an absolute http(s) URL, lower-cased; None for anything else ("null"),
+    one without a host too (https://:8443)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return None
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         return None
     return f"{parts.scheme}://{parts.netloc}".lower()
 

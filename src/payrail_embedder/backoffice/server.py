@@ -9,8 +9,9 @@ import click
 import psycopg
 import uvicorn
 
-from .. import database, logs
-from ..errors import reason
+from ..base import logs
+from ..base.errors import reason
+from ..postgres import connection
 from ..settings import Settings
 from .app import create_app
 from .guard import is_loopback, origin_of
@@ -36,9 +37,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(
-    settings: Settings, host: str, port: int, limits: SessionLimits, upload_limit: int, public_url: str | None = None
-) -> None:
+def serve(settings: Settings, host: str, port: int, limits: SessionLimits, upload_limit: int, public_url: str | None = None) -> None:
     """Serves until interrupted. Refuses to expose the embedded default beyond loopback (or
     behind a proxy): it is this machine's own database, not a server for a network."""
     if settings.database_url:
@@ -55,28 +54,25 @@ def serve(
             "production server, or serve on 127.0.0.1 without --public-url"
         )
     if public_url is not None and (origin_of(public_url) is None or urlsplit(public_url).path not in ("", "/")):
-        raise click.BadParameter(
-            f"{public_url!r} is not an origin such as https://registry.example.com", param_hint="--public-url"
-        )
+        raise click.BadParameter(f"{public_url!r} is not an origin such as https://registry.example.com", param_hint="--public-url")
     app = create_app(settings, limits=limits, upload_limit=upload_limit, bind_host=host, public_url=public_url)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
     click.echo(f"Payrail backoffice: http://{shown_host}:{bound_port}/")
-    logs.log("backoffice_start", url=f"http://{shown_host}:{bound_port}/", database=database.display_url(settings.resolved_database_url))
+    logs.log("backoffice_start", url=f"http://{shown_host}:{bound_port}/", database=connection.display_url(settings.resolved_database_url))
     if public_url:
         click.echo(f"Browsers reach it at {public_url} (through your reverse proxy); forms from anywhere else are refused.")
     if settings.database_url is None:
         click.echo(
-            "Sign in with a login made by `payrail-embedder operator add NAME` (postgres, which the command line "
-            "uses without a password, cannot sign in here)."
+            "Sign in with a login made by `payrail-embedder operator add NAME` (postgres, which the command line uses without a password, cannot sign in here)."
         )
     else:
         click.echo("Sign in with a PostgreSQL role granted payrail_operator and payrail_embedder, and its password.")
     if not loopback and public_url is None:
         click.echo(
             f"Warning: serving on {host} over plain HTTP. Passwords and sessions cross the network in clear: "
-            "put a reverse proxy with TLS in front (docs/operators.md, \"The backoffice in production\").",
+            'put a reverse proxy with TLS in front (docs/operators.md, "The backoffice in production").',
             err=True,
         )
     # X-Forwarded-Proto and -For are believed from 127.0.0.1 only (uvicorn's default; the

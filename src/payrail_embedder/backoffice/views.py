@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..history import author
-from ..records import FIELD_LABELS, ProviderMethod
-from ..stored import record_of
-from ..write import Saved
+from ..registry.history import author
+from ..registry.records import FIELD_LABELS, ProviderMethod
+from ..registry.stored import record_of
+from ..registry.write import Saved
 
 
-def _text(form: Mapping[str, str], name: str) -> str:
+def _text(form: Mapping[str, object], name: str) -> str:
     # Browsers send a textarea's line breaks as CR LF; the registry keeps plain newlines.
     return str(form.get(name, "")).replace("\r\n", "\n")
 
@@ -26,7 +26,7 @@ def _text(form: Mapping[str, str], name: str) -> str:
 TYPED_SPACE = " \t"
 
 
-def record_from_form(form: Mapping[str, str]) -> ProviderMethod:
+def record_from_form(form: Mapping[str, object]) -> ProviderMethod:
     """The record as the operator typed it: URLs one per line (blank lines ignored), an empty Docs
     URL is none, Enabled is the checkbox. Values are not judged here: the database does."""
     urls = lines(str(form.get("urls", "")))
@@ -106,14 +106,13 @@ class Version:
 
 
 def _shown(record: ProviderMethod, name: str) -> str:
-    value = record.to_json().get(name)
     if name == "urls":
-        return "\n".join(value)
+        return "\n".join(record.urls)
     if name == "enabled":
-        return "enabled" if value else "draft"
+        return "enabled" if record.enabled else "draft"
     if name == "mixedScripts":
-        return "yes" if value else "no"
-    return value or ""
+        return "yes" if record.mixed_scripts else "no"
+    return record.to_json().get(name) or ""
 
 
 def differing(first: ProviderMethod, second: ProviderMethod) -> list[str]:
@@ -126,7 +125,7 @@ def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange,
     found = []
     for name in differing(before, after):
         label, old, new = FIELD_LABELS[name], _shown(before, name), _shown(after, name)
-        lines = ()
+        lines: tuple[tuple[str, str], ...] = ()
         if name in ("guidance", "urls"):
             old_lines, new_lines = old.split("\n"), new.split("\n")
             matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from ..safe_text import escape_controls
-from .sessions import DatabaseUnreachable, Session
+from ..base.safe_text import escape_controls
+from .sessions import Session
+from .sign_in import DatabaseUnreachable
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "payrail_session"
@@ -29,15 +30,11 @@ CSRF_FIELD = "csrf_token"
 
 
 def _when(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # Autoescaping everywhere: every value a page shows is text, never markup (guidance included).
-templates = Jinja2Templates(
-    env=jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
-    )
-)
+templates = Jinja2Templates(env=jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined))
 templates.env.filters["when"] = _when
 # For role names, which PostgreSQL lets hold any character but NUL: a line break or an escape
 # sequence in one is shown as its escape, not folded into a space or left invisible.
@@ -50,9 +47,7 @@ def render(request: Request, template: str, status_code: int = 200, **context) -
     if session is not None:
         messages = list(session.messages)
         session.messages.clear()
-    return templates.TemplateResponse(
-        request, template, {"session": session, "messages": messages, **context}, status_code=status_code
-    )
+    return templates.TemplateResponse(request, template, {"session": session, "messages": messages, **context}, status_code=status_code)
 
 
 def redirect(url: str) -> Response:
@@ -73,38 +68,54 @@ def same_token(given: object, expected: str | None) -> bool:
     return isinstance(given, str) and expected is not None and secrets.compare_digest(given.encode(), expected.encode())
 
 
-Handler = Callable[[Request, Session, FormData | None], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """Runs handler with the request's session, or sends the browser to sign in. For a POST it
-    reads the form and refuses it unless it carries the session's CSRF token."""
+def signed_in(page: Callable[[Request, Session], Awaitable[Response]]) -> Endpoint:
+    """Runs page with the request's session, or sends the browser to sign in."""
+
+    @functools.wraps(page)
+    async def endpoint(request: Request) -> Response:
+        session = await _session(request)
+        return session if isinstance(session, Response) else await page(request, session)
+
+    return endpoint
+
+
+def signed_in_form(handler: Callable[[Request, Session, FormData], Awaitable[Response]]) -> Endpoint:
+    """signed_in for the POST of a form: reads the form and refuses it unless it carries the
+    session's CSRF token."""
 
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
-        cookie = request.cookies.get(SESSION_COOKIE)
-        # In a worker thread: ending an expired session waits for its connection to be free.
-        session = await run_in_threadpool(request.app.state.sessions.get, cookie)
-        if session is None:
-            response = redirect("/sign-in?ended=1" if cookie else "/sign-in")
-            response.delete_cookie(SESSION_COOKIE, path="/")
-            return response
-        request.state.session = session
-        form = None
-        if request.method == "POST":
-            form = await request.form()
-            if not same_token(form.get(CSRF_FIELD), session.csrf_token):
-                return render(
-                    request,
-                    "message.html",
-                    403,
-                    title="Refused",
-                    text="Refused: the form did not carry this session's security token, so nothing was changed. "
-                    "Open the page again and repeat what you did.",
-                )
+        session = await _session(request)
+        if isinstance(session, Response):
+            return session
+        form = await request.form()
+        if not same_token(form.get(CSRF_FIELD), session.csrf_token):
+            return render(
+                request,
+                "message.html",
+                403,
+                title="Refused",
+                text="Refused: the form did not carry this session's security token, so nothing was changed. Open the page again and repeat what you did.",
+            )
         return await handler(request, session, form)
 
     return endpoint
+
+
+async def _session(request: Request) -> Session | Response:
+    """The request's session (kept for the page it renders), or the redirect that sends the browser to sign in."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    # In a worker thread: ending an expired session waits for its connection to be free.
+    session = await run_in_threadpool(request.app.state.sessions.get, cookie)
+    if session is None:
+        response = redirect("/sign-in?ended=1" if cookie else "/sign-in")
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+    request.state.session = session
+    return session
 
 
 async def work(request: Request, session: Session, function: Callable, *args):

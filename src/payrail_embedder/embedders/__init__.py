@@ -13,7 +13,7 @@ from pathlib import Path
 from .local import LOCAL_RUNTIMES, LocalEmbedder
 from .local_model import LOCAL_DEFAULT_MODEL
 from .openai import OPENAI_DEFAULT_MODEL, OPENAI_MAX_BATCH, OpenAIEmbedder
-from .protocol import Embedder, EmbeddingUnavailable, batched, checked_vectors, record_text
+from .protocol import Embedder, EmbeddingUnavailable, batched, checked_vectors, made_once, record_text
 
 __all__ = [
     "BACKENDS",
@@ -26,6 +26,7 @@ __all__ = [
     "OpenAIEmbedder",
     "batched",
     "checked_vectors",
+    "made_once",
     "make_embedder",
     "record_text",
 ]

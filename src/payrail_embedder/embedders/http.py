@@ -130,6 +130,8 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         if refusal is not None:
             await response.aclose()
             raise ReplyRefused(refusal)
+        # An async transport's reply streams asynchronously (httpx2 asserts the same when it reads one).
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
         return httpx2.Response(
             status_code=response.status_code,
             headers=response.headers,
@@ -161,9 +163,7 @@ def _refusal(response: httpx2.Response, limit: int) -> str | None:
 def bounded_client(timeout: float) -> httpx2.AsyncClient:
     """An HTTP client for an embedding service: BoundedTransport, no redirects, no compression.
     Each phase's own timeout is the whole deadline; run()'s deadline is the one that binds."""
-    return httpx2.AsyncClient(
-        transport=BoundedTransport(), follow_redirects=False, timeout=timeout, headers={"Accept-Encoding": "identity"}
-    )
+    return httpx2.AsyncClient(transport=BoundedTransport(), follow_redirects=False, timeout=timeout, headers={"Accept-Encoding": "identity"})
 
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -183,4 +183,3 @@ def _event_loop() -> asyncio.AbstractEventLoop:
 def run(request: Coroutine[object, object, T]) -> T:
     """Runs request on the embedding requests' event loop and waits for its outcome (any thread may)."""
     return asyncio.run_coroutine_threadsafe(request, _event_loop()).result()
-

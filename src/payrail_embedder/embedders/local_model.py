@@ -121,9 +121,7 @@ class ModelConfig:
             # Where sentence-transformers 6 saves it (a model it saved: a tuned one).
             self.max_seq_length = read_json(model_dir / "tokenizer_config.json").get("model_max_length")
         if not isinstance(self.max_seq_length, int) or self.max_seq_length < 1:
-            raise EmbeddingUnavailable(
-                f"{model_dir / 'sentence_bert_config.json'} gives no max_seq_length (nor tokenizer_config.json a model_max_length)"
-            )
+            raise EmbeddingUnavailable(f"{model_dir / 'sentence_bert_config.json'} gives no max_seq_length (nor tokenizer_config.json a model_max_length)")
         self.pooling = pooling_mode(read_json(model_dir / modules[1][1] / "config.json"), model_dir / modules[1][1])
 
 
@@ -136,9 +134,7 @@ def pooling_mode(config: dict, where: Path) -> str:
     if isinstance(mode, list) and len(mode) == 1:
         mode = mode[0]
     if mode not in SUPPORTED_POOLING:
-        raise EmbeddingUnavailable(
-            f"{where / 'config.json'}: pooling {mode!r} is not supported by the ONNX runtime (only {', '.join(SUPPORTED_POOLING)})"
-        )
+        raise EmbeddingUnavailable(f"{where / 'config.json'}: pooling {mode!r} is not supported by the ONNX runtime (only {', '.join(SUPPORTED_POOLING)})")
     return mode
 
 
@@ -169,9 +165,7 @@ class OnnxSentenceEncoder:
         try:
             self._session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own exception types for a missing or damaged file
-            raise EmbeddingUnavailable(
-                f"cannot load the ONNX graph {graph}: {error}. Delete {graph_dir}; the next search exports it again"
-            ) from error
+            raise EmbeddingUnavailable(f"cannot load the ONNX graph {graph}: {error}. Delete {graph_dir}; the next search exports it again") from error
         self._inputs = [item.name for item in self._session.get_inputs()]
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
@@ -180,9 +174,7 @@ class OnnxSentenceEncoder:
         if not encodings:
             return np.empty((0, 0), np.float32)
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
-        by_length = np.concatenate(
-            [self._embed_batch([encodings[i] for i in order[start : start + batch_size]]) for start in range(0, len(order), batch_size)]
-        )
+        by_length = np.concatenate([self._embed_batch([encodings[i] for i in order[start : start + batch_size]]) for start in range(0, len(order), batch_size)])
         vectors = np.empty_like(by_length)
         vectors[order] = by_length
         return vectors
@@ -225,9 +217,7 @@ def export(model_dir: Path, target: Path, *, unwritable_hint: str = "Set XDG_CAC
         import torch
         from onnxruntime.transformers.optimizer import optimize_model
     except ImportError as error:
-        raise EmbeddingUnavailable(
-            f"exporting the local model to ONNX (once, into {target}) needs torch and onnx: {EXPORT_HINT}"
-        ) from error
+        raise EmbeddingUnavailable(f"exporting the local model to ONNX (once, into {target}) needs torch and onnx: {EXPORT_HINT}") from error
 
     class TokenEmbeddings(torch.nn.Module):
         """sentence-transformers' own Transformer module, called with the inputs as separate tensors."""
@@ -266,9 +256,7 @@ def export(model_dir: Path, target: Path, *, unwritable_hint: str = "Set XDG_CAC
             # Weights in a file of their own load several times faster than inside the graph's protobuf.
             staged.mkdir()
             shape = model[0].auto_model.config
-            fused = optimize_model(
-                str(traced), model_type="bert", num_heads=shape.num_attention_heads, hidden_size=shape.hidden_size, opt_level=0
-            )
+            fused = optimize_model(str(traced), model_type="bert", num_heads=shape.num_attention_heads, hidden_size=shape.hidden_size, opt_level=0)
             fused.save_model_to_file(str(staged / GRAPH_FILE), use_external_data_format=True)
             check_same_model(reference, OnnxSentenceEncoder(model_dir, staged))
             try:
@@ -279,9 +267,7 @@ def export(model_dir: Path, target: Path, *, unwritable_hint: str = "Set XDG_CAC
     except EmbeddingUnavailable:
         raise
     except OSError as error:
-        raise EmbeddingUnavailable(
-            f"cannot write the local model's ONNX graph into {target.parent}: {error}. {unwritable_hint}"
-        ) from error
+        raise EmbeddingUnavailable(f"cannot write the local model's ONNX graph into {target.parent}: {error}. {unwritable_hint}") from error
     except Exception as error:  # whatever torch's exporter raises: no graph, so no embeddings
         raise EmbeddingUnavailable(f"cannot export the local model {model_dir} to ONNX: {error}") from error
 
@@ -304,4 +290,3 @@ def load_bundled() -> OnnxSentenceEncoder:
     if not target.exists():
         export(model_dir, target)
     return OnnxSentenceEncoder(model_dir, target)
-

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .protocol import EmbedderMisconfigured, EmbeddingUnavailable, batched, checked_vectors
+from .protocol import Embedder, EmbedderMisconfigured, EmbeddingUnavailable, batched, checked_vectors
 
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 # The dimensions of OpenAI's own models' vectors: a reply of others is refused, unless the
@@ -36,7 +36,7 @@ FIRST_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 8.0
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(Embedder):
     """The OpenAI embeddings API, or any server that speaks it (OPENAI_BASE_URL).
 
     timeout: seconds for one request (a batch of up to batch_size texts), from the first attempt to
@@ -65,9 +65,7 @@ class OpenAIEmbedder:
         self.timeout = timeout
         self.max_retries = max_retries
         try:
-            self._client = openai.AsyncOpenAI(
-                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http.bounded_client(timeout)
-            )
+            self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http.bounded_client(timeout))
         except openai.OpenAIError as error:
             raise EmbedderMisconfigured(f"cannot set up the OpenAI client: {error}") from error
 
@@ -91,8 +89,7 @@ class OpenAIEmbedder:
             vectors = checked_vectors(reply_vectors(response, len(batch), self.model_name), len(batch), self.model_name)
         except (TimeoutError, openai.APITimeoutError) as error:
             raise EmbeddingUnavailable(
-                f"{self.model_name} via OpenAI API: timed out: no whole reply within {self.timeout:g} s "
-                "(PAYRAIL_EMBEDDING_TIMEOUT, retries included)"
+                f"{self.model_name} via OpenAI API: timed out: no whole reply within {self.timeout:g} s (PAYRAIL_EMBEDDING_TIMEOUT, retries included)"
             ) from error
         except (openai.OpenAIError, http.ReplyRefused) as error:
             raise EmbeddingUnavailable(f"{self.model_name} via OpenAI API: {error}") from error
@@ -106,10 +103,9 @@ class OpenAIEmbedder:
         import openai
 
         loop = asyncio.get_running_loop()
-        asked = {"dimensions": self.dimensions} if self.dimensions else {}
         for attempt in range(self.max_retries + 1):
             try:
-                return await self._client.embeddings.create(model=self.model_name, input=batch, **asked)
+                return await self._client.embeddings.create(model=self.model_name, input=batch, dimensions=self.dimensions or openai.omit)
             except (openai.APIConnectionError, openai.APIStatusError) as error:
                 if attempt == self.max_retries or not retried(error):
                     raise

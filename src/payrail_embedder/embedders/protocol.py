@@ -3,12 +3,13 @@ text a record is embedded from, batches, and the check that refuses a reply unfi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
 
-from ..errors import CodedError
+from ..base.errors import CodedError
 
 
 class EmbeddingUnavailable(CodedError):
@@ -24,11 +25,37 @@ class EmbedderMisconfigured(EmbeddingUnavailable):
 
 
 class Embedder(Protocol):
+    """What every caller uses of a backend. A class that names Embedder as its base inherits
+    for_registry_model."""
+
+    # The model its vectors come from, as the registry names it.
     model_name: str
+    # Texts one request embeds: the backend's own batch (2,048 for OpenAI, 64 locally).
+    batch_size: int
 
     def embed(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One float32 vector per text, in order; EmbeddingUnavailable when none can be made."""
         ...
+
+    def for_registry_model(self, name: str) -> Embedder:
+        """The embedder that makes vectors of the registry's model `name`: this one, unless it
+        follows the registry's model (a local embedder configured with no model)."""
+        return self
+
+
+def made_once(make: Callable[[], Embedder]) -> Callable[[], Embedder]:
+    """make, called on the first use only (a local model loads once), the same embedder after it;
+    safe to share between threads."""
+    lock = threading.Lock()
+    made: list[Embedder] = []
+
+    def embedder() -> Embedder:
+        with lock:
+            if not made:
+                made.append(make())
+            return made[0]
+
+    return embedder
 
 
 def record_text(provider: str, method: str, guidance: str) -> str:

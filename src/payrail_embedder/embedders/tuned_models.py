@@ -29,8 +29,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..embedded import default_data_dir
-from ..errors import CodedError
+from ..base.errors import CodedError
+from ..base.paths import default_data_dir
 from . import local_model
 from .protocol import EmbeddingUnavailable
 

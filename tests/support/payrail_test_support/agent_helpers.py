@@ -10,9 +10,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TextIO
 
-from payrail_embedder import catalog, database
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.records import read_lines
+from payrail_embedder.postgres import connection
+from payrail_embedder.registry import catalog
+from payrail_embedder.registry.records import read_lines
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import write_jsonl
 from payrail_test_support.openai_fake import FAKE_MODEL
@@ -36,9 +37,7 @@ CATALOG = [
         "method": "Create a refund",
         "urls": ["https://api.stripe.com/v1/refunds"],
         "docsUrl": "https://docs.stripe.com/api/refunds/create",
-        "guidance": "Purpose: Give money back for an earlier charge.\n"
-        "Instructions: POST /v1/refunds with the payment intent.\n"
-        "Notes: Refunds settle in days.",
+        "guidance": "Purpose: Give money back for an earlier charge.\nInstructions: POST /v1/refunds with the payment intent.\nNotes: Refunds settle in days.",
         "enabled": True,
     },
     {
@@ -87,9 +86,7 @@ CATALOG = [
         "method": "Hotel Search",
         "urls": ["https://api.amadeus.com/v3/shopping/hotel-offers"],
         "docsUrl": "https://developers.amadeus.com/self-service/category/hotels",
-        "guidance": "Purpose: Find live hotel availability through a paid API.\n"
-        "Instructions: GET hotel offers.\n"
-        "Notes: Disabled draft.",
+        "guidance": "Purpose: Find live hotel availability through a paid API.\nInstructions: GET hotel offers.\nNotes: Disabled draft.",
         "enabled": False,
     },
 ]
@@ -123,7 +120,7 @@ def import_catalog(database_url: str, openai_fake, directory: Path, records: lis
     def embedder():
         return OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url)
 
-    with database.connect(database_url, autocommit=True) as conn:
+    with connection.connect(database_url, autocommit=True) as conn:
         report = catalog.import_records(conn, embedder, read_lines(path))
     assert (report.created + report.updated + report.unchanged, report.refused, report.saved) == (len(records), [], True)
 

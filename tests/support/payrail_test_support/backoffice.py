@@ -22,8 +22,8 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from payrail_embedder.database import connect
-from payrail_embedder.embedded import use_hba_rules
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.postgres.local_server import use_hba_rules
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
 from payrail_test_support.environments import cli_environment
@@ -45,7 +45,7 @@ ROLES = {
     AGENT: ("payrail_agent",),
 }
 # The embedded test servers' pg_hba.conf: ROLES give their passwords, as every login but postgres
-# does on the embedded default (embedded.EMBEDDED_HBA); the other tests' logins stay trusted.
+# does on the embedded default (local_server.EMBEDDED_HBA); the other tests' logins stay trusted.
 TEST_HBA = f"""\
 local all {",".join(ROLES)} scram-sha-256
 local all all trust
@@ -93,9 +93,7 @@ def create_roles(admin_url: str) -> None:
             exists = conn.execute("select from pg_roles where rolname = %s", (role,)).fetchone() is not None
             verb = "alter" if exists else "create"
             conn.execute(sql.SQL(verb + " role {} login password {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
-            conn.execute(
-                sql.SQL("grant {} to {}").format(sql.SQL(", ").join(map(sql.Identifier, groups)), sql.Identifier(role))
-            )
+            conn.execute(sql.SQL("grant {} to {}").format(sql.SQL(", ").join(map(sql.Identifier, groups)), sql.Identifier(role)))
 
 
 def stored(database_url: str, provider: str, method: str) -> dict | None:
@@ -115,9 +113,7 @@ def stored(database_url: str, provider: str, method: str) -> dict | None:
 def history(database_url: str, record_id: int) -> list[dict]:
     with connect(database_url) as conn:
         conn.row_factory = dict_row
-        return conn.execute(
-            "select * from payrail.provider_method_history where provider_method_id = %s order by id", (record_id,)
-        ).fetchall()
+        return conn.execute("select * from payrail.provider_method_history where provider_method_id = %s order by id", (record_id,)).fetchall()
 
 
 @dataclass
@@ -144,9 +140,7 @@ def start_backoffice(env: dict, tmp_path: Path, *args: str) -> Backoffice:
     """`payrail-embedder backoffice --port 0 ARGS` in a subprocess; returns once it answers."""
     log = tmp_path / f"backoffice-{len(list(tmp_path.glob('backoffice-*.log')))}.log"
     with log.open("w") as output:
-        process = subprocess.Popen(
-            [str(CLI), "backoffice", "--port", "0", *args], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO
-        )
+        process = subprocess.Popen([str(CLI), "backoffice", "--port", "0", *args], env=env, stdout=output, stderr=subprocess.STDOUT, cwd=REPO)
     url = _wait(process, log, "start", lambda: (found := URL_LINE.search(log.read_text())) and found.group(1))
     # The socket is bound before uvicorn listens on it.
     _wait(process, log, "answer", lambda: _answers(url))
@@ -235,8 +229,9 @@ class HttpClient:
         boundary = "payrail-test-boundary-7d3c"
         parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields.items()]
         parts.append(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\n'
-            f"Content-Type: application/x-ndjson\r\n\r\n".encode() + data + b"\r\n"
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\nContent-Type: application/x-ndjson\r\n\r\n'.encode()
+            + data
+            + b"\r\n"
         )
         body = b"".join(parts) + f"--{boundary}--\r\n".encode()
         headers = {**kwargs.pop("headers", {}), "Content-Type": f"multipart/form-data; boundary={boundary}"}
@@ -305,9 +300,7 @@ def connections_of(database_url: str, role: str = OPERATOR, *, settles_at: int |
     with psycopg.connect(database_url, autocommit=True) as conn:
 
         def count() -> int:
-            return conn.execute(
-                "select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)
-            ).fetchone()[0]
+            return conn.execute("select count(*) from pg_stat_activity where usename = %s and datname = current_database()", (role,)).fetchone()[0]
 
         if settles_at is None:
             return count()

@@ -37,11 +37,7 @@ def run_cli(env: dict[str, str], *args: str | Path, input: str | None = None, ti
     streams are the process's, so concurrent calls need processes of their own). timeout applies
     to a subprocess only."""
     command = next((str(arg) for arg in args if not str(arg).startswith("-")), None)
-    if (
-        "PAYRAIL_DATABASE_URL" not in env
-        or command in SERVING_COMMANDS
-        or threading.current_thread() is not threading.main_thread()
-    ):
+    if "PAYRAIL_DATABASE_URL" not in env or command in SERVING_COMMANDS or threading.current_thread() is not threading.main_thread():
         return run_cli_subprocess(env, *args, input=input, timeout=timeout)
     return run_cli_in_process(env, *args, input=input)
 
@@ -49,9 +45,7 @@ def run_cli(env: dict[str, str], *args: str | Path, input: str | None = None, ti
 def run_cli_subprocess(env: dict[str, str], *args: str | Path, input: str | None = None, timeout: float = 120):
     """payrail-embedder in a real subprocess: for what only a process shows (its start, signals,
     standard streams of its own, the embedded server outliving it)."""
-    return subprocess.run(
-        [str(CLI), *args], env=env, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
+    return subprocess.run([str(CLI), *args], env=env, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def run_cli_in_process(env: dict[str, str], *args: str | Path, input: str | None = None):
@@ -142,7 +136,12 @@ def run_commands(commands: str, env: dict[str, str], cwd: Path, user: str | None
     """Shell commands as an operator runs them, payrail-embedder on the PATH: stop at the first that fails."""
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", commands],
-        env={**env, "PATH": f"{CLI.parent}:{env.get('PATH', '')}"}, cwd=cwd, user=user, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        env={**env, "PATH": f"{CLI.parent}:{env.get('PATH', '')}"},
+        cwd=cwd,
+        user=user,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, f"{commands}\n{result.stdout}\n{result.stderr}"
     return result

@@ -43,8 +43,7 @@ def changed_tree(tree: Path, into: Path, path: str, old: str, new: str) -> Path:
 
 def cli_of(tree: Path, env: dict[str, str], *args: str | Path) -> tuple[list[str], dict[str, str]]:
     """The command line that runs tree's payrail-embedder with args, and env with what it needs."""
-    return [sys.executable, "-c", "from payrail_embedder.cli import cli; cli()", *map(str, args)], {
-        **env, "PYTHONPATH": str(tree / "src")}
+    return [sys.executable, "-c", "from payrail_embedder.cli import cli; cli()", *map(str, args)], {**env, "PYTHONPATH": str(tree / "src")}
 
 
 def run_cli_of(tree: Path, env: dict[str, str], *args: str | Path, input: str | None = None, timeout: float = 300):

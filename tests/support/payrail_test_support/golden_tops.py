@@ -4,10 +4,10 @@ and the command line's golden query rankings to."""
 
 from __future__ import annotations
 
-from payrail_embedder import golden
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.evaluation import run_queries
+from payrail_embedder.model.evaluation import run_queries
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import golden
 
 
 def eval_tops(database_url: str, env: dict[str, str]) -> dict[str, list[str]]:

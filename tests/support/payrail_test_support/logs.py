@@ -1,4 +1,4 @@
-"""Reading the package's log lines (payrail_embedder.logs) back: logfmt or JSON, one event per line."""
+"""Reading the package's log lines (payrail_embedder.base.logs) back: logfmt or JSON, one event per line."""
 
 from __future__ import annotations
 

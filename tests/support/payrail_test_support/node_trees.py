@@ -81,9 +81,10 @@ def written(node):
     while isinstance(node, Node):
         if node.kind == "FUNCEXPR" and node["funcformat"] == IMPLICIT_CAST:
             node = node["args"][0]
-        elif node.kind in ("RELABELTYPE", "COERCEVIAIO", "ARRAYCOERCEEXPR") and node.get(
-            {"RELABELTYPE": "relabelformat", "COERCEVIAIO": "coerceformat", "ARRAYCOERCEEXPR": "coerceformat"}[node.kind]
-        ) == IMPLICIT_CAST:
+        elif (
+            node.kind in ("RELABELTYPE", "COERCEVIAIO", "ARRAYCOERCEEXPR")
+            and node.get({"RELABELTYPE": "relabelformat", "COERCEVIAIO": "coerceformat", "ARRAYCOERCEEXPR": "coerceformat"}[node.kind]) == IMPLICIT_CAST
+        ):
             node = node["arg"]
         elif node.kind == "NAMEDARGEXPR":
             node = node["arg"]
@@ -94,14 +95,33 @@ def written(node):
 
 # The field that holds a node's result type, by kind.
 TYPE_FIELD = {
-    "VAR": "vartype", "CONST": "consttype", "PARAM": "paramtype", "FUNCEXPR": "funcresulttype",
-    "OPEXPR": "opresulttype", "DISTINCTEXPR": "opresulttype", "NULLIFEXPR": "opresulttype", "AGGREF": "aggtype",
-    "WINDOWFUNC": "wintype", "RELABELTYPE": "resulttype", "COERCEVIAIO": "resulttype", "ARRAYCOERCEEXPR": "resulttype",
-    "CASEEXPR": "casetype", "CASETESTEXPR": "typeId", "COALESCEEXPR": "coalescetype", "MINMAXEXPR": "minmaxtype",
-    "ARRAYEXPR": "array_typeid", "ROWEXPR": "row_typeid", "SUBSCRIPTINGREF": "refrestype", "FIELDSELECT": "resulttype",
-    "COERCETODOMAIN": "resulttype", "COERCETODOMAINVALUE": "typeId", "SQLVALUEFUNCTION": "type",
-    "CONVERTROWTYPEEXPR": "resulttype", "SETTODEFAULT": "typeId", "CURRENTOFEXPR": None,
-}  # fmt: skip
+    "VAR": "vartype",
+    "CONST": "consttype",
+    "PARAM": "paramtype",
+    "FUNCEXPR": "funcresulttype",
+    "OPEXPR": "opresulttype",
+    "DISTINCTEXPR": "opresulttype",
+    "NULLIFEXPR": "opresulttype",
+    "AGGREF": "aggtype",
+    "WINDOWFUNC": "wintype",
+    "RELABELTYPE": "resulttype",
+    "COERCEVIAIO": "resulttype",
+    "ARRAYCOERCEEXPR": "resulttype",
+    "CASEEXPR": "casetype",
+    "CASETESTEXPR": "typeId",
+    "COALESCEEXPR": "coalescetype",
+    "MINMAXEXPR": "minmaxtype",
+    "ARRAYEXPR": "array_typeid",
+    "ROWEXPR": "row_typeid",
+    "SUBSCRIPTINGREF": "refrestype",
+    "FIELDSELECT": "resulttype",
+    "COERCETODOMAIN": "resulttype",
+    "COERCETODOMAINVALUE": "typeId",
+    "SQLVALUEFUNCTION": "type",
+    "CONVERTROWTYPEEXPR": "resulttype",
+    "SETTODEFAULT": "typeId",
+    "CURRENTOFEXPR": None,
+}
 BOOLEAN_KINDS = {"BOOLEXPR", "SCALARARRAYOPEXPR", "ROWCOMPAREEXPR", "NULLTEST", "BOOLEANTEST"}
 
 

@@ -60,8 +60,7 @@ HUGE_REPLY_BYTES = 256 * 1024 * 1024
 
 # Replies of a service that lies (each a whole, well-formed HTTP reply to an embeddings request),
 # by behaviour: the embedder must refuse every one as the service's failure.
-LYING = ("deep", "nan", "infinity", "strings", "too_few", "too_many", "repeated_index", "index_out_of_range",
-         "nested_vector", "no_data", "gzip")  # fmt: skip
+LYING = ("deep", "nan", "infinity", "strings", "too_few", "too_many", "repeated_index", "index_out_of_range", "nested_vector", "no_data", "gzip")
 
 
 @dataclass

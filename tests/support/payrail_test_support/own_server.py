@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.deploy import apply_schema
+from payrail_embedder.postgres.deploy import apply_schema
 from payrail_test_support.servers import replace_database
 
 

@@ -79,7 +79,11 @@ def _write_auth_file(directory: Path, users: set[str]) -> None:
 
 
 def start_pgbouncer(
-    server_admin_url: str, *, pool_mode: str = "transaction", pool_size: int = 2, auth_type: str = "scram-sha-256",
+    server_admin_url: str,
+    *,
+    pool_mode: str = "transaction",
+    pool_size: int = 2,
+    auth_type: str = "scram-sha-256",
     query_timeout: float = 0,
 ) -> PgBouncer:
     """PgBouncer in pool_mode with pool_size server connections per database and user, in front of

@@ -20,7 +20,7 @@ import numpy as np
 import regex
 
 from payrail_embedder.embedders import record_text
-from payrail_embedder.search import QUERY_INVISIBLE
+from payrail_embedder.registry.search import QUERY_INVISIBLE
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, fake_embedding
 
 # White space as the registry counts it (payrail._white_space_characters), from Unicode's own
@@ -75,9 +75,7 @@ def name_path(records: Iterable[dict], query: str) -> list[dict]:
     return [record for _, record in sorted(ranked, key=lambda item: item[0])][:LIMIT]
 
 
-def cosine_ranking(
-    records: Iterable[dict], query_vector, vector_of: Callable[[dict], np.ndarray]
-) -> list[tuple[float, dict]]:
+def cosine_ranking(records: Iterable[dict], query_vector, vector_of: Callable[[dict], np.ndarray]) -> list[tuple[float, dict]]:
     """Every record given (enabled or not) with its exact cosine distance to the query in float64,
     nearest first, ties by normalized names."""
     records = list(records)

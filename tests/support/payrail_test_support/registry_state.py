@@ -8,9 +8,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from payrail_embedder import search
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import Embedder
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import search
 
 # Everything db/ defines that a client or an operator relies on, as comparable text.
 CATALOG_FINGERPRINT = """
@@ -87,10 +87,7 @@ def rows(url: str) -> dict[str, list[str]]:
             " where c.relnamespace = 'payrail'::regnamespace and c.relkind in ('r', 'S') order by 1"
         ).fetchall()
         query = {"r": "select r::text from {} as r order by 1", "S": "select concat_ws(' ', last_value, is_called) from {}"}
-        return {
-            name: [row for row, in conn.execute(sql.SQL(query[kind]).format(sql.SQL(name)))]
-            for name, kind in relations
-        }
+        return {name: [row for (row,) in conn.execute(sql.SQL(query[kind]).format(sql.SQL(name)))] for name, kind in relations}
 
 
 def group_roles(url: str) -> list[dict]:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-from payrail_embedder.deploy import apply_schema
+from payrail_embedder.postgres.deploy import apply_schema
 
 TEMPLATE = "payrail_template"
 PGTAP_SHARE = Path("/usr/share/postgresql/15")
@@ -104,9 +104,7 @@ class TestServer:
         """A fresh copy of the template; returns its URL."""
         name = f"payrail_test_{os.getpid()}_{next(self._counter)}"
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE))
-            )
+            conn.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE)))
         return replace_database(self.admin_url, name)
 
     def drop_database(self, url: str) -> None:
@@ -189,16 +187,26 @@ class Cluster:
     def initdb(self) -> Cluster:
         """A new cluster: trust on the socket (as the embedded server), UTF-8, locale C.UTF-8."""
         self.run(
-            "initdb", "--no-sync", "--auth=trust", "--username=postgres", "--encoding=UTF8", "--locale=C.UTF-8",
+            "initdb",
+            "--no-sync",
+            "--auth=trust",
+            "--username=postgres",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
             f"--pgdata={self.pgdata}",
-        )  # fmt: skip
+        )
         return self
 
     def start(self) -> Cluster:
         self.run(
-            "pg_ctl", "start", "--wait", "--timeout=60", f"--pgdata={self.pgdata}", f"--log={self.pgdata / 'server.log'}",
+            "pg_ctl",
+            "start",
+            "--wait",
+            "--timeout=60",
+            f"--pgdata={self.pgdata}",
+            f"--log={self.pgdata / 'server.log'}",
             f"--options=-h '' -k {self.socket_dir}",
-        )  # fmt: skip
+        )
         return self
 
     def stop(self) -> None:

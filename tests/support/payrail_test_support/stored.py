@@ -9,8 +9,8 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from payrail_embedder.database import connect
 from payrail_embedder.embedders import record_text
+from payrail_embedder.postgres.connection import connect
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, fake_embedding
 
 
@@ -26,9 +26,7 @@ def insert_drafts(url: str, count: int) -> list[str]:
     names = [(f"Provider {n:04d}", f"Method {n:04d}", f"Purpose: generated record number {n} for sync.") for n in range(count)]
     with psycopg.connect(url) as conn:
         with conn.cursor() as cursor:
-            cursor.executemany(
-                "insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names
-            )
+            cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names)
     return [f"{p} / {m}" for p, m, _ in names]
 
 

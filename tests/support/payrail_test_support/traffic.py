@@ -80,8 +80,7 @@ class Traffic:
 
     @contextlib.contextmanager
     def running(self):
-        threads = [threading.Thread(target=self._loop, args=(self.agent, self.searches, self._search, seed))
-                   for seed in range(self.searchers)]
+        threads = [threading.Thread(target=self._loop, args=(self.agent, self.searches, self._search, seed)) for seed in range(self.searchers)]
         threads.append(threading.Thread(target=self._loop, args=(self.editor, self.edits, self._edit, self.searchers)))
         for thread in threads:
             thread.start()

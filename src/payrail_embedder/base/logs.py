@@ -1,0 +1,125 @@
+"""Operators' logs: one line per event on standard error, with a level and stable keys.
+
+    ts=2026-05-04T09:12:33.120Z level=info event=sign_in role=alice outcome=success
+
+logfmt by default; with `--log-format json` (PAYRAIL_LOG_FORMAT=json) one JSON object per line
+with the same keys. The package's processes (the CLI, hence the MCP server and the backoffice)
+install the handler once (configure); the lines of the libraries they run (uvicorn, the MCP SDK)
+go through it too, as event=log (or http_request) with the library's logger name and message.
+A program using the Python API gets the events on the logger "payrail_embedder" and may call
+configure itself, or route them as it likes: each record carries `event` and `fields`.
+
+No key holds a secret: callers pass role names, record ids, counts and causes, never a password,
+an API key, a session id or a CSRF token, and name a database by connection.display_url. As a
+second line of defence the handler scrubs every value (safe_text.scrub: the secrets it was given,
+configure(secrets=...), those the process was configured with, and whatever is shaped like one),
+in library messages and tracebacks too, before a value is cut to length or encoded. A value
+holding a control character (a role name, an upstream's error body) is quoted, the character
+escaped as JSON escapes it, so no value can break a line, forge one or reach a terminal raw.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable
+
+from .safe_text import JSON_ESCAPES, hide, scrub
+
+LOGGER = logging.getLogger("payrail_embedder")
+FORMATS = ("logfmt", "json")
+# An event's text fields are cut to this many characters: a user name typed at sign-in is the
+# client's to choose, and a log line stays a line.
+MAX_FIELD_CHARACTERS = 1000
+
+
+def log(event: str, level: int = logging.INFO, **fields: object) -> None:
+    """One event: its stable name and fields (None values are left out)."""
+    LOGGER.log(level, event, extra={"event": event, "fields": fields})
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+
+
+def _scrubbed(value: object) -> object:
+    """A value without secrets: numbers and booleans as they are, anything else as scrubbed text."""
+    return value if value is None or isinstance(value, (bool, int, float)) else scrub(str(value))
+
+
+def _bounded(value: object) -> object:
+    if isinstance(value, str) and len(value) > MAX_FIELD_CHARACTERS:
+        return f"{value[:MAX_FIELD_CHARACTERS]}... ({len(value) - MAX_FIELD_CHARACTERS} more characters)"
+    return value
+
+
+def _logfmt_value(value: object) -> str:
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    if text and text.isprintable() and not any(c in text for c in ' ="\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class LineFormatter(logging.Formatter):
+    """A record as one line of stable keys: ts, level, event, then the event's fields."""
+
+    def __init__(self, log_format: str = "logfmt", secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        if log_format not in FORMATS:
+            raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {log_format!r}")
+        self.log_format = log_format
+        hide(secrets)
+
+    def fields(self, record: logging.LogRecord) -> dict[str, object]:
+        """The line's keys and values, every value scrubbed (before an event's is cut to length,
+        so no part of a secret is left at the cut)."""
+        keys: dict[str, object] = {"ts": _timestamp(record), "level": record.levelname.lower()}
+        if hasattr(record, "event") and hasattr(record, "fields"):
+            keys["event"] = record.event
+            keys.update({key: _bounded(_scrubbed(value)) for key, value in record.fields.items()})
+        elif record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
+            client, method, path, _, status = map(_scrubbed, record.args)
+            keys.update(event="http_request", client=client, method=method, path=path, status=status)
+        else:
+            keys.update(event="log", logger=record.name, message=scrub(record.getMessage()))
+        if record.exc_info:
+            keys["traceback"] = scrub(self.formatException(record.exc_info))
+        return {key: value for key, value in keys.items() if value is not None}
+
+    def format(self, record: logging.LogRecord) -> str:
+        keys = self.fields(record)
+        if self.log_format == "json":
+            line = json.dumps(keys, ensure_ascii=False)
+        else:
+            line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in keys.items())
+        # The control characters JSON leaves raw (C1, DEL, U+2028, ...) only ever occur inside a
+        # quoted value (logfmt leaves a value bare only if it is printable), where JSON's escape
+        # reads back as the same character.
+        return line.translate(JSON_ESCAPES)
+
+
+class StandardError(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a line is written (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
+def configure(log_format: str = "logfmt", *, secrets: Iterable[str] = ()) -> None:
+    """Sends every log line of this process to standard error in log_format: the package's
+    events from INFO, other libraries' from WARNING (uvicorn's access lines where the backoffice
+    asks for them). Replaces the handler an earlier call installed, and no other."""
+    handler = StandardError()
+    handler.setFormatter(LineFormatter(log_format, secrets))
+    root = logging.getLogger()
+    for earlier in [h for h in root.handlers if isinstance(h, StandardError)]:
+        root.removeHandler(earlier)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    LOGGER.setLevel(logging.INFO)

@@ -1,0 +1,243 @@
+"""Retrieval quality: labelled queries run through the product's own search path, and their metrics.
+
+A labelled query (registry/labelled_queries.py) is a line of a file or a golden query of the
+registry. run_queries puts each through search as an agent's question
+and returns what came back for it (QueryResult: the rank of each relevant record, the records
+that came instead); evaluate scores them. Metrics, per query and then averaged (the definitions
+of the benchmark's SOURCE.md), with rel the relevant pairs and top_k the first k results:
+recall@k = |rel ∩ top_k| / |rel|; capped recall@3 = |rel ∩ top_3| / min(|rel|, 3);
+hit@k = 1 if rel ∩ top_k is not empty; MRR@3 = 1 / rank of the first relevant result, or 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+import psycopg
+
+from ..embedders import Embedder, EmbeddingUnavailable, record_text
+from ..postgres.connection import one_value
+from ..registry.embedding_model import embedder_for, registry_model
+from ..registry.labelled_queries import LabelledQuery, NormalizedNames, Pair, label_problem
+from ..registry.search import SearchError, SearchUnavailable, embed_queries, holding, search_provider_methods
+
+METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
+# How a query's relevant and returned records are compared: pairs normalized as the registry
+# compares names (eval), or record ids (golden_rankings).
+Compared = TypeVar("Compared", bound=Hashable)
+
+
+def query_metrics(relevant: Sequence[Compared], returned: Sequence[Compared]) -> dict[str, float]:
+    """The metrics of one query, from its relevant and returned records as compared."""
+    rel = set(relevant)
+    found = [pair in rel for pair in returned[:3]]
+    first = found.index(True) + 1 if any(found) else None
+    return {
+        "hit@1": float(any(found[:1])),
+        "hit@3": float(any(found)),
+        "recall@1": sum(found[:1]) / len(rel),
+        "recall@3": sum(found) / len(rel),
+        "capped_recall@3": sum(found) / min(len(rel), 3),
+        "mrr@3": 1.0 / first if first else 0.0,
+    }
+
+
+@dataclass(frozen=True)
+class RankedRecord:
+    """A record in one query's result: as a label names it or as search returned it."""
+
+    provider: str
+    method: str
+    # The record these names are (payrail.provider_methods.id); None when no record goes by them.
+    record_id: int | None
+    # Whether that record is enabled (search may return it); None when there is none.
+    enabled: bool | None
+    # Where search placed it: 1 to 3; None when it was not among the (at most) three it returned.
+    rank: int | None
+
+    def to_json(self) -> dict:
+        return {"provider": self.provider, "method": self.method, "recordId": self.record_id, "enabled": self.enabled, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """What search answered one labelled query, as an agent would have got it."""
+
+    labelled: LabelledQuery
+    # Each relevant record as labelled (a golden query's: as named now), with its rank.
+    relevant: tuple[RankedRecord, ...]
+    # The records search returned, in order (ranks 1 to 3): on a miss, the ones that came instead.
+    returned: tuple[RankedRecord, ...]
+    metrics: dict[str, float]
+
+    @property
+    def missed(self) -> bool:
+        """No relevant record among the three search returned."""
+        return not self.metrics["hit@3"]
+
+    def to_json(self) -> dict:
+        return {
+            **self.labelled.origin(),
+            "query": self.labelled.query,
+            "relevant": [record.to_json() for record in self.relevant],
+            "returned": [record.to_json() for record in self.returned],
+            "metrics": self.metrics,
+        }
+
+    def miss_json(self) -> dict:
+        """The miss as eval --json lists it: where it comes from, the query, the labels and what came instead."""
+        return {
+            **self.labelled.origin(),
+            "query": self.labelled.query,
+            "relevant": [[r.provider, r.method] for r in self.relevant],
+            "returned": [[r.provider, r.method] for r in self.returned],
+        }
+
+
+@dataclass
+class EvaluationReport:
+    queries: int
+    metrics: dict[str, float]
+    # Queries with no relevant pair in the top 3: where each comes from, query, relevant and returned pairs.
+    misses: list[dict] = field(default_factory=list)
+    # Labels that search can never return: {line or goldenQueryId, provider, method, problem}.
+    label_warnings: list[dict] = field(default_factory=list)
+    # Each query's result, in the queries' order (for paired comparisons and pages; not in the JSON).
+    results: list[QueryResult] = field(default_factory=list, repr=False)
+
+    @property
+    def per_query(self) -> list[dict[str, float]]:
+        """The metrics of each query, in the queries' order."""
+        return [result.metrics for result in self.results]
+
+    def below(self, floors: dict[str, float]) -> list[dict]:
+        """The floors (metric: lowest acceptable value) a metric fell below: [{"metric", "floor", "value"}]."""
+        return [{"metric": metric, "floor": floor, "value": self.metrics[metric]} for metric, floor in floors.items() if self.metrics[metric] < floor]
+
+    def to_json(self) -> dict:
+        return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses, "labelWarnings": self.label_warnings}
+
+
+def run_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[QueryResult]:
+    """Runs every query through search_provider_methods, as an agent's search would, and returns
+    what came back for each: the rank of each relevant record, the records returned.
+
+    The queries are embedded in one batch up front, with the registry's model (embedder_for; a
+    query the name path answers simply does not use its vector). Golden queries change no
+    answer: search reads none. conn should be in autocommit mode, as the search command's is.
+    Raises the search's own error (InvalidQuery, SearchUnavailable), naming the query's origin.
+    """
+    return results_of(conn, queries, _answers(conn, embedder_factory, queries))
+
+
+def evaluate(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    queries: Sequence[LabelledQuery],
+) -> EvaluationReport:
+    """run_queries' results as a report: the metrics averaged, the misses and the label warnings."""
+    return report_of(run_queries(conn, embedder_factory, queries))
+
+
+def _answers(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[list[Pair]]:
+    embedder = embedder_for(registry_model(conn), embedder_factory())
+    try:
+        vectors = embed_queries(embedder, [q.query for q in queries])
+    except EmbeddingUnavailable as error:
+        raise SearchUnavailable(f"embedding the queries failed: {error}", "embedding_service") from error
+    answers = []
+    for labelled, vector in zip(queries, vectors):
+        try:
+            matches = search_provider_methods(holding(conn), lambda: embedder, labelled.query, query_vector=vector)
+        except SearchError as error:
+            raise type(error)(f"{labelled.describe_origin()}: {error.detail}") from error
+        answers.append([(m["provider"], m["method"]) for m in matches])
+    return answers
+
+
+def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: Sequence[LabelledQuery]) -> EvaluationReport:
+    """What evaluate would report if candidate were the registry's model, without switching or
+    writing anything: every enabled record embedded by candidate in memory, the queries on the
+    semantic path ranked as the database ranks them (nearest_three), those on the name path
+    answered by the database, as search answers them whatever the model."""
+    cursor = conn.execute(
+        """
+        select provider, method, guidance, payrail._normalize_name(provider), payrail._normalize_name(method)
+        from payrail.provider_methods where enabled order by id
+        """
+    )
+    records = cursor.fetchall()
+    try:
+        vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, _, _ in records])
+        query_vectors = embed_queries(candidate, [q.query for q in queries])
+    except EmbeddingUnavailable as error:
+        raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}", "embedding_service") from error
+    semantic = [not one_value(conn.execute("select payrail.query_takes_name_path(%s)", (labelled.query,))) for labelled in queries]
+    nearest = iter(
+        nearest_three(
+            np.array(vectors) if vectors else np.empty((0, 0)),
+            [(p, m) for _, _, _, p, m in records],
+            np.array([v for v, on_semantic_path in zip(query_vectors, semantic) if on_semantic_path]),
+        )
+    )
+    answers = []
+    for labelled, on_semantic_path in zip(queries, semantic):
+        if on_semantic_path:
+            answers.append([records[i][:2] for i in next(nearest)])
+        else:
+            matches = search_provider_methods(holding(conn), lambda: candidate, labelled.query)
+            answers.append([(m["provider"], m["method"]) for m in matches])
+    return report_of(results_of(conn, queries, answers))
+
+
+def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.ndarray) -> list[list[int]]:
+    """The semantic path's order in NumPy, for each query the indexes of its 3 nearest records:
+    cosine distance, ties by keys (the normalized provider and method, as payrail._search breaks them)."""
+    if not len(record_vectors) or not len(query_vectors):
+        return [[] for _ in query_vectors]
+    units = record_vectors / np.linalg.norm(record_vectors, axis=1, keepdims=True)
+    rankings = []
+    for query in np.asarray(query_vectors, np.float64):
+        distance = 1.0 - units @ (query / np.linalg.norm(query))
+        # Everything within float noise of the 3rd distance is a candidate; the key order decides ties.
+        cut = np.partition(distance, min(2, len(distance) - 1))[min(2, len(distance) - 1)] + 1e-6
+        candidates = sorted((int(i) for i in np.flatnonzero(distance <= cut)), key=lambda i: (distance[i], keys[i]))
+        rankings.append(candidates[:3])
+    return rankings
+
+
+def results_of(conn: psycopg.Connection, queries: Sequence[LabelledQuery], answers: Sequence[Sequence[Pair]]) -> list[QueryResult]:
+    """Each query's answer as a QueryResult, names compared as the registry compares them."""
+    names = NormalizedNames(conn, [pair for pairs in [*(q.relevant for q in queries), *answers] for pair in pairs])
+
+    def ranked(pair: Pair, rank: int | None) -> RankedRecord:
+        record_id, enabled = names.record(*pair) or (None, None)
+        return RankedRecord(*pair, record_id, enabled, rank)
+
+    found = []
+    for labelled, returned in zip(queries, answers, strict=True):
+        rank_of = {names.pair(*pair): rank for rank, pair in reversed(list(enumerate(returned[:3], start=1)))}
+        found.append(
+            QueryResult(
+                labelled,
+                tuple(ranked(pair, rank_of.get(names.pair(*pair))) for pair in labelled.relevant),
+                tuple(ranked(pair, rank) for rank, pair in enumerate(returned[:3], start=1)),
+                query_metrics([names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned]),
+            )
+        )
+    return found
+
+
+def report_of(results: Sequence[QueryResult]) -> EvaluationReport:
+    """The metrics of the results averaged, their misses and their label warnings."""
+    metrics = {name: sum(result.metrics[name] for result in results) / len(results) for name in METRICS}
+    warnings = [
+        {**result.labelled.origin(), "provider": record.provider, "method": record.method, "problem": problem}
+        for result in results
+        for record in result.relevant
+        if (problem := label_problem(record.enabled)) is not None
+    ]
+    return EvaluationReport(len(results), metrics, [r.miss_json() for r in results if r.missed], warnings, list(results))

@@ -1,0 +1,105 @@
+"""The registry's retrieval quality as the backoffice's Quality page shows it: eval's figures for
+the registry's model, the misses, the enabled records no golden query finds, and the records the
+golden queries confuse. Computed from every golden query's top three (golden_rankings), which is
+what eval gets through search, so the figures are eval's.
+
+Definitions (docs/operators.md, "The Quality page"):
+- a miss: a golden query with none of its relevant records in its top three (eval's hit@3 = 0);
+- never found: an enabled record in no golden query's top three, so no golden query finds it
+  (those golden queries name come first: they should find it and do not);
+- confused: records a and b where a golden query labelled with a (an enabled record) and not
+  with b gets b above a (a lower in its top three, or not in it). Counted per pair, both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from ..embedders import Embedder
+from ..registry.embedding_model import EmbeddingModel, registry_model
+from .evaluation import METRICS
+from .golden_rankings import Ranked, Ranking, rank_golden_queries
+
+# The longest lists the page shows; it says how many more there are.
+SHOWN = 100
+
+# Every enabled record, with how many golden queries name it: the records no golden query finds
+# are those left when the found ones are taken out, in Python, where the found ids already are
+# (rather than sending thousands of them back to the server as an array).
+ENABLED_RECORDS = """
+select p.id, p.provider, p.method, coalesce(n.named, 0)
+from payrail.provider_methods as p
+left join (select r.record_id, pg_catalog.count(*) as named from payrail.golden_query_records as r group by r.record_id) as n
+  on n.record_id = p.id
+where p.enabled
+"""
+
+
+@dataclass(frozen=True)
+class NeverFound:
+    record: Ranked
+    # How many golden queries name it as a record they should find.
+    named_by: int
+
+
+@dataclass
+class Confusion:
+    """Two records golden queries confuse: each query labelled with one gets the other above it."""
+
+    first: Ranked
+    second: Ranked
+    # (the golden query's ranking, the record it should find, the record it got above it)
+    cases: list[tuple[Ranking, Ranked, Ranked]] = field(default_factory=list)
+
+
+@dataclass
+class QualityReport:
+    model: EmbeddingModel | None
+    rankings: list[Ranking]
+    # eval's metrics (evaluation.METRICS), averaged over the golden queries.
+    metrics: dict[str, float]
+    misses: list[Ranking]
+    never_found: list[NeverFound]
+    never_found_total: int
+    confusions: list[Confusion]
+    # Golden queries without a vector kept, embedded for this report.
+    embedded_now: int
+
+
+def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]) -> QualityReport:
+    rankings, embedded_now = rank_golden_queries(conn, embedder_factory)
+    metrics = {name: sum(r.metrics[name] for r in rankings) / len(rankings) for name in METRICS} if rankings else {}
+    found = {ranked.record_id for ranking in rankings for ranked in ranking.top}
+    never = [NeverFound(Ranked(*row[:3]), row[3]) for row in conn.execute(ENABLED_RECORDS) if row[0] not in found]
+    never.sort(key=lambda n: (-n.named_by, n.record.provider.casefold(), n.record.method.casefold(), n.record.record_id))
+    return QualityReport(
+        registry_model(conn),
+        rankings,
+        metrics,
+        [r for r in rankings if not r.metrics["hit@3"]],
+        never[:SHOWN],
+        len(never),
+        confusions(rankings),
+        embedded_now,
+    )
+
+
+def confusions(rankings: list[Ranking]) -> list[Confusion]:
+    """The pairs of records golden queries confuse, the most confused first."""
+    pairs: dict[frozenset[int], Confusion] = {}
+    for ranking in rankings:
+        relevant = {r.record_id for r in ranking.golden.relevant}
+        for expected in (r for r in ranking.golden.relevant if r.enabled):
+            rank = ranking.rank_of(expected.record_id)
+            for above in ranking.top[: (rank or len(ranking.top) + 1) - 1]:
+                if above.record_id in relevant:
+                    continue
+                wanted = Ranked(expected.record_id, expected.provider, expected.method)
+                key = frozenset((wanted.record_id, above.record_id))
+                first, second = sorted((wanted, above), key=lambda r: r.record_id)
+                confusion = pairs.setdefault(key, Confusion(first, second))
+                confusion.cases.append((ranking, wanted, above))
+    return sorted(pairs.values(), key=lambda c: (-len(c.cases), c.first.name, c.second.name))

@@ -1,0 +1,199 @@
+"""Catalog files: import JSON Lines through the write path, export every record in the same format."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..base.errors import CodedError, reason
+from ..embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, made_once
+from .embedding_model import RegistryModelMismatch
+from .records import Line, Refusal, json_text
+from .stored import record_of
+from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, save_changes
+
+
+@dataclass
+class ImportReport:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    # Every refused line, in file order, whichever rule refused it.
+    refused: list[Refusal] = field(default_factory=list)
+    saved: bool = False
+    # Lines no rule refused, left unsaved because another line was refused.
+    not_imported: int = 0
+
+    def summary(self) -> str:
+        """The report's last line, as `import` prints it."""
+        outcome = "saved" if self.saved else "nothing saved"
+        if self.not_imported:
+            outcome += f": {self.not_imported} valid line{'s were' if self.not_imported != 1 else ' was'} not imported either"
+        return f"{self.created} created, {self.updated} updated, {self.unchanged} unchanged, {len(self.refused)} refused: {outcome}"
+
+    def to_json(self) -> dict:
+        return {
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "refused": [{"source": r.source, "line": r.line, "reason": r.reason} for r in self.refused],
+            "saved": self.saved,
+            "notImported": self.not_imported,
+        }
+
+
+# Lines checked, embedded and saved together: memory holds one batch (its vectors: 12 MB at 1,536
+# dimensions) however long the file; one embedding request with OpenAI (its largest).
+IMPORT_BATCH = OPENAI_MAX_BATCH
+
+
+class ImportInterrupted(CodedError):
+    """The save pass stopped after some batches were committed; a rerun of the same import finishes it."""
+
+    code = "unavailable"
+
+    def __init__(self, report: ImportReport, cause: BaseException | str) -> None:
+        super().__init__(
+            f"{reason(cause)}; the import stopped after saving {report.created + report.updated + report.unchanged} lines "
+            f"({report.created} created, {report.updated} updated, {report.unchanged} unchanged): run the same import "
+            "again to save the rest (lines already saved come back unchanged)"
+        )
+        self.report = report
+
+
+def _batches(items: Iterable[Line | Refusal], size: int) -> Iterator[list[Line | Refusal]]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def import_records(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    items: Iterable[Line | Refusal] | Callable[[], Iterable[Line | Refusal]],
+    *,
+    skip_invalid: bool = False,
+    progress: Callable[[int], None] = lambda done: None,
+    batch_size: int = IMPORT_BATCH,
+) -> ImportReport:
+    """Upserts records by (provider, method) through the write path (write.save_changes).
+
+    Every line is checked against every rule before anything is embedded; one refused line
+    saves nothing unless skip_invalid, which saves the others. items: the lines, or a function
+    that reads them anew (read_lines of the files): then the lines are streamed twice, a batch at
+    a time, checked all, then embedded and saved, and memory holds one batch whatever the length
+    (plus 16 bytes a line, to find a record named twice). Each batch of the save is a transaction
+    of its own: a file of more than one batch that stops midway (the embedding service or the
+    database failed) raises ImportInterrupted, keeping the batches saved; rerunning it finishes.
+    conn must be in autocommit mode.
+    """
+    if callable(items):
+        read_items = items
+    else:
+        kept = items if isinstance(items, Sequence) else list(items)
+
+        def read_items():
+            return kept
+
+    embedder_factory = made_once(embedder_factory)  # one embedder (one model load) per import
+    report = ImportReport()
+    # Where each line is, for "same provider and method as source:line": (source number, line) packed in an int.
+    sources: list[str] = []
+    source_number: dict[str, int] = {}
+
+    def position(line: Line) -> int:
+        number = source_number.setdefault(line.source, len(source_number))
+        if number == len(sources):
+            sources.append(line.source)
+        return number << 32 | line.line
+
+    def refusal(item: Line | Refusal, outcome: Outcome | Refusal | None) -> Refusal | None:
+        """How the report names a refused line: the file format's refusal, or the write path's."""
+        if isinstance(outcome, Refused) and outcome.same_as is not None:
+            earlier = f"{sources[outcome.same_as >> 32]}:{outcome.same_as & 0xFFFFFFFF}"
+            return Refusal(item.source, item.line, f"same provider and method as {earlier}")
+        if isinstance(outcome, (Refused, Conflict)):
+            return Refusal(item.source, item.line, outcome.reason)
+        return outcome if isinstance(outcome, Refusal) else None
+
+    def outcomes_of(batch: list[Line | Refusal], run) -> Iterator[tuple[Line | Refusal, Outcome | Refusal | None]]:
+        """Each item of the batch with its outcome; run gets the changes and positions of its lines."""
+        lines = [item for item in batch if isinstance(item, Line)]
+        outcomes = iter(run([Change(line.record) for line in lines], [position(line) for line in lines]) if lines else [])
+        for item in batch:
+            yield item, item if isinstance(item, Refusal) else next(outcomes)
+
+    # The keys of the lines checked so far: a record named twice is refused across batches too.
+    seen: dict[bytes, int] = {}
+
+    def check(changes: list[Change], positions: list[int]) -> list[Refused | Conflict | None]:
+        return check_changes(conn, changes, seen=seen, positions=positions)
+
+    def save(changes: list[Change], positions: list[int]) -> list[Outcome | None]:
+        return save_changes(
+            conn,
+            embedder_factory,
+            changes,
+            all_or_nothing=not skip_invalid,
+            checked=not skip_invalid,
+            seen=seen,
+            positions=positions,
+            progress=progress,
+        )
+
+    if not skip_invalid:
+        # First pass: check every line; nothing is embedded or saved.
+        valid = 0
+        for batch in _batches(read_items(), batch_size):
+            for item, outcome in outcomes_of(batch, check):
+                if refused_line := refusal(item, outcome):
+                    report.refused.append(refused_line)
+                else:
+                    valid += 1
+        if report.refused:
+            report.not_imported = valid
+            return report
+        seen.clear()  # every line was checked; the save checks none again
+    # The save: each batch embedded, then saved in a transaction of its own (with skip_invalid,
+    # checked first, and its refused lines left out).
+    saved_a_batch = False
+    for batch in _batches(read_items(), batch_size):
+        try:
+            outcomes = list(outcomes_of(batch, save))
+        except (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, psycopg.Error) as error:
+            if saved_a_batch:
+                raise ImportInterrupted(report, error) from error
+            raise
+        refused = [r for item, outcome in outcomes if (r := refusal(item, outcome))]
+        for _, outcome in outcomes:
+            if isinstance(outcome, Saved):
+                report.created += outcome.outcome == "created"
+                report.updated += outcome.outcome == "updated"
+                report.unchanged += outcome.outcome == "unchanged"
+        report.refused += refused
+        if refused and not skip_invalid:
+            # Refused at the save though the check passed: another writer changed something meanwhile.
+            if saved_a_batch:
+                raise ImportInterrupted(report, "; ".join(str(r) for r in refused))
+            return report
+        saved_a_batch = True
+    report.saved = True
+    return report
+
+
+def export_records(conn: psycopg.Connection) -> Iterable[str]:
+    """Every record as a JSON line, in a stable order; `import` reads this back unchanged."""
+    cursor = conn.cursor(row_factory=dict_row)
+    cursor.execute(
+        """
+        select provider, method, urls, docs_url, guidance, enabled, mixed_scripts
+        from payrail.provider_methods
+        order by payrail._normalize_name(provider), payrail._normalize_name(method)
+        """
+    )
+    for row in cursor:
+        yield json_text(record_of(row).to_json())

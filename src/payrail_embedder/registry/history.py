@@ -1,0 +1,110 @@
+"""Earlier versions of a provider method (payrail.provider_method_history), who saved each, and
+restoring one through the write path, for operators (the CLI and the backoffice)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..embedders import Embedder
+from . import stored
+from .write import Change, Outcome, save_change
+
+UNKNOWN_AUTHOR = "unknown"
+
+
+def author(saved_by: str | None, older: Mapping | None) -> str:
+    """Who saved a version: as the registry recorded it (saved_by), else, for a version saved
+    before it did, who replaced the version before it (the older history entry of the same
+    record), else unknown."""
+    return saved_by or (older["changed_by"] if older is not None else None) or UNKNOWN_AUTHOR
+
+
+def _older_entries(versions: list[dict]) -> list[dict | None]:
+    """For each history row (newest first), the next older row of the same record, or None."""
+    return [next((o for o in versions[i + 1 :] if o["provider_method_id"] == v["provider_method_id"]), None) for i, v in enumerate(versions)]
+
+
+def provider_method_history(conn: psycopg.Connection, provider: str, method: str) -> dict:
+    """The record now named provider / method (None if there is none) and its earlier versions, newest first.
+
+    Versions of records once so named (renamed or deleted since) are included; see
+    payrail.get_provider_method_history.
+    """
+    cursor = conn.cursor(row_factory=dict_row)
+    current = cursor.execute(
+        f"""
+        select {stored.RECORD_COLUMNS} from {stored.RECORDS} as pm
+        where payrail._normalize_name(pm.provider) = payrail._normalize_name(%s)
+          and payrail._normalize_name(pm.method) = payrail._normalize_name(%s)
+        """,
+        (provider, method),
+    ).fetchone()
+    versions = cursor.execute("select * from payrail.get_provider_method_history(%s, %s)", (provider, method)).fetchall()
+    record = None
+    if current:
+        newest = next((v for v in versions if v["provider_method_id"] == current["id"]), None)
+        record = stored.as_json(current) | {"savedBy": author(current["saved_by"], newest)}
+    return {
+        "record": record,
+        "history": [
+            {
+                "historyId": v["id"],
+                "recordId": v["provider_method_id"],
+                "operation": v["operation"],
+                "changedAt": v["changed_at"].isoformat(),
+                "changedBy": v["changed_by"],
+                "changedBySessionUser": v["changed_by_session_user"],
+                "version": v["version"],
+                "savedAt": v["version_saved_at"].isoformat(),
+                "savedBy": author(v["version_saved_by"], older),
+                **stored.record_of(v).to_json(),
+            }
+            for v, older in zip(versions, _older_entries(versions))
+        ],
+    }
+
+
+def record_history(conn: psycopg.Connection, record_id: int) -> list[dict]:
+    """The earlier versions of one record (rows of payrail.provider_method_history), newest first."""
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            "select * from payrail.provider_method_history where provider_method_id = %s order by id desc",
+            (record_id,),
+        )
+        .fetchall()
+    )
+
+
+def history_entry(conn: psycopg.Connection, history_id: int) -> dict | None:
+    """One history row by its id, or None."""
+    return conn.cursor(row_factory=dict_row).execute("select * from payrail.provider_method_history where id = %s", (history_id,)).fetchone()
+
+
+def restore(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    history_id: int,
+    *,
+    as_draft: bool = False,
+    record_id: int | None = None,
+    expected_version: int | None = None,
+) -> tuple[dict, Outcome] | None:
+    """Brings back the public fields a history entry kept, through the write path: (the entry,
+    the save's outcome), or None when there is no such entry (of record_id, if given).
+
+    The record keeps its enabled state (a draft with as_draft), so other content restored into
+    an enabled record is embedded first; a deleted record comes back as a new draft.
+    expected_version: the version the caller showed (a Conflict if it moved); None: as it is now.
+    """
+    entry = history_entry(conn, history_id)
+    if entry is None or (record_id is not None and entry["provider_method_id"] != record_id):
+        return None
+    exists = stored.get(conn, entry["provider_method_id"]) is not None
+    record = replace(stored.record_of(entry), enabled=False if as_draft or not exists else None)
+    change = Change(record, entry["provider_method_id"], expected_version) if exists else Change(record, None, 0)
+    return entry, save_change(conn, embedder_factory, change)

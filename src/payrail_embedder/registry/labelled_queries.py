@@ -1,0 +1,197 @@
+"""Labelled queries: a question and the records it should find, as a line of eval's JSON Lines
+format (one reader for `eval FILE`, `golden import` and `model tune FILE`) or a golden query of
+the registry (golden.py), and the records their names name, as the registry compares names.
+
+A labelled query is {"query": "...", "relevant": [[provider, method], ...]}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from ..base.errors import CodedError
+from ..base.input_files import LineLimit, NumberedLine, UnreadableLine, open_input
+from .records import RECORD_LINE, json_text, refuse_duplicate_keys
+from .search import InvalidQuery, Query, check_query
+
+# A labelled query's fields; a file may carry others (the benchmark's "source"), which golden import refuses.
+LABELLED_FIELDS = ("query", "relevant")
+
+Pair = tuple[str, str]
+
+
+class EvaluationError(CodedError):
+    """The labelled file cannot be read."""
+
+    code = "invalid_input"
+
+
+@dataclass(frozen=True)
+class LabelledQuery:
+    # The file's line it was read from; None for a golden query of the registry.
+    line: int | None
+    query: Query
+    relevant: tuple[Pair, ...]
+    # The golden query's id (payrail.golden_queries.id); None for a file's.
+    golden_query_id: int | None = None
+
+    def origin(self) -> dict:
+        """Where it comes from, as JSON: {"line": N} for a file's query, {"goldenQueryId": ID} for the registry's."""
+        return {"line": self.line} if self.golden_query_id is None else {"goldenQueryId": self.golden_query_id}
+
+    def describe_origin(self) -> str:
+        return origin_text(self.origin())
+
+    def file_line(self) -> str:
+        """The query as a line of the file format, without its newline, as `golden export` writes it."""
+        return json_text({"query": self.query, "relevant": [list(pair) for pair in self.relevant]})
+
+
+def origin_text(item: dict) -> str:
+    """Where a query of a report (a miss, a label warning) comes from, for people: "line N" or "golden query ID"."""
+    return f"line {item['line']}" if "line" in item else f"golden query {item['goldenQueryId']}"
+
+
+# A labelled query's line may be as long as a catalog line (records.RECORD_LINE): a query of
+# 2,000 characters and a hundred or more relevant pairs written at their longest.
+LABELLED_QUERY_LINE = LineLimit(RECORD_LINE.bytes, "more than a labelled query line may take (docs/embeddings.md, Tuning the local model)")
+
+
+def read_labelled_queries(path: Path | str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
+    """The labelled queries of a file (any input open_input takes, "-" included), each with its
+    line (parse_labelled_lines)."""
+    with open_input(path, line_limit=LABELLED_QUERY_LINE) as opened:
+        return parse_labelled_lines(opened.lines(), opened.source, only_known_fields=only_known_fields)
+
+
+def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source: str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
+    """The one reader of labelled queries, for `eval FILE`, `golden import` and `model tune FILE`.
+
+    Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}; the first line
+    that is not is refused, naming source and line: EvaluationError (invalid_input), or
+    InvalidQuery (invalid_query) for a query search would refuse, before the database or the
+    embedder is asked. only_known_fields: refuse fields other than query and relevant (golden
+    import keeps those two alone, so nothing else a line says is dropped unseen); otherwise they
+    are ignored. None at all is refused too.
+    """
+    queries = []
+    for line in lines:
+        where = f"{source}:{line.number}"
+        if isinstance(line, UnreadableLine):
+            raise EvaluationError(f"{where}: {line.problem}")
+        try:
+            query, relevant = _labelled_fields(line.text, only_known_fields)
+        except (json.JSONDecodeError, ValueError, RecursionError) as error:
+            raise EvaluationError(f"{where}: {_problem(error)}") from None
+        try:
+            checked = check_query(query)  # invalid_query before the database or the embedder is asked
+        except InvalidQuery as error:
+            raise InvalidQuery(f"{where}: {error.detail}") from None
+        queries.append(LabelledQuery(line.number, checked, relevant))
+    if not queries:
+        raise EvaluationError(f"{source}: no labelled queries")
+    return queries
+
+
+def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pair, ...]]:
+    data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
+    if not isinstance(data, dict):
+        raise ValueError("a line must be a JSON object")
+    missing = [name for name in LABELLED_FIELDS if name not in data]
+    if missing:
+        raise ValueError(f"missing field {', '.join(missing)}")
+    unknown = sorted(set(data) - set(LABELLED_FIELDS))
+    if only_known_fields and unknown:
+        raise ValueError(
+            f"unknown field(s) {', '.join(unknown)}: a golden query is its query and relevant records alone; "
+            "keep those two, e.g. with jq -c '{query, relevant}'"
+        )
+    query, relevant = data["query"], data["relevant"]
+    if not isinstance(query, str):
+        raise ValueError("query must be a string")
+    if not (
+        isinstance(relevant, list)
+        and relevant
+        and all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, str) for n in pair) for pair in relevant)
+    ):
+        raise ValueError("relevant must be a non-empty array of [provider, method] pairs")
+    for name in (name for pair in relevant for name in pair):
+        if "\x00" in name or _has_lone_surrogate(name):
+            raise ValueError(f"relevant names {name!r}, which PostgreSQL text cannot hold (a NUL or a lone surrogate)")
+    return query, tuple((provider, method) for provider, method in relevant)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _problem(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"malformed JSON: {error.msg} at column {error.colno}"
+    if isinstance(error, RecursionError):
+        return "malformed JSON: nested too deeply"
+    return str(error)
+
+
+class NormalizedNames:
+    """(provider, method) pairs as the registry compares them (payrail._normalize_name, the key of
+    provider_methods_provider_method_key), each with the record it names, if any: one statement
+    for all of them, a lookup of the unique key's index for each."""
+
+    def __init__(self, conn: psycopg.Connection, pairs: Iterable[Pair]) -> None:
+        pairs = list(dict.fromkeys(pairs))
+        rows = conn.execute(
+            """
+            select payrail._normalize_name(u.provider), payrail._normalize_name(u.method), r.id, r.enabled
+            from unnest(%s::text[], %s::text[]) with ordinality as u(provider, method, i)
+            left join lateral (
+              select pm.id, pm.enabled from payrail.provider_methods as pm
+              where payrail._normalize_name(pm.provider) = payrail._normalize_name(u.provider)
+                and payrail._normalize_name(pm.method) = payrail._normalize_name(u.method)
+              offset 0
+            ) as r on true
+            order by u.i
+            """,
+            ([provider for provider, _ in pairs], [method for _, method in pairs]),
+        ).fetchall()
+        self._key = {pair: (provider, method) for pair, (provider, method, _, _) in zip(pairs, rows)}
+        self._record = {pair: (record_id, enabled) for pair, (_, _, record_id, enabled) in zip(pairs, rows) if record_id is not None}
+
+    def pair(self, provider: str, method: str) -> Pair:
+        """The comparison key of the pair."""
+        return self._key[(provider, method)]
+
+    def record(self, provider: str, method: str) -> tuple[int, bool] | None:
+        """(id, enabled) of the record the pair names, or None when the registry has none."""
+        return self._record.get((provider, method))
+
+    def enabled(self, provider: str, method: str) -> bool | None:
+        """Whether the record the pair names is enabled, or None when the registry has none."""
+        record = self.record(provider, method)
+        return record[1] if record is not None else None
+
+
+def label_problem(enabled: bool | None) -> str | None:
+    """Why search can never return a labelled record (whether it is enabled; None: there is none), or None."""
+    if enabled is None:
+        return "not in the registry"
+    return None if enabled else "a draft: search never returns it"
+
+
+def label_warnings(queries: Sequence[LabelledQuery], names: NormalizedNames) -> list[dict]:
+    """Labels naming a record the registry does not have, or has only as a draft: they count as misses."""
+    return [
+        {**labelled.origin(), "provider": provider, "method": method, "problem": problem}
+        for labelled in queries
+        for provider, method in labelled.relevant
+        if (problem := label_problem(names.enabled(provider, method))) is not None
+    ]
