@@ -69,6 +69,7 @@ COMMANDS = {
     "export PAYRAIL_DATABASE_URL=postgresql://db.internal/registry PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
     "payrail-embedder backoffice --public-url https://registry.example.com": HELP,
     'psql "$(payrail-embedder db url)"': RUN,
+    'export PAYRAIL_DATABASE_URL="$(payrail-embedder db url)"': RUN,
     'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json': RUN,
     'payrail-embedder preview --draft "Acme Maps / Geocode an address"': RUN,
     'payrail-embedder edit --yes "Acme Maps / Geocode an address"': RUN,
@@ -178,6 +179,15 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     assert len(json.loads(ok(env, 'payrail-embedder search "send an SMS to a customer" --json'))["matches"]) == 3
     piped = ok(env, 'echo "send an SMS to a customer" | payrail-embedder search - --json')
     assert json.loads(piped)["matches"][0]["provider"], piped
+
+    # docs/agents.md's psycopg block, as printed, after the export it says the embedded default needs.
+    psycopg_block = next(block for block in code_blocks(read(DOCS / "agents.md"), "python") if "import psycopg" in block)
+    export = 'export PAYRAIL_DATABASE_URL="$(payrail-embedder db url)"'
+    assert COMMANDS[export] == RUN and "PAYRAIL_DATABASE_URL" not in env
+    printed = shell({**env, "BLOCK": psycopg_block}, f'{export} && python -c "$BLOCK"')
+    assert printed.returncode == 0, printed.stderr
+    sms = json.loads(ok(env, 'payrail-embedder search "send an SMS to a customer" --json'))["matches"]
+    assert printed.stdout.splitlines() == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms], printed.stdout
 
     # The front page's SQL: an exact name needs no embedding.
     psql = 'psql "$(payrail-embedder db url)"'
