@@ -131,7 +131,9 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     ),
     (history.SavedRecord(Saved(7, 3, "updated", True), STORED, deleted_since=5), [7, 3, "updated", "Stripe", "Create refund"]),
     (
-        evaluation.Evaluation(evaluation.EvaluationReport(40, METRICS, [MISS]), "all-MiniLM-L6-v2", [], "other-model", evaluation.EvaluationReport(40, BETTER)),
+        evaluation.Evaluation(
+            evaluation.EvaluationReport(40, METRICS, [MISS]), "all-MiniLM-L6-v2", [], ("other-model", evaluation.EvaluationReport(40, BETTER))
+        ),
         [40, "other-model", "refund a card payment", 0.5, 0.75],
     ),
     (golden_rankings.Effect(None, True, golden_queries=17), [17]),

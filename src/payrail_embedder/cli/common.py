@@ -13,8 +13,10 @@ import psycopg
 from ..base import logs
 from ..base.errors import as_json, as_text
 from ..embedders import OPENAI_MAX_BATCH
+from ..model.switch import SwitchReport
 from ..postgres import connection
 from ..registry.search import Connections, SearchUnavailable
+from ..registry.sync import SyncReport
 from ..settings import Settings
 
 
@@ -43,6 +45,11 @@ def log_change(event: str, conn: psycopg.Connection, started: float, *, failed: 
         **fields,
         duration_ms=round((time.monotonic() - started) * 1000),
     )
+
+
+def embedding_run_fields(report: SyncReport | SwitchReport) -> dict:
+    """The log fields of a run that embeds batch by batch (sync, model switch): what it left pending, and why."""
+    return {"pending": len(report.pending), "golden_queries": report.golden_queries or None, "error": report.error}
 
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help='Print JSON; a failure prints {"error", "detail"}.')

@@ -77,13 +77,13 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
                 )
         report = evaluation.evaluate(conn, settings.embedder, queries)
         model = registry_model(conn)
-        # The candidate model's report.
+        # The candidate model's name and its report.
         compared = None
         if candidate_model:
             candidate = replace(settings, model=candidate_model).embedder()
-            compared = evaluation.evaluate_candidate(conn, candidate, queries)
+            compared = candidate_model, evaluation.evaluate_candidate(conn, candidate, queries)
     below = report.below(floors)
-    emit(evaluation.Evaluation(report, model.name if model else "no model", below, candidate_model, compared), as_json)
+    emit(evaluation.Evaluation(report, model.name if model else "no model", below, compared), as_json)
     for failed in below:
         click.echo(f"below the floor: {failed['metric']} {failed['value']:.3f} < {failed['floor']:.3f}", err=True)
     if below:

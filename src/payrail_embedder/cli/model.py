@@ -17,7 +17,7 @@ from ..base.reports import emit
 from ..embedders import tuned_models
 from ..model import switch, tuning
 from ..settings import Settings
-from .common import BATCH_SIZE_OPTION, JSON_OPTION, log_change
+from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change
 
 
 @click.group()
@@ -64,9 +64,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
             staged=report.staged,
             moved=report.moved,
             drafts_cleared=report.drafts_cleared,
-            pending=len(report.pending),
-            golden_queries=report.golden_queries or None,
-            error=report.error,
+            **embedding_run_fields(report),
         )
     emit(report, as_json)
     if report.error is not None:

@@ -22,7 +22,7 @@ from ..registry import sync as sync_module
 from ..registry.records import RECORD_LINE, parse_lines
 from ..registry.write import Conflict, Refused, Saved
 from ..settings import Settings
-from .common import BATCH_SIZE_OPTION, JSON_OPTION, NAME_ARGUMENT, Failure, log_change
+from .common import BATCH_SIZE_OPTION, JSON_OPTION, NAME_ARGUMENT, Failure, embedding_run_fields, log_change
 
 
 def count_lines(inputs: list[input_files.InputFile]) -> int:
@@ -136,9 +136,7 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             failed=bool(report.pending or report.error),
             embedded=report.embedded,
             changed_meanwhile=report.changed_meanwhile,
-            pending=len(report.pending),
-            golden_queries=report.golden_queries or None,
-            error=report.error,
+            **embedding_run_fields(report),
         )
     emit(report, as_json)
     if report.pending or report.error:

@@ -155,22 +155,24 @@ class Evaluation(Report):
     # The registry's model's name, or "no model".
     model: str
     below_floors: list[dict]
-    candidate_model: str | None = None
-    candidate: EvaluationReport | None = None
+    # The candidate model's name and its report.
+    compared: tuple[str, EvaluationReport] | None = None
 
     def to_json(self) -> dict:
         answer = {**self.report.to_json(), "belowFloors": self.below_floors}
-        if self.candidate is not None:
-            answer["compare"] = {"model": self.candidate_model, "metrics": self.candidate.metrics, "misses": self.candidate.misses}
+        if self.compared is not None:
+            name, candidate = self.compared
+            answer["compare"] = {"model": name, "metrics": candidate.metrics, "misses": candidate.misses}
         return answer
 
     def describe(self) -> list[str]:
         report, lines = self.report, [f"{self.report.queries} queries"]
-        if self.candidate is None:
+        if self.compared is None:
             lines += [f"{metric:<16} {value:.3f}" for metric, value in report.metrics.items()]
             return lines + report.misses_lines()
-        lines += side_by_side([f"{self.model} (registry)", str(self.candidate_model)], [report.metrics, self.candidate.metrics])
-        return lines + report.misses_lines(f" by {self.model}") + self.candidate.misses_lines(f" by {self.candidate_model}")
+        name, candidate = self.compared
+        lines += side_by_side([f"{self.model} (registry)", name], [report.metrics, candidate.metrics])
+        return lines + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
 
     def warnings(self) -> list[str]:
         return self.report.label_warning_lines()

@@ -124,7 +124,7 @@ class GoldenQueries(Report):
     done: str | None = None
 
     def to_json(self) -> dict:
-        if self.done == "added":
+        if self.done == "added":  # `golden add` answers with the one query it added
             return self.queries[0].to_json()
         return {"removed" if self.done else "goldenQueries": [query.to_json() for query in self.queries]}
 
