@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from payrail_embedder.base.errors import EXIT_STATUS
-from payrail_embedder.cli import read_query
+from payrail_embedder.cli.common import read_query
 from payrail_embedder.settings import SETTINGS, Settings
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import, run_cli, write_jsonl

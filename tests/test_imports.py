@@ -25,8 +25,10 @@ FACES = (
     "payrail_embedder.status",
     "payrail_embedder.backoffice",
 )
-# The command line starts every other face; the package's own __init__ is the Python API's door.
-STARTERS = {"payrail_embedder.__main__", "payrail_embedder.cli", "payrail_embedder"}
+# The command line (a package of modules) starts every other face; the package's own __init__ is
+# the Python API's door.
+COMMAND_LINE = "payrail_embedder.cli"
+STARTERS = {"payrail_embedder.__main__", "payrail_embedder"}
 # Each layer below the faces, bottom up, by the folder (or module) that holds it; postgres and the
 # embedders know nothing of each other.
 LAYERS = {
@@ -87,7 +89,7 @@ def test_the_graph_reads_the_imports():
     graph = import_graph()
     assert "payrail_embedder.registry.agent_path" in graph["payrail_embedder.api"]
     assert "payrail_embedder.embedders" in graph["payrail_embedder.registry.search"]  # names from a package's __init__
-    assert "payrail_embedder.backoffice.server" in graph["payrail_embedder.cli"]  # a function-level import
+    assert "payrail_embedder.backoffice.server" in graph["payrail_embedder.cli.serve"]  # a function-level import
     assert "payrail_embedder.embedders.tuned_models" in graph["payrail_embedder.embedders.local"]  # from . import
     assert "payrail_embedder.embedders.local" in graph["payrail_embedder.embedders"]  # an __init__'s own module
 
@@ -126,6 +128,6 @@ def test_only_a_face_itself_and_the_command_line_import_a_face():
         (module, target)
         for module, targets in import_graph().items()
         for target in targets
-        if face_of(target) and face_of(target) != face_of(module) and module not in STARTERS
+        if face_of(target) and face_of(target) != face_of(module) and module not in STARTERS and not within(module, COMMAND_LINE)
     }
     assert wrong == set()

@@ -305,7 +305,7 @@ def test_db_roles_on_a_new_server_makes_each_missing_role_once_while_another_ses
 
             wait_until(roles_waits, "db roles to wait for the other session's role", interval=0.01)
             other.commit()
-            assert report.result(timeout=60) == {
+            assert report.result(timeout=60).to_json() == {
                 "created": ["payrail_agent", "payrail_embedder"],
                 "existing": ["payrail_operator"],
             }

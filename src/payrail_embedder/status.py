@@ -2,17 +2,85 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
 from .base import paths
 from .base.errors import reason
+from .base.reports import Report
 from .postgres import connection, deploy, local_server
 from .registry import stored
 
 
-def status(database_url: str | None, data_dir: Path | None) -> dict:
+@dataclass(frozen=True)
+class Status(Report):
+    """`db status`'s report: its facts under the keys --json prints (status() says which)."""
+
+    facts: dict
+
+    @property
+    def error(self) -> str | None:
+        """Why the configured database could not be read, or None."""
+        return self.facts["error"]
+
+    def to_json(self) -> dict:
+        return self.facts
+
+    def describe(self) -> list[str]:
+        report = self.facts
+        lines = [f"payrail-agent-search {report['productVersion']}"]
+        embedded = report["embedded"]
+        if embedded is None:
+            lines.append(f"configured database: {report['url']}")
+        elif embedded["running"]:
+            lines.append(f"embedded PostgreSQL {local_server.EMBEDDED_POSTGRES_VERSION}: running (pid {embedded['pid']}), data in {embedded['dataDirectory']}")
+            lines.append(f"url: {report['url']}")
+        else:
+            lines.append(f"embedded PostgreSQL {local_server.EMBEDDED_POSTGRES_VERSION}: not running (data directory {embedded['dataDirectory']})")
+            if embedded["startProblem"]:
+                lines.append(f"it cannot start: {embedded['startProblem']}")
+            else:
+                lines.append(f"`{local_server.START_COMMAND}` starts it")
+        if report["error"]:
+            lines.append(f"cannot read the registry: {report['error']}")
+        server = report["server"]
+        if server is not None:
+            lines.append(f"PostgreSQL {server['postgresql']}, pgvector {server['pgvector'] or 'not installed'}")
+        version = report["schemaVersion"]
+        if version is not None:
+            by = f"payrail-agent-search {version['productVersion']}" if version["productVersion"] else "psql"
+            lines.append(
+                f"schema: applied {version['appliedAt']} by {version['appliedBy']} with {by}"
+                + (f" (db/ {version['dbDigest'][:12]})" if version["dbDigest"] else "")
+            )
+        if report["applyDue"] is not None:
+            due = report["applyDue"]
+            lines.append(f"db apply: due ({'; '.join(report['applyDueReasons'])})" if due else "db apply: not due, the registry is current")
+        writers = report["writableSearchPathSchemas"]
+        if writers == []:
+            lines.append("search path: no role but the owners can create objects in the registry's schemas")
+        for writer in writers or ():
+            lines.append(
+                f"search path: {writer['writer']} can create objects in schema {writer['schema']}, which the registry's "
+                f"functions search; db apply refuses until you run `{writer['fix']}`"
+            )
+        registry = report["registry"]
+        if registry is not None and not registry["schemaApplied"]:
+            lines.append("no registry in this database yet: run `payrail-embedder db apply`")
+        elif registry is not None:
+            model = registry["model"]
+            lines.append(f"model: {model['name']} ({model['dimensions']} dimensions)" if model else "model: none yet")
+            needing = registry["draftsNeedingEmbedding"]
+            without_vector = (
+                f"{needing} of them without a current vector" if needing is not None else "which of them lack a current vector is known after `db apply`"
+            )
+            lines.append(f"{registry['records']} records: {registry['enabled']} enabled, {registry['drafts']} drafts, {without_vector}")
+        return lines
+
+
+def status(database_url: str | None, data_dir: Path | None) -> Status:
     """Which database is configured (its connection string without secrets), whether the embedded
     one runs and where (and why it would not start), the product's, PostgreSQL's and pgvector's
     versions, the schema version the registry holds and whether `db apply` is due, who besides
@@ -46,7 +114,7 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
             "startProblem": None if running is not None else local_server.embedded_start_problem(pgdata),
         }
         if running is None:
-            return report
+            return Status(report)
         database_url = report["url"] = local_server.embedded_uri(running, local_server.EMBEDDED_DATABASE)
     try:
         with connection.connect(database_url, autocommit=True) as conn:
@@ -62,7 +130,7 @@ def status(database_url: str | None, data_dir: Path | None) -> dict:
             report["registry"] = stored.counts(conn)
     except psycopg.Error as error:
         report["error"] = reason(error)
-    return report
+    return Status(report)
 
 
 def search_path_writers(conn: psycopg.Connection) -> list[dict] | None:

@@ -26,6 +26,7 @@ bidirectional controls (which reorder what a terminal shows).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -115,3 +116,12 @@ def one_line(text: object) -> str:
     """What may leave the process of a text from elsewhere (an error's detail, a role name): one
     line without secrets or control characters, the surrounding white space trimmed."""
     return escape_controls(scrub(str(text).strip()))
+
+
+def json_text(value: object, *, indent: int | None = None) -> str:
+    """value as JSON, non-ASCII text as it is but for the control characters JSON leaves raw
+    (JSON_ESCAPES): what every catalog line, editor file and --json answer is written
+    as. Written as \\u escapes, they read back unchanged, yet U+0085, U+2028 and U+2029 end no
+    line for readers that end one there (Python's str.splitlines, editors, JavaScript before
+    ES2019), and C1 (U+009B is CSI) or DEL reach no terminal raw."""
+    return json.dumps(value, ensure_ascii=False, indent=indent).translate(JSON_ESCAPES)

@@ -18,10 +18,11 @@ from typing import TypeVar
 import numpy as np
 import psycopg
 
+from ..base.reports import Report
 from ..embedders import Embedder, EmbeddingUnavailable, record_text
 from ..postgres.connection import one_value
 from ..registry.embedding_model import embedder_for, registry_model
-from ..registry.labelled_queries import LabelledQuery, NormalizedNames, Pair, label_problem
+from ..registry.labelled_queries import LabelledQuery, NormalizedNames, Pair, label_problem, origin_text
 from ..registry.search import SearchError, SearchUnavailable, embed_queries, holding, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
@@ -119,6 +120,62 @@ class EvaluationReport:
 
     def to_json(self) -> dict:
         return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses, "labelWarnings": self.label_warnings}
+
+    def label_warning_lines(self) -> list[str]:
+        return [f"warning: {origin_text(warning)}: {warning['provider']} / {warning['method']} is {warning['problem']}" for warning in self.label_warnings]
+
+    def misses_lines(self, by: str = "") -> list[str]:
+        """The queries with no relevant method in the top 3, each with what came instead (by: whose)."""
+        lines = [f"{len(self.misses)} missed{by} (no relevant method in the top 3):"]
+        for miss in self.misses:
+            lines += [
+                f"{origin_text(miss)}: {miss['query']}",
+                "   relevant: " + "; ".join(f"{p} / {m}" for p, m in miss["relevant"]),
+                "   returned: " + ("; ".join(f"{p} / {m}" for p, m in miss["returned"]) or "-"),
+            ]
+        return lines
+
+
+def side_by_side(headers: list[str], metrics: list[dict[str, float]]) -> list[str]:
+    """The metrics of two models in two columns, and the change."""
+    width = max(len(h) for h in headers)
+    lines = [f"{'metric':<16} " + " ".join(h.rjust(width) for h in headers) + "  change"]
+    for name in METRICS:
+        values = [m[name] for m in metrics]
+        lines.append(f"{name:<16} " + " ".join(f"{v:{width}.3f}" for v in values) + f"  {values[-1] - values[0]:+.3f}")
+    return lines
+
+
+@dataclass
+class Evaluation(Report):
+    """`eval`'s answer: the report on the registry's model, the floors a metric fell below, and
+    a candidate model's report beside it (`--compare`)."""
+
+    report: EvaluationReport
+    # The registry's model's name, or "no model".
+    model: str
+    below_floors: list[dict]
+    # The candidate model's name and its report.
+    compared: tuple[str, EvaluationReport] | None = None
+
+    def to_json(self) -> dict:
+        answer = {**self.report.to_json(), "belowFloors": self.below_floors}
+        if self.compared is not None:
+            name, candidate = self.compared
+            answer["compare"] = {"model": name, "metrics": candidate.metrics, "misses": candidate.misses}
+        return answer
+
+    def describe(self) -> list[str]:
+        report, lines = self.report, [f"{self.report.queries} queries"]
+        if self.compared is None:
+            lines += [f"{metric:<16} {value:.3f}" for metric, value in report.metrics.items()]
+            return lines + report.misses_lines()
+        name, candidate = self.compared
+        lines += side_by_side([f"{self.model} (registry)", name], [report.metrics, candidate.metrics])
+        return lines + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
+
+    def warnings(self) -> list[str]:
+        return self.report.label_warning_lines()
 
 
 def run_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[QueryResult]:

@@ -33,12 +33,13 @@ from functools import cached_property
 import numpy as np
 import psycopg
 
+from ..base.reports import Report
+from ..base.safe_text import json_text
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..postgres.connection import naming_pgvector, one_row, one_value
 from ..registry import golden
 from ..registry.embedding_model import EmbeddingModel, registry_model
 from ..registry.golden import GoldenQuery
-from ..registry.records import json_text
 from ..registry.search import SearchUnavailable
 from ..registry.write import Conflict, Prepared, Refused, tentatively_saved
 from .evaluation import query_metrics
@@ -153,7 +154,7 @@ VERDICT_ORDER = {"worse": 0, "better": 1, "same": 2}
 
 
 @dataclass
-class Effect:
+class Effect(Report):
     """What an edit would change in the golden queries' top threes, before it is saved."""
 
     # The record as the save would leave it: its id (a new record's only in the tentative save), names, state.

@@ -13,15 +13,16 @@ from psycopg.rows import dict_row
 
 from ..base import errcodes
 from ..base.errors import reason
+from ..base.reports import Report
 from ..embedders import Embedder, EmbeddingUnavailable, checked_vectors
 from ..postgres import connection
 from ..registry import golden
 from ..registry.embedding_model import EmbeddingModel, registry_model
-from ..registry.sync import EMBEDDING_ORDER, PASSES, embed_in_batches, records_by_ids
+from ..registry.sync import EMBEDDING_ORDER, PASSES, embed_in_batches, pending_warnings, records_by_ids
 
 
 @dataclass
-class SwitchReport:
+class SwitchReport(Report):
     model: str
     previous: EmbeddingModel | None
     dimensions: int | None = None
@@ -55,6 +56,20 @@ class SwitchReport:
         if self.error is not None:
             report["error"] = self.error
         return report
+
+    def describe(self) -> list[str]:
+        if self.switched:
+            return [
+                f"switched to {self.model} ({self.dimensions} dimensions): {self.staged} embedded now, "
+                f"{self.moved} records moved, {self.drafts_cleared} drafts left without a vector"
+                + (f", {self.golden_queries} golden queries embedded" if self.golden_queries else "")
+            ]
+        if self.error is None:
+            return [f"the registry already uses {self.model} ({self.dimensions} dimensions)"]
+        return [f"not switched: the registry still uses {self.previous.name if self.previous else 'no model'}; rerun to resume"]
+
+    def warnings(self) -> list[str]:
+        return pending_warnings(self.pending, self.error) if not self.switched and self.error is not None else []
 
 
 # Whether record pm has no staged vector of its current content by %(model)s.
@@ -183,7 +198,42 @@ def _switch(conn: psycopg.Connection, model: EmbeddingModel) -> tuple[int, int]:
         return moved
 
 
-def describe(conn: psycopg.Connection) -> dict:
+@dataclass(frozen=True)
+class ModelInfo(Report):
+    """`model show`: the registry's model, how many records carry a vector from it, and what is staged for a switch."""
+
+    model: str | None
+    dimensions: int | None
+    set_at: str | None
+    records: int
+    enabled: int
+    embedded: int
+    # Records staged for a switch, by the model they are staged for.
+    staged: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model,
+            "dimensions": self.dimensions,
+            "setAt": self.set_at,
+            "records": self.records,
+            "enabled": self.enabled,
+            "embedded": self.embedded,
+            "staged": self.staged,
+        }
+
+    def describe(self) -> list[str]:
+        lines = [
+            "no embedding model yet: the first import or sync sets it"
+            if self.model is None
+            else f"{self.model} ({self.dimensions} dimensions), since {self.set_at}"
+        ]
+        lines.append(f"{self.records} records, {self.enabled} enabled, {self.embedded} with a vector")
+        lines += [f"staged for a switch to {name}: {count} records" for name, count in self.staged.items()]
+        return lines
+
+
+def model_info(conn: psycopg.Connection) -> ModelInfo:
     """The registry's model, how many records carry a vector from it, and what is staged for a switch."""
     cursor = conn.cursor(row_factory=dict_row)
     info = connection.one_row(
@@ -201,12 +251,5 @@ def describe(conn: psycopg.Connection) -> dict:
     staged: dict[str, int] = {}
     if connection.one_value(conn.execute("select has_table_privilege('payrail.embedding_staging', 'select')")):
         staged = dict(conn.execute("select model, count(*) from payrail.embedding_staging group by model order by model").fetchall())
-    return {
-        "model": info["model"],
-        "dimensions": info["dimensions"],
-        "setAt": info["set_at"].isoformat() if info["set_at"] else None,
-        "records": info["records"],
-        "enabled": info["enabled"],
-        "embedded": info["embedded"],
-        "staged": staged,
-    }
+    set_at = info["set_at"].isoformat() if info["set_at"] else None
+    return ModelInfo(info["model"], info["dimensions"], set_at, info["records"], info["enabled"], info["embedded"], staged)

@@ -47,6 +47,7 @@ from pathlib import Path
 import psycopg
 
 from ..base.errors import CodedError
+from ..base.reports import Report, duration
 from ..embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, record_text, tuned_models
 from ..embedders.local_model import load_sentence_transformer
 from ..embedders.openai import OPENAI_MODEL_DIMENSIONS
@@ -55,7 +56,7 @@ from ..registry import golden as golden_module
 from ..registry.embedding_model import registry_model, require_embedder_model
 from ..registry.labelled_queries import LabelledQuery, NormalizedNames, label_warnings, read_labelled_queries
 from ..registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, Query, check_query
-from .evaluation import EvaluationReport, evaluate, evaluate_candidate
+from .evaluation import EvaluationReport, evaluate, evaluate_candidate, side_by_side
 
 # The metric a tuned model must raise on validation to be kept: it counts a hit and how high it ranks.
 DECIDING_METRIC = "mrr@3"
@@ -343,6 +344,8 @@ class TuneData:
     usable: list[GoldenQuery]
     made: list[GoldenQuery]
     split: Split
+    # The GOLDEN.jsonl file tune was given, as given; None for the registry's golden queries.
+    path: Path | None = None
 
     @property
     def decides_on_golden(self) -> bool:
@@ -394,6 +397,23 @@ class TunePlan:
         """Both trainings, each model's export and its pass over the records: when the model is kept."""
         return (self.steps + self.final_steps) * self.seconds_per_step + 2 * (self.embedding_seconds + EXPORT_SECONDS)
 
+    def describe(self) -> list[str]:
+        """What tune is about to do and how long it expects it to take, for people (tune's JSON
+        report carries the same figures once it is done)."""
+        data, split = self.data, self.split
+        queries = f"{len(data.usable)} of {data.golden_queries} golden queries name enabled records"
+        made = f"{len(data.made)} queries made from the records' Purpose lines"
+        return [
+            f"tuning {self.tuned_from} on {data.source}: {queries}" + (f"; {made}" if data.made else ""),
+            f"split by provider{'' if data.decides_on_golden else ' (the record queries: no golden query to decide on)'}: "
+            f"{len(split.validation)} validation queries over {len(split.validation_providers)} of {split.providers} providers; "
+            f"{len(split.training)} training queries; {len(split.left_out)} naming both sides left out",
+            f"expected: about {duration(self.estimated_seconds)} if kept ({self.steps} training steps to decide ({self.pairs} pairs), then "
+            f"{self.final_steps} on every query ({self.final_pairs} pairs), at {self.seconds_per_step:.1f} s a step, timed on one batch "
+            f"on {self.threads} thread{'s' if self.threads > 1 else ''}; embedding {self.records} records for each model, "
+            f"{duration(self.embedding_seconds)}; each ONNX export, about {duration(EXPORT_SECONDS)})",
+        ]
+
 
 @dataclass
 class FinalModel:
@@ -416,7 +436,7 @@ class FinalModel:
 
 
 @dataclass
-class TuneReport:
+class TuneReport(Report):
     plan: TunePlan
     options: TuneOptions
     label_warnings: list[dict]
@@ -473,6 +493,67 @@ class TuneReport:
             "seconds": round(self.seconds, 1),
         }
 
+    def describe(self) -> list[str]:
+        """The deciding figures, then the kept model's, and what to do with it."""
+        data = self.plan.data
+        lines = [f"validation: {len(self.plan.split.validation)} {'' if data.decides_on_golden else 'record '}queries on providers the training never saw"]
+        lines += side_by_side([self.plan.tuned_from, "tuned"], [self.before.metrics, self.after.metrics])
+        change = mrr_change(self.before, self.after)
+        final = self.final  # the kept model's
+        if final is None:
+            return [*lines, f"not kept: {change} does not beat the registry's model {self.plan.tuned_from}; --force keeps it anyway"]
+        return [
+            *lines,
+            f"kept {self.model} in {self.path} (validation {change}{'' if self.better else ', kept by --force'}), in {duration(self.seconds)}",
+            f"it was then trained on all {final.before.queries} {'golden' if data.decides_on_golden else 'record'} queries "
+            f"({final.pairs} pairs): {mrr_change(final.before, final.after)} on them, optimistic as it trained on them; "
+            "the validation figures are the honest estimate",
+            f"see it side by side: payrail-embedder eval{f' {data.path}' if data.path else ''} --compare {self.model}",
+            f"make it the registry's model: payrail-embedder model switch {self.model}",
+        ]
+
+
+def mrr_change(before: EvaluationReport, after: EvaluationReport) -> str:
+    return f"MRR@3 {before.metrics[DECIDING_METRIC]:.3f} -> {after.metrics[DECIDING_METRIC]:.3f}"
+
+
+@dataclass(frozen=True)
+class InstalledModel(Report):
+    """`model install`: the tuned model installed, and where."""
+
+    path: Path
+
+    def to_json(self) -> dict:
+        return {"model": self.path.name, "path": str(self.path)}
+
+    def describe(self) -> list[str]:
+        return [f"installed {self.path.name} in {self.path}"]
+
+
+@dataclass(frozen=True)
+class TunedModels(Report):
+    """`model list`: the tuned models installed in directory (tuned_models.installed), with how each was tuned and what it measured."""
+
+    directory: Path
+    models: list[dict]
+
+    def to_json(self) -> dict:
+        return {"modelsDirectory": str(self.directory), "models": self.models}
+
+    def describe(self) -> list[str]:
+        lines = [] if self.models else [f"no tuned models in {self.directory}"]
+        for item in self.models:
+            tuning_report = item["tuning"] or {}
+            measured, final = tuning_report.get("validation"), (tuning_report.get("final") or {}).get("trainedOn")
+            scores = "".join(
+                f", {label} MRR@3 {figures['before'][DECIDING_METRIC]:.3f} -> {figures['after'][DECIDING_METRIC]:.3f}"
+                for label, figures in (("validation", measured), (f"on its {final and final['queries']} training queries (optimistic)", final))
+                if figures
+            )
+            origin = f" (tuned from {tuning_report['tunedFrom']} {tuning_report.get('created', '')}{scores})" if tuning_report else ""
+            lines.append(f"{item['name']}{origin}: {item['path']}")
+        return lines
+
 
 def tunable_model(conn: psycopg.Connection, embedder: Embedder, models_dir: Path) -> tuple[LocalEmbedder, Path]:
     """The registry's model's embedder and its sentence-transformers directory, or CannotTune saying why."""
@@ -512,7 +593,7 @@ def tune_data(conn: psycopg.Connection, golden_path: Path | None, options: TuneO
         raise CannotTune("invalid_input", nothing_to_tune_on(source, len(queries), options))
     made = record_queries(conn) if options.uses_record_pairs(len(queries)) else []
     split = split_by_provider(usable or made, options.validation_fraction, options.seed)
-    data = TuneData(source, len(queries), usable, made, split)
+    data = TuneData(source, len(queries), usable, made, split, golden_path)
     if not data.deciding_pairs() or not split.validation:
         what = (
             f"{len(usable)} of {len(queries)} queries name enabled records of this registry"

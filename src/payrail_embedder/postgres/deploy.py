@@ -33,6 +33,7 @@ import psycopg
 
 from ..base import errcodes
 from ..base.errors import CodedError
+from ..base.reports import Report
 from . import connection
 from .connection import display_url, one_row, one_value
 
@@ -226,7 +227,7 @@ class LockWatcher:
 
 
 @dataclass
-class ApplyResult:
+class ApplyResult(Report):
     database: str
     changed: bool
     # "shared": SHARE ROW EXCLUSIVE locks, which searches never wait for; "exclusive": ACCESS
@@ -255,9 +256,9 @@ class ApplyResult:
             "seconds": round(self.seconds, 3),
         }
 
-    def describe(self) -> str:
+    def describe(self) -> list[str]:
         if not self.changed:
-            return f"{self.database}: the registry is current, nothing applied ({self.seconds:.2f} s)"
+            return [f"{self.database}: the registry is current, nothing applied ({self.seconds:.2f} s)"]
         locks = "tables held exclusively for the change" if self.locks == "exclusive" else "searches never waited"
         details = [f"{self.files} files", locks]
         if self.upgrades:
@@ -266,7 +267,7 @@ class ApplyResult:
             details.append(f"{len(self.validated)} constraints validated")
         if self.checked_derived_rows:
             details.append(f"derived rows checked, {self.repaired_rows} repaired")
-        return f"applied db/ to {self.database}: changed ({'; '.join(details)}) in {self.seconds:.2f} s"
+        return [f"applied db/ to {self.database}: changed ({'; '.join(details)}) in {self.seconds:.2f} s"]
 
 
 class ApplyFailed(CodedError):
@@ -459,17 +460,29 @@ ROLES_FILE = Path("schema") / "005-roles.sql"
 ROLE_NOTICE = re.compile(r"created role (?P<created>\S+)|role (?P<existing>\S+) exists")
 
 
-def create_roles(database_url: str) -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class Roles(Report):
+    """`db roles`: the group roles it created, and those that existed already."""
+
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"created": self.created, "existing": self.existing}
+
+    def describe(self) -> list[str]:
+        return [f"created {role}" for role in self.created] + [f"{role} exists already" for role in self.existing]
+
+
+def create_roles(database_url: str) -> Roles:
     """Creates the registry's group roles where they are missing, as `db apply` does, and nothing
-    else: roles belong to the server, so a dump holds none, and a restore needs them first.
-    Returns {"created": [...], "existing": [...]}."""
-    report: dict[str, list[str]] = {"created": [], "existing": []}
+    else: roles belong to the server, so a dump holds none, and a restore needs them first."""
+    report = Roles()
 
     def record(notice: psycopg.errors.Diagnostic) -> None:
         said = ROLE_NOTICE.fullmatch(notice.message_primary or "")
         if said:
-            kind = "created" if said["created"] else "existing"
-            report[kind].append(said[kind])
+            (report.created if said["created"] else report.existing).append(said["created"] or said["existing"])
 
     with psycopg.connect(database_url, application_name="payrail-embedder") as conn:
         conn.add_notice_handler(record)

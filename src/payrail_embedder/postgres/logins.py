@@ -6,10 +6,13 @@ server's password_encryption asks for (SCRAM-SHA-256 by default), and the statem
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import psycopg
 from psycopg import sql
 
 from ..base.errors import CodedError
+from ..base.reports import Report
 
 # The grants the backoffice needs, and why: it saves the public fields and their vectors together.
 OPERATOR_GRANTS = {
@@ -35,6 +38,23 @@ def check_login(name: str, password: str) -> None:
         raise LoginRefused("the password is empty: the backoffice signs in only with a password PostgreSQL checks")
     if "\x00" in name + password:
         raise LoginRefused("a role name or password cannot contain the NUL character")
+
+
+@dataclass(frozen=True)
+class OperatorAdded(Report):
+    """`operator add`: the login, whether it was created (or its password and grants set), and its grants."""
+
+    login: str
+    created: bool
+
+    def to_json(self) -> dict:
+        return {"login": self.login, "created": self.created, "grants": list(OPERATOR_GRANTS)}
+
+    def describe(self) -> list[str]:
+        return [
+            f"{'created' if self.created else 'updated'} login {self.login} with payrail_operator and payrail_embedder: "
+            f"sign in to the backoffice as {self.login}"
+        ]
 
 
 def add_operator(conn: psycopg.Connection, name: str, password: str) -> bool:

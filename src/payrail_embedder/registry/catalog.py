@@ -10,15 +10,17 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..base.errors import CodedError, reason
+from ..base.reports import Report
+from ..base.safe_text import json_text
 from ..embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, made_once
 from .embedding_model import RegistryModelMismatch
-from .records import Line, Refusal, json_text
+from .records import Line, Refusal
 from .stored import record_of
 from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, save_changes
 
 
 @dataclass
-class ImportReport:
+class ImportReport(Report):
     created: int = 0
     updated: int = 0
     unchanged: int = 0
@@ -44,6 +46,12 @@ class ImportReport:
             "saved": self.saved,
             "notImported": self.not_imported,
         }
+
+    def describe(self) -> list[str]:
+        return [self.summary()]
+
+    def warnings(self) -> list[str]:
+        return [f"refused {refusal}" for refusal in self.refused]
 
 
 # Lines checked, embedded and saved together: memory holds one batch (its vectors: 12 MB at 1,536

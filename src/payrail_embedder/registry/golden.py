@@ -8,7 +8,7 @@ database holds every rule (db/functions/160-golden_queries.sql) and says what it
 The file format is eval's (labelled_queries.parse_labelled_lines reads it): one JSON object a line,
 {"query": "...", "relevant": [[provider, method], ...]}. `golden export` writes each golden query
 in the order they were added, its keys in that order, its records in the order they were given,
-each by the names it has now, as records.json_text writes JSON (non-ASCII characters as they are,
+each by the names it has now, as safe_text.json_text writes JSON (non-ASCII characters as they are,
 U+0085, U+2028 and U+2029 escaped), each line ended by "\\n". So an export imported into a
 registry holding the same records exports the same bytes again.
 """
@@ -23,12 +23,14 @@ import numpy as np
 import psycopg
 
 from ..base.errors import CodedError, database_reason
+from ..base.reports import Report
+from ..base.safe_text import json_text
 from ..embedders import Embedder, batched, checked_vectors
 from ..postgres.connection import naming_pgvector, one_row, one_value
 from . import stored
 from .embedding_model import EmbeddingModel, embedder_for, refuse_another_model, refuse_other_dimensions, registry_model, require_embedder_model
 from .labelled_queries import LabelledQuery, NormalizedNames
-from .records import Refusal, json_text
+from .records import Refusal
 from .search import Query, check_query, embed_queries
 
 # db/schema/080-golden_queries.sql: golden_query_records_ordinal_check.
@@ -104,6 +106,35 @@ class GoldenQuery:
             "addedAt": self.added_at.isoformat(),
         }
 
+    def describe(self, verb: str = "golden query") -> list[str]:
+        return [
+            f"{verb} {self.golden_query_id}: {self.query}",
+            "   relevant: " + "; ".join(f"{r.provider} / {r.method}" + ("" if r.enabled else " (draft)") for r in self.relevant),
+            f"   added {self.added_at.isoformat()} by {self.added_by}",
+        ]
+
+
+@dataclass(frozen=True)
+class GoldenQueries(Report):
+    """Golden queries as a command answers with them: `golden list` (listed, counted), `golden
+    add` (one added) or `golden remove` (those removed)."""
+
+    queries: list[GoldenQuery]
+    # What the command did to them: None (listed), "added" or "removed".
+    done: str | None = None
+
+    def to_json(self) -> dict:
+        if self.done == "added":  # `golden add` answers with the one query it added
+            return self.queries[0].to_json()
+        return {"removed" if self.done else "goldenQueries": [query.to_json() for query in self.queries]}
+
+    def describe(self) -> list[str]:
+        verb = f"{self.done} golden query" if self.done else "golden query"
+        lines = [line for query in self.queries for line in query.describe(verb)]
+        if self.done is None:
+            lines.append(f"{len(self.queries)} golden quer{'y' if len(self.queries) == 1 else 'ies'}")
+        return lines
+
 
 def golden_queries(conn: psycopg.Connection, *, record_id: int | None = None) -> list[GoldenQuery]:
     """Every golden query in the order they were added, or those naming the record record_id."""
@@ -174,7 +205,7 @@ def remove_golden_queries(conn: psycopg.Connection, queries: Sequence[str]) -> l
 
 
 @dataclass
-class ImportReport:
+class ImportReport(Report):
     added: int = 0
     # Lines whose query the registry holds already, with the same records.
     unchanged: int = 0
@@ -194,6 +225,12 @@ class ImportReport:
         if not self.saved:
             return f"nothing imported: {len(self.refused)} line{'' if len(self.refused) == 1 else 's'} refused"
         return f"{self.added} golden quer{'y' if self.added == 1 else 'ies'} added, {self.unchanged} unchanged"
+
+    def describe(self) -> list[str]:
+        return [self.summary()]
+
+    def warnings(self) -> list[str]:
+        return [f"refused {refusal}" for refusal in self.refused]
 
 
 def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery], source: str) -> ImportReport:

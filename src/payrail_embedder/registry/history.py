@@ -4,14 +4,16 @@ restoring one through the write path, for operators (the CLI and the backoffice)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg.rows import dict_row
 
+from ..base.reports import Report
+from ..base.safe_text import escape_controls
 from ..embedders import Embedder
 from . import stored
-from .write import Change, Outcome, save_change
+from .write import Change, Outcome, Saved, save_change
 
 UNKNOWN_AUTHOR = "unknown"
 
@@ -28,7 +30,83 @@ def _older_entries(versions: list[dict]) -> list[dict | None]:
     return [next((o for o in versions[i + 1 :] if o["provider_method_id"] == v["provider_method_id"]), None) for i, v in enumerate(versions)]
 
 
-def provider_method_history(conn: psycopg.Connection, provider: str, method: str) -> dict:
+@dataclass(frozen=True)
+class ListedRecords(Report):
+    """`list`: records by provider and method, each with its state, version, and when and by whom saved."""
+
+    records: list[dict]
+
+    def to_json(self) -> dict:
+        return {"records": self.records}
+
+    def describe(self) -> list[str]:
+        lines = [
+            f"{record['provider']} / {record['method']}  ({record['state']}, version {record['version']}, "
+            f"saved {record['savedAt']} by {escape_controls(record['savedBy'])})"
+            for record in self.records
+        ]
+        return [*lines, f"{len(self.records)} record{'' if len(self.records) == 1 else 's'}"]
+
+
+def listed_records(conn: psycopg.Connection, text: str, state: str | None) -> ListedRecords:
+    """The records list's first page (stored.list_records: its filters), as `list` shows it."""
+    return ListedRecords(
+        [
+            {
+                "recordId": row["id"],
+                "provider": row["provider"],
+                "method": row["method"],
+                "state": row["state"],
+                "version": row["version"],
+                "savedAt": row["updated_at"].isoformat(),
+                "savedBy": author(row["saved_by"], None),
+            }
+            for row in stored.list_records(conn, text, state).rows
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class RecordHistory(Report):
+    """`history`: the record now named provider / method, or None, and the earlier versions of
+    every record so named, newest first (each a dict of the JSON's names)."""
+
+    provider: str
+    method: str
+    record: dict | None
+    versions: list[dict]
+
+    def to_json(self) -> dict:
+        return {"record": self.record, "history": self.versions}
+
+    def describe(self) -> list[str]:
+        record = self.record
+        if record is None:
+            lines = [f"{self.provider} / {self.method}: no such record now (deleted or renamed)"]
+        else:
+            state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
+            lines = [
+                f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
+                f"{state}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
+            ]
+        for version in self.versions:
+            # Role names are the database's to allow: any character but NUL.
+            saved_by, changed_by, session_user = (escape_controls(version[key]) for key in ("savedBy", "changedBy", "changedBySessionUser"))
+            lines += [
+                f"\nhistory {version['historyId']}: version {version['version']} of record {version['recordId']}, saved "
+                f"{version['savedAt']} by {saved_by}; {version['operation']}d {version['changedAt']} by "
+                f"{changed_by} (session {session_user})",
+                f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})",
+                f"  docs: {version['docsUrl'] or '-'}",
+                *(f"  url:  {url}" for url in version["urls"]),
+                *(f"  {line}" for line in version["guidance"].split("\n")),
+            ]
+        if self.versions:
+            lines.append("\nrestore one with: payrail-embedder restore HISTORY_ID   (--as-draft: as a draft)")
+        return lines
+
+
+def provider_method_history(conn: psycopg.Connection, provider: str, method: str) -> RecordHistory:
     """The record now named provider / method (None if there is none) and its earlier versions, newest first.
 
     Versions of records once so named (renamed or deleted since) are included; see
@@ -48,9 +126,11 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
     if current:
         newest = next((v for v in versions if v["provider_method_id"] == current["id"]), None)
         record = stored.as_json(current) | {"savedBy": author(current["saved_by"], newest)}
-    return {
-        "record": record,
-        "history": [
+    return RecordHistory(
+        provider,
+        method,
+        record,
+        [
             {
                 "historyId": v["id"],
                 "recordId": v["provider_method_id"],
@@ -65,7 +145,7 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
             }
             for v, older in zip(versions, _older_entries(versions))
         ],
-    }
+    )
 
 
 def record_history(conn: psycopg.Connection, record_id: int) -> list[dict]:
@@ -108,3 +188,27 @@ def restore(
     record = replace(stored.record_of(entry), enabled=False if as_draft or not exists else None)
     change = Change(record, entry["provider_method_id"], expected_version) if exists else Change(record, None, 0)
     return entry, save_change(conn, embedder_factory, change)
+
+
+@dataclass(frozen=True)
+class SavedRecord(Report):
+    """What a save through the write path did to one record (edit, restore), and the record as it is stored now."""
+
+    saved: Saved
+    # stored.get's row of the record.
+    record: dict
+    # The record a restore meant to bring back, deleted since: the save made a new one.
+    deleted_since: int | None = None
+
+    def to_json(self) -> dict:
+        return {"outcome": self.saved.outcome, "embeddedNow": self.saved.embedded, **stored.as_json(self.record)}
+
+    def describe(self) -> list[str]:
+        saved, record = self.saved, self.record
+        lines = [] if self.deleted_since is None else [f"record {self.deleted_since} was deleted since: restored as a new record, a draft until enabled"]
+        vector = "embedded now" if saved.embedded else ("vector kept" if record["embedded"] else "no vector")
+        lines.append(
+            f'{saved.outcome} "{record["provider"]} / {record["method"]}": record {saved.record_id}, '
+            f"version {saved.version}, {'enabled' if record['enabled'] else 'draft'}, {vector}"
+        )
+        return lines

@@ -16,7 +16,8 @@ import psycopg
 
 from ..base.errors import CodedError
 from ..base.input_files import LineLimit, NumberedLine, UnreadableLine, open_input
-from .records import RECORD_LINE, json_text, refuse_duplicate_keys
+from ..base.safe_text import json_text
+from .records import RECORD_LINE, refuse_duplicate_keys
 from .search import InvalidQuery, Query, check_query
 
 # A labelled query's fields; a file may carry others (the benchmark's "source"), which golden import refuses.

@@ -12,7 +12,6 @@ from typing import BinaryIO
 import idna
 
 from ..base.input_files import LineLimit, NumberedLine, UnreadableLine, json_lines, open_input
-from ..base.safe_text import JSON_ESCAPES
 
 FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled", "mixedScripts")
 REQUIRED = ("provider", "method", "guidance")
@@ -48,15 +47,6 @@ FIELD_LABELS = {
 # so a valid name may be typed longer than 120 characters; the bound leaves it 1,440 bytes.
 RECORD_CHARACTERS = 2 * 120 + 10 * 2_048 + 2_048 + 8_000
 RECORD_LINE = LineLimit(12 * RECORD_CHARACTERS + 4_096, "more than any record can take (docs/operators.md, Catalog files)")
-
-
-def json_text(value: object, *, indent: int | None = None) -> str:
-    """value as JSON, non-ASCII text as it is but for the control characters JSON leaves raw
-    (safe_text.JSON_ESCAPES): what every catalog line, editor file and --json answer is written
-    as. Written as \\u escapes, they read back unchanged, yet U+0085, U+2028 and U+2029 end no
-    line for readers that end one there (Python's str.splitlines, editors, JavaScript before
-    ES2019), and C1 (U+009B is CSI) or DEL reach no terminal raw."""
-    return json.dumps(value, ensure_ascii=False, indent=indent).translate(JSON_ESCAPES)
 
 
 def lines_of(text: str) -> list[str]:

@@ -12,6 +12,7 @@ import psycopg
 
 from ..base import errcodes
 from ..base.errors import CodedError, database_reason
+from ..base.reports import Report
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..postgres.connection import SelfPinned
 from .embedding_model import (
@@ -88,6 +89,15 @@ class Match(dict):
         """The match as the contract's JSON: what --json prints and the MCP tool returns."""
         return {"provider": self["provider"], "method": self["method"], "urls": list(self["urls"]), "docsUrl": self["docsUrl"], "guidance": self["guidance"]}
 
+    def describe(self, number: int) -> list[str]:
+        """The match for people, as the number-th of an answer."""
+        return [
+            f"{number}. {self['provider']} / {self['method']}",
+            f"   docs: {self['docsUrl'] or '-'}",
+            *(f"   url:  {url}" for url in self["urls"]),
+            *(f"   {line}" for line in self["guidance"].split("\n")),
+        ]
+
     def __getattr__(self, name: str):
         try:
             return self[name]
@@ -118,6 +128,21 @@ ERROR_OF_SQLSTATE: dict[str | None, type[SearchError]] = {
     errcodes.OBJECT_NOT_IN_PREREQUISITE_STATE: DraftNotEmbedded,
     errcodes.NO_DATA_FOUND: UnknownDraft,
 }
+
+
+@dataclass(frozen=True)
+class Matches(Report):
+    """An answer of search (or preview): at most three matches, best first."""
+
+    matches: list[Match]
+
+    def to_json(self) -> dict:
+        return {"matches": [match.to_json() for match in self.matches]}
+
+    def describe(self) -> list[str]:
+        if not self.matches:
+            return ["no enabled provider method matches"]
+        return [line for number, match in enumerate(self.matches, start=1) for line in match.describe(number)]
 
 
 def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray]:

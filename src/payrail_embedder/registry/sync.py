@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ..base.errors import reason
+from ..base.reports import Report
 from ..embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
 from ..postgres import connection
 from . import golden
@@ -164,7 +165,7 @@ def records_to_sync(conn: psycopg.Connection, ids: Sequence[int] | None = None) 
 
 
 @dataclass
-class SyncReport:
+class SyncReport(Report):
     embedded: int
     changed_meanwhile: int
     pending: list[str]
@@ -179,6 +180,31 @@ class SyncReport:
         if self.error is not None:
             report["error"] = self.error
         return report
+
+    def describe(self) -> list[str]:
+        golden_queries = f", {self.golden_queries} golden quer{'y' if self.golden_queries == 1 else 'ies'} embedded" if self.golden_queries else ""
+        return [f"{self.embedded} embedded, {self.changed_meanwhile} changed meanwhile, {len(self.pending)} pending{golden_queries}"]
+
+    def warnings(self) -> list[str]:
+        return pending_warnings(self.pending, self.error)
+
+
+def pending_warnings(pending: list[str], error: str | None) -> list[str]:
+    """The records an interrupted run left without a vector, and why."""
+    return [f"pending: {name}" for name in pending] + ([f"Error: {error}"] if error else [])
+
+
+@dataclass(frozen=True)
+class WouldSync(Report):
+    """sync --dry-run: the records sync would embed, in its order."""
+
+    names: list[str]
+
+    def to_json(self) -> dict:
+        return {"wouldEmbed": self.names}
+
+    def describe(self) -> list[str]:
+        return [*self.names, f"{len(self.names)} records would be embedded"]
 
 
 def sync(
