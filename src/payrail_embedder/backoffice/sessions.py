@@ -148,12 +148,11 @@ class Sessions:
                 self._signing_in -= 1
             raise
         token = secrets.token_urlsafe(32)
+        sealed, browser, started_at = _seal(token, password), browser_of(user_agent), datetime.now(UTC)
         with self._lock:
             self._signing_in -= 1
             now = self._clock()
-            session = Session(
-                _session_id(token), role, conn, secrets.token_urlsafe(32), _seal(token, password), now, now, now, browser_of(user_agent), datetime.now(UTC)
-            )
+            session = Session(_session_id(token), role, conn, secrets.token_urlsafe(32), sealed, now, now, now, browser, started_at)
             # Counted once the password was right: nobody learns anything of a role they cannot sign in as.
             held_by_role = [s for s in self._sessions.values() if s.role == role and s is not replacing]
             gives_way = self._idlest(held_by_role, now) if len(held_by_role) >= limits.max_per_role else None
