@@ -34,7 +34,7 @@ from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
 from .sign_in import DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
-from .views import differing, form_digest, lines, record_from_form, record_name, saved_message
+from .views import differing, form_digest, last_seen, lines, record_from_form, record_name, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
 
@@ -60,7 +60,8 @@ async def home(request: Request) -> Response:
 def _sign_in_form(request: Request, status_code: int = 200, username: str = "", problem: str | None = None) -> Response:
     token = sign_in_token(request)
     notices = {
-        "ended": "Your session has ended (signed out elsewhere, idle or open for too long, or the backoffice restarted): sign in again.",
+        "ended": "Your session has ended (signed out elsewhere or from another browser's Sessions page, idle or open for too "
+        "long, given way to a new sign-in of your role after it sat idle, or the backoffice restarted): sign in again.",
         "lost": "Your session has ended: PostgreSQL no longer accepts the password it was opened with (changed, or the "
         "role dropped, its grant revoked or its login taken away). Sign in again.",
         "signed_out": "You are signed out; your connection to the database is closed.",
@@ -107,7 +108,7 @@ async def sign_in(request: Request) -> Response:
     try:
         # Signing in again in the same browser ends the session it had (and closes its connection).
         earlier = await run_in_threadpool(sessions.get, request.cookies.get(SESSION_COOKIE))
-        session, token = await run_in_threadpool(sessions.sign_in, username, password, earlier)
+        session, token = await run_in_threadpool(sessions.sign_in, username, password, earlier, request.headers.get("user-agent", ""))
     except SignInRefused as refused:
         failed = refused.failed
         logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=refused.reason)
@@ -127,6 +128,31 @@ async def sign_out(request: Request, session: Session, form: FormData) -> Respon
     response = redirect("/sign-in?signed_out=1")
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
+
+
+@signed_in
+async def sessions_page(request: Request, session: Session) -> Response:
+    sessions: Sessions = request.app.state.sessions
+    listed = [(held, last_seen(idle)) for held, idle in sessions.of_role(session.role)]
+    return render(request, "sessions.html", listed=listed, limits=sessions.limits)
+
+
+@signed_in_form
+async def end_session(request: Request, session: Session, form: FormData) -> Response:
+    ended = await run_in_threadpool(request.app.state.sessions.end_others, session, str(form.get("session", "")))
+    if ended:
+        session.messages.append(("info", "Signed out that session: its browser is sent to sign in at its next request."))
+    else:
+        session.messages.append(("error", "Nothing was signed out: that session has ended already, or it is not another session of yours."))
+    return redirect("/sessions")
+
+
+@signed_in_form
+async def end_other_sessions(request: Request, session: Session, form: FormData) -> Response:
+    ended = await run_in_threadpool(request.app.state.sessions.end_others, session)
+    text = f"Signed out {ended} other session{'s' if ended != 1 else ''}: this one stays." if ended else "There was no other session to sign out."
+    session.messages.append(("info", text))
+    return redirect("/sessions")
 
 
 @signed_in
@@ -475,6 +501,9 @@ def create_app(
         Route("/sign-in", sign_in_page, methods=["GET"]),
         Route("/sign-in", sign_in, methods=["POST"]),
         Route("/sign-out", sign_out, methods=["POST"]),
+        Route("/sessions", sessions_page, methods=["GET"]),
+        Route("/sessions/end", end_session, methods=["POST"]),
+        Route("/sessions/end-others", end_other_sessions, methods=["POST"]),
         Route("/records", records),
         Route("/records/new", new_record, methods=["GET"]),
         Route("/records/new", create_record, methods=["POST"]),

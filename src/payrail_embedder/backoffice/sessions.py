@@ -15,17 +15,22 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import psycopg
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..base import logs
+from ..base.safe_text import one_line
 from .sign_in import DatabaseUnreachable, SessionsFull, SignInRefused
 
 # Previewed forms a session keeps (each holds one vector: 6 kB at 1,536 dimensions).
 MAX_PREVIEWS = 4
 MAX_MESSAGES = 10  # kept for the next page of a session; a client that never reads them grows nothing
+# Of the browser's User-Agent header a session keeps this many characters (before escaping): it
+# names the browser on the Sessions page, and it is the outsider's text, so it is kept bounded.
+MAX_USER_AGENT = 160
 
 
 class SessionEnded(Exception):
@@ -64,6 +69,16 @@ class SessionLimits:
     recheck: float  # seconds a checked password is trusted before PostgreSQL checks it again
     max_sessions: int  # in all, sign-ins under way included: the most connections held
     max_per_role: int
+    # seconds without a request after which a session gives way to a new sign-in of its role that
+    # max_per_role would refuse (the browser was closed without signing out)
+    give_way_after: float
+
+
+def browser_of(user_agent: str) -> str:
+    """The User-Agent header as the Sessions page shows it: MAX_USER_AGENT characters at most, on
+    one line, control characters escaped (the page escapes HTML)."""
+    cut = user_agent[:MAX_USER_AGENT] + ("…" if len(user_agent) > MAX_USER_AGENT else "")
+    return one_line(cut) or "not said"
 
 
 @dataclass(eq=False)
@@ -76,6 +91,10 @@ class Session:
     opened: float
     last_seen: float
     verified: float  # when PostgreSQL last accepted the password
+    browser: str  # browser_of(its User-Agent)
+    started_at: datetime  # opened, on the wall clock
+    # What the Sessions page's forms name it by: never its id, which finds it by its cookie's token.
+    handle: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     # One request at a time uses the connection (two tabs of one operator take turns).
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Messages shown on the next page (after a save and its redirect).
@@ -108,16 +127,18 @@ class Sessions:
         self._signing_in = 0
         self._lock = threading.Lock()
 
-    def sign_in(self, role: str, password: str, replacing: Session | None = None) -> tuple[Session, str]:
+    def sign_in(self, role: str, password: str, replacing: Session | None = None, user_agent: str = "") -> tuple[Session, str]:
         """A new session of role, once PostgreSQL accepted the password, and the token its cookie
-        carries. replacing: the browser's earlier session, which it ends. Raises SignInRefused."""
+        carries. replacing: the browser's earlier session, which it ends. When role holds
+        limits.max_per_role sessions, the one idle longest gives way if it has been idle for
+        limits.give_way_after. Raises SignInRefused."""
         limits = self.limits
         with self._lock:
             held = len(self._sessions) + self._signing_in - (replacing is not None and replacing.id in self._sessions)
             if held >= limits.max_sessions:
                 raise SessionsFull(
                     f"The backoffice holds as many sessions as it may ({limits.max_sessions}): try again when someone "
-                    f"signs out, or when a session has been idle for {_minutes(limits.idle_timeout)}."
+                    f"signs out, or when a session has been idle for {duration(limits.idle_timeout)}."
                 )
             self._signing_in += 1
         try:
@@ -126,23 +147,58 @@ class Sessions:
             with self._lock:
                 self._signing_in -= 1
             raise
-        token, now = secrets.token_urlsafe(32), self._clock()
-        session = Session(_session_id(token), role, conn, secrets.token_urlsafe(32), _seal(token, password), now, now, now)
+        token = secrets.token_urlsafe(32)
+        sealed, browser, started_at = _seal(token, password), browser_of(user_agent), datetime.now(UTC)
         with self._lock:
             self._signing_in -= 1
+            now = self._clock()
+            session = Session(_session_id(token), role, conn, secrets.token_urlsafe(32), sealed, now, now, now, browser, started_at)
             # Counted once the password was right: nobody learns anything of a role they cannot sign in as.
-            admitted = sum(s.role == role and s is not replacing for s in self._sessions.values()) < limits.max_per_role
+            held_by_role = [s for s in self._sessions.values() if s.role == role and s is not replacing]
+            gives_way = self._idlest(held_by_role, now) if len(held_by_role) >= limits.max_per_role else None
+            admitted = len(held_by_role) < limits.max_per_role or gives_way is not None
+            if gives_way is not None:
+                del self._sessions[gives_way.id]
             if admitted:
                 self._sessions[session.id] = session
+        if gives_way is not None:
+            self._close(gives_way, "gave_way")
         if not admitted:
             conn.close()
             raise SessionsFull(
-                f'"{role}" has {limits.max_per_role} sessions open, the most one role may hold: sign out in another '
-                f"browser, or wait until one has been idle for {_minutes(limits.idle_timeout)}."
+                f'"{role}" has {limits.max_per_role} sessions open, the most one role may hold, each used in the last '
+                f"{duration(limits.give_way_after)}: sign out of one in another browser (its Sessions page lists them), "
+                f"or try again once one has been idle for {duration(limits.give_way_after)}."
             )
         if replacing is not None:
             self.end(replacing, "replaced")
         return session, token
+
+    def _idlest(self, sessions: list[Session], now: float) -> Session | None:
+        """Of sessions, the one idle longest if it has been idle for limits.give_way_after and
+        serves no request now, else None."""
+        idle = [s for s in sessions if now - s.last_seen >= self.limits.give_way_after and not s.lock.locked()]
+        return min(idle, key=lambda s: s.last_seen, default=None)
+
+    def of_role(self, role: str) -> list[tuple[Session, float]]:
+        """role's sessions, each with how many seconds it has been idle, the most recently used first."""
+        with self._lock:
+            now = self._clock()
+            held = [(s, now - s.last_seen) for s in self._sessions.values() if s.role == role]
+        return sorted(held, key=lambda listed: listed[1])
+
+    def end_others(self, session: Session, handle: str | None = None) -> int:
+        """Ends the other sessions of session's role (only the one named by handle, when given),
+        saying so in the log; returns how many ended. A handle of another role's session, of
+        session itself or of none ends nothing."""
+        with self._lock:
+            # The role is what makes a session the operator's: another role's handle ends nothing.
+            ended = [s for s in self._sessions.values() if s.role == session.role and s is not session and handle in (None, s.handle)]
+            for other in ended:
+                del self._sessions[other.id]
+        for other in ended:
+            self._close(other, "signed_out_elsewhere")
+        return len(ended)
 
     def get(self, token: str | None) -> Session | None:
         """The live session of this cookie token, now marked as used; None when there is none
@@ -190,7 +246,9 @@ class Sessions:
         session.conn, session.verified = conn, self._clock()
 
     def end(self, session: Session, reason: str) -> None:
-        """Ends session, saying why in the log: signed_out or replaced (signed in again)."""
+        """Ends session, saying why in the log: signed_out or replaced (signed in again). The log's
+        other reasons: idle, lifetime, password_refused, gave_way (to a new sign-in of its role),
+        signed_out_elsewhere (from another session's Sessions page), shutdown."""
         with self._lock:
             self._sessions.pop(session.id, None)
         self._close(session, reason)
@@ -232,6 +290,10 @@ def _log_end(session: Session, reason: str) -> None:
     logs.log("session_end", role=session.role, reason=reason)
 
 
-def _minutes(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+def duration(seconds: float) -> str:
+    """2 minutes, 30 seconds: a limit in words, in seconds when under a minute."""
+    if seconds < 60:
+        count, unit = round(seconds), "second"
+    else:
+        count, unit = max(1, round(seconds / 60)), "minute"
+    return f"{count} {unit}{'s' if count != 1 else ''}"

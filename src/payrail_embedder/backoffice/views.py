@@ -13,6 +13,7 @@ from ..registry.history import author
 from ..registry.records import FIELD_LABELS, ProviderMethod
 from ..registry.stored import record_of
 from ..registry.write import Saved
+from .sessions import duration
 
 
 def _text(form: Mapping[str, object], name: str) -> str:
@@ -51,6 +52,11 @@ def form_digest(record: ProviderMethod, record_id: int | None, version: int) -> 
 def lines(text: str) -> list[str]:
     """The lines of a textarea that hold something, without the spaces and tabs around them."""
     return [line.strip(TYPED_SPACE) for line in _text({"text": text}, "text").split("\n") if line.strip(TYPED_SPACE)]
+
+
+def last_seen(idle_seconds: float) -> str:
+    """When a session was last used, as the Sessions page says it."""
+    return "just now" if idle_seconds < 60 else f"{duration(idle_seconds)} ago"
 
 
 def record_name(record: ProviderMethod | Mapping) -> str:

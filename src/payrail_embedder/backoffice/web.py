@@ -19,7 +19,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from ..base.safe_text import escape_controls
-from .sessions import Session
+from .sessions import Session, duration
 from .sign_in import DatabaseUnreachable
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +36,7 @@ def _when(moment: datetime) -> str:
 # Autoescaping everywhere: every value a page shows is text, never markup (guidance included).
 templates = Jinja2Templates(env=jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined))
 templates.env.filters["when"] = _when
+templates.env.filters["duration"] = duration
 # For role names, which PostgreSQL lets hold any character but NUL: a line break or an escape
 # sequence in one is shown as its escape, not folded into a space or left invisible.
 templates.env.filters["visible"] = escape_controls

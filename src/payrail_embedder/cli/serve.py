@@ -88,6 +88,11 @@ def positive_option(name: str, default: int, help: str):
 )
 @positive_option("--max-sessions", 20, "Sessions held at once, each with one database connection (sign-ins under way included).")
 @positive_option("--max-sessions-per-role", 5, "Sessions one role may hold at once.")
+@positive_option(
+    "--session-give-way-after",
+    120,
+    "Seconds without use after which a session of a role holding --max-sessions-per-role ends to let a new sign-in of that role in (the one idle longest).",
+)
 @positive_option("--max-upload-mb", 16, "The largest import upload, in MB (1,000,000 bytes); a larger one is refused while it arrives.")
 @click.pass_obj
 def backoffice(
@@ -100,6 +105,7 @@ def backoffice(
     session_recheck,
     max_sessions,
     max_sessions_per_role,
+    session_give_way_after,
     max_upload_mb,
 ):
     """Serve the operators' web interface: records, edits, history, Try a query, import and export.
@@ -112,5 +118,5 @@ def backoffice(
     from ..backoffice.server import serve  # the web stack loads only for this command
     from ..backoffice.sessions import SessionLimits
 
-    limits = SessionLimits(session_idle_timeout, session_max_age, session_recheck, max_sessions, max_sessions_per_role)
+    limits = SessionLimits(session_idle_timeout, session_max_age, session_recheck, max_sessions, max_sessions_per_role, session_give_way_after)
     serve(settings, host, port, limits, max_upload_mb * 1_000_000, public_url)

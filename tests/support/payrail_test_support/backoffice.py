@@ -269,10 +269,10 @@ class HttpSession:
         return {"payrail_session": self.cookie}
 
 
-def post_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD, cookies: dict | None = None) -> Reply:
+def post_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD, cookies: dict | None = None, headers: dict | None = None) -> Reply:
     """The answer to the sign-in form posted as a browser posts it, with the form's own cookie
     (a given payrail_sign_in cookie, or the one the form came with) and any other cookies (a
-    session's: the form was left open in another tab)."""
+    session's: the form was left open in another tab). headers: more of them (a User-Agent)."""
     cookies = dict(cookies or {})
     form_cookie = {k: v for k, v in cookies.items() if k == "payrail_sign_in"}
     page = client.get("/sign-in", cookies=form_cookie)
@@ -280,13 +280,13 @@ def post_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSW
     return client.post(
         "/sign-in",
         {"csrf_token": csrf_token(page.body), "username": role, "password": password},
-        headers={"Origin": client.origin},
+        headers={**(headers or {}), "Origin": client.origin},
         cookies=cookies,
     )
 
 
-def http_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD) -> HttpSession:
-    reply = post_sign_in(client, role, password)
+def http_sign_in(client: HttpClient, role: str = OPERATOR, password: str = PASSWORD, headers: dict | None = None) -> HttpSession:
+    reply = post_sign_in(client, role, password, headers=headers)
     assert reply.status == 303 and reply.location == "/records", (reply.status, reply.body)
     cookie = cookie_value(reply.cookies()["payrail_session"])
     records = client.get("/records", cookies={"payrail_session": cookie})
@@ -390,8 +390,10 @@ def shared_backoffice(request, servers, tmp_path_factory) -> Iterator[SharedBack
         server.drop_database(database_url)
 
 
-def new_page(browser, backoffice: Backoffice):
-    context = browser.new_context(base_url=backoffice.url, viewport={"width": 1280, "height": 900})
+def new_page(browser, backoffice: Backoffice, **context_options):
+    """A page in a browser context of its own (its own cookies: another browser, as the backoffice
+    sees it); context_options: Playwright's, e.g. user_agent."""
+    context = browser.new_context(base_url=backoffice.url, viewport={"width": 1280, "height": 900}, **context_options)
     context.set_default_timeout(30_000)
     return context.new_page()
 
