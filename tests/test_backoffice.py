@@ -275,9 +275,11 @@ def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_word
     # screen reader reads them with the field; never PostgreSQL's constraint text.
     with connect(database_url) as conn:
         words = dict(conn.execute("select constraint_name, rule || '. ' || remedy from payrail.rules").fetchall())
+        url_rule, url_remedy = conn.execute("select rule, remedy from payrail.rules where constraint_name = 'provider_methods_urls_https_check'").fetchone()
     marked = {
         "Provider": words["provider_methods_provider_check"],
-        "URLs": words["provider_methods_urls_https_check"],
+        # The list's rule names the URL that breaks it.
+        "URLs": f'{url_rule}; not so: "http://api.acme.example/v1/geocode". {url_remedy}',
         "Docs URL": words["provider_methods_docs_url_check"],
     }
     for label, text in marked.items():
@@ -302,6 +304,23 @@ def test_bad_values_save_nothing_and_every_wrong_field_is_marked_at_once_in_word
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("status")).to_contain_text("as version 2")
     assert stored(database_url, *ACME)["guidance"] == edited_guidance
+
+
+def test_a_name_taken_by_another_record_names_it_with_a_link_to_it(page, database_url):
+    taken = stored(database_url, *ACME)
+    page.get_by_role("link", name="New record").click()
+    page.get_by_label("Provider").fill("  acme MAPS")
+    page.get_by_label("Method").fill(ENABLED["method"])
+    page.get_by_label("Guidance").fill("Purpose: a second geocoder under the same name.")
+    page.get_by_role("button", name="Save").click()
+
+    expect(page.get_by_role("alert")).to_contain_text("Not saved.")
+    described = re.compile(re.escape("record already has this provider and method") + ".*" + re.escape(f': record {taken["id"]}, "{name(ENABLED)}"'))
+    expect(page.get_by_label("Provider", exact=True)).to_have_accessible_description(described)
+    link = page.locator("#provider-error").get_by_role("link", name=f"record {taken['id']}")
+    link.click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(name(ENABLED))
+    assert page.url.endswith(f"/records/{taken['id']}")
 
 
 def test_two_browsers_editing_one_record_the_second_saves_nothing_and_sees_both_versions(browser, backoffice, page, database_url, tmp_path):

@@ -121,6 +121,8 @@ def test_a_refused_value_reopens_the_editor_with_the_reason_and_the_operators_te
     notes = shown[1].splitlines()
     assert notes[0] == "# NOT SAVED: a rule refused it:", shown[1]
     assert notes[1].startswith("#   URL: each must be an absolute https:// URL"), shown[1]
+    # Which URL of the list, by its text.
+    assert '; not so: "http://api.acme.example/v1/geocode". Write each in full, starting with https://, one per line. ' in notes[1], notes[1]
     assert notes[1].endswith("Write each in full, starting with https://, one per line. (provider_methods_urls_https_check)")
     assert "violates" not in shown[1]  # the rule in words, never PostgreSQL's constraint text
     assert "# payrail-embedder edit:" in shown[1]  # the help is kept on a reopen
@@ -227,7 +229,10 @@ def test_new_refuses_a_name_that_exists(registry, database_url, tmp_path):
     result, shown = edit(registry, tmp_path, [{"write": text}, {"quit": True}], "--new")
     assert result.returncode == 2 and "nothing saved" in result.stderr, result.stderr
     assert shown[1].splitlines()[1].startswith("#   Provider and Method: another record already has this provider and method"), shown[1]
-    assert stored(database_url, ENABLED["method"])["guidance"] == ENABLED["guidance"]
+    # The record it collides with, by its id and its names as stored.
+    taken = stored(database_url, ENABLED["method"])
+    assert f': record {taken["id"]}, "Acme Maps / Geocode an address". Edit that record instead' in shown[1], shown[1]
+    assert taken["guidance"] == ENABLED["guidance"]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,43 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
+create or replace function payrail._offending_urls_in_words(p_constraint text, p_urls text[])
+returns text
+language sql
+stable
+security invoker
+set search_path from current
+-- Which entries of a URL list break the rule of p_constraint, so a refusal of a list of ten says
+-- which one: each as JSON (quoted, control characters escaped), cut at 200 characters, the first five.
+return (
+  with offending as (
+    select u.url, pg_catalog.row_number() over (order by u.ordinal) as n
+    from pg_catalog.unnest(p_urls) with ordinality as u(url, ordinal)
+    where case
+      when p_constraint operator(pg_catalog.=) 'provider_methods_urls_https_check'
+        then not coalesce(payrail._is_https_url(u.url), false)
+      when p_constraint operator(pg_catalog.=) 'provider_methods_urls_ascii_host_check'
+        then u.url is not null and not payrail._has_ascii_host(u.url)
+      when p_constraint operator(pg_catalog.=) 'provider_methods_urls_unique_check'
+        then exists (select from pg_catalog.unnest(p_urls) with ordinality as e(url, ordinal)
+                     where e.url operator(pg_catalog.=) u.url and e.ordinal operator(pg_catalog.<) u.ordinal)
+      else false
+    end
+  )
+  select case when pg_catalog.count(*) operator(pg_catalog.=) 0 then ''
+    else pg_catalog.format('; %s: %s%s',
+           case when p_constraint operator(pg_catalog.=) 'provider_methods_urls_unique_check' then 'listed twice' else 'not so' end,
+           pg_catalog.string_agg(coalesce(pg_catalog.to_json(pg_catalog."left"(o.url, 200))::text, 'an empty entry'), ', ' order by o.n)
+             filter (where o.n operator(pg_catalog.<=) 5),
+           case when pg_catalog.count(*) operator(pg_catalog.>) 5
+                then pg_catalog.format(' and %s more', pg_catalog.count(*) operator(pg_catalog.-) 5) else '' end)
+    end
+  from offending as o
+);
+
+comment on function payrail._offending_urls_in_words(text, text[]) is
+$$The entries of p_urls that break the URL-list rule p_constraint (https, ASCII host, listed twice), in words to follow the rule's: '; not so: "http://x"'. Empty for any other constraint.$$;
+
 create or replace function payrail.check_provider_method(
   p_id bigint,
   p_provider text,
@@ -57,21 +94,27 @@ begin
                                               then pg_catalog.format(' ("%s" is %s; "%s" is %s)',
                                                                      v_row.provider, payrail._scripts_in_words(v_row.provider),
                                                                      v_row.method, payrail._scripts_in_words(v_row.method))
-                                              else '' end,
+                                              else '' end
+                 -- Which URL of the list, where the rule is about each of them.
+                 operator(pg_catalog.||) payrail._offending_urls_in_words(v_constraint.name, v_row.urls),
                coalesce(r.remedy, '')
         from (select) as one left join payrail.rules as r on r.constraint_name operator(pg_catalog.=) v_constraint.name;
     end if;
   end loop;
-  if exists (
-    select from payrail.provider_methods as pm
+  -- The name taken, naming the record that holds it (as the lookalike rule does).
+  return query
+    select r.constraint_name, r.fields,
+           r.rule operator(pg_catalog.||) pg_catalog.format(': %s, "%s / %s"',
+             case when payrail._written_by_this_transaction(pm.id) then 'another record of this same change (another line of the same file)'
+                  else 'record ' operator(pg_catalog.||) pm.id end,
+             pm.provider, pm.method),
+           r.remedy
+    from payrail.provider_methods as pm
+    join payrail.rules as r on r.constraint_name operator(pg_catalog.=) 'provider_methods_provider_method_key'
     where payrail._normalize_name(pm.provider) operator(pg_catalog.=) payrail._normalize_name(v_row.provider)
       and payrail._normalize_name(pm.method) operator(pg_catalog.=) payrail._normalize_name(v_row.method)
       and coalesce(pm.id operator(pg_catalog.<>) p_id, true)
-  ) then
-    return query
-      select r.constraint_name, r.fields, r.rule, r.remedy
-      from payrail.rules as r where r.constraint_name operator(pg_catalog.=) 'provider_methods_provider_method_key';
-  end if;
+    limit 1;
   -- The lookalike rule (tg_provider_methods__refuse_lookalikes), naming the record imitated.
   return query
     select r.constraint_name, r.fields,

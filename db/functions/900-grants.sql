@@ -104,7 +104,10 @@ grant execute on function
 -- The rules in words: every writer reads them to say why a value was refused, and asks
 -- check_provider_method for all the rules a record breaks at once.
 grant select on payrail.rules to payrail_operator, payrail_embedder;
-grant execute on function payrail.check_provider_method(bigint, text, text, text[], text, text, boolean) to payrail_operator;
+grant execute on function
+  payrail.check_provider_method(bigint, text, text, text[], text, text, boolean),
+  payrail._offending_urls_in_words(text, text[])
+  to payrail_operator;
 
 -- History: operators read it and restore from it. Only the security-definer trigger
 -- tg_provider_methods__record_history writes it: no role inserts, updates or deletes an entry.

@@ -5,12 +5,14 @@ again when it broke or when its password is due to be checked again."""
 from __future__ import annotations
 
 import functools
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
+import markupsafe
 import psycopg
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -40,6 +42,17 @@ templates.env.filters["duration"] = duration
 # For role names, which PostgreSQL lets hold any character but NUL: a line break or an escape
 # sequence in one is shown as its escape, not folded into a space or left invisible.
 templates.env.filters["visible"] = escape_controls
+# A refusal names the record it collides with ('record 42, "Acme / Geocode"'): a link to it. The
+# quote after the comma keeps a refused URL's text (quoted as JSON, its quotes escaped) from linking.
+RECORD_NAMED = re.compile(r"\brecord (\d+)(?=, &#34;)")
+
+
+def _record_links(text: str) -> markupsafe.Markup:
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(RECORD_NAMED.sub(r'<a href="/records/\1">record \1</a>', escaped))
+
+
+templates.env.filters["record_links"] = _record_links
 
 
 def render(request: Request, template: str, status_code: int = 200, **context) -> Response:
