@@ -9,7 +9,7 @@ from psycopg.rows import dict_row
 
 from payrail_embedder.registry import bulk
 from payrail_test_support.backoffice import AGENT, OPERATOR, PASSWORD
-from payrail_test_support.cli import cli_import
+from payrail_test_support.cli import cli_import, run_cli
 from payrail_test_support.stored import insert_drafts
 
 
@@ -131,8 +131,40 @@ def test_a_failure_midway_changes_no_record_and_writes_no_history(database_url, 
         assert (records(database_url), history(database_url)) == (before, history_before)
 
 
-def test_an_agents_login_cannot_enable_or_disable_anything(database_url, registry):
+def test_an_agents_login_cannot_enable_disable_or_delete_anything(database_url, registry):
     before = records(database_url)
-    with as_operator(database_url, AGENT) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
-        bulk.set_enabled(conn, bulk.Selection.of_ids(registry.values()), False)
+    with as_operator(database_url, AGENT) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bulk.set_enabled(conn, bulk.Selection.of_ids(registry.values()), False)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            bulk.delete_records(conn, bulk.Selection.matching(), with_golden_queries=True)
     assert records(database_url) == before
+
+
+def golden_queries(database_url: str) -> list[str]:
+    with psycopg.connect(database_url) as conn:
+        return [query for (query,) in conn.execute("select query from payrail.golden_queries order by id")]
+
+
+def test_deleting_keeps_the_records_golden_queries_name_unless_told_and_the_history_keeps_the_rest(cli_env, database_url, registry):
+    added = run_cli(cli_env, "golden", "add", "turn coordinates into an address", "--relevant", "Acme Maps / Reverse geocode")
+    assert added.returncode == 0, added.stderr
+    geocode, reverse = registry["Acme Maps / Geocode an address"], registry["Acme Maps / Reverse geocode"]
+    before = records(database_url)
+    with as_operator(database_url) as conn:
+        previewed = bulk.delete_records(conn, bulk.Selection.matching("acme"), preview=True)
+        assert records(database_url) == before
+        result = bulk.delete_records(conn, bulk.Selection.of_ids([geocode, reverse, 987654]))
+    assert previewed == bulk.BulkDeleteResult((geocode,), (reverse,), (), applied=False)
+    assert result == bulk.BulkDeleteResult((geocode,), (reverse,), (987654,))
+    assert result.describe() == (
+        "Deleted 1 record (the history keeps the last version of each). Not deleted: golden queries name 1 record, which search is measured on: "
+        "remove it from those queries first, or delete with the golden queries too. Not deleted: 1 record named no record (deleted meanwhile, or never there)."
+    )
+    assert set(records(database_url)) == set(before) - {geocode}
+    assert (geocode, before[geocode]["version"], True) in history(database_url)
+
+    with as_operator(database_url) as conn:
+        result = bulk.delete_records(conn, bulk.Selection.matching("acme"), with_golden_queries=True)
+    assert result == bulk.BulkDeleteResult((reverse,), (), ())
+    assert reverse not in records(database_url) and golden_queries(database_url) == []

@@ -1,4 +1,4 @@
-"""Enable or disable many records at once: those named by id, or every one the records list's filter matches.
+"""Enable, disable or delete many records at once: those named by id, or every one the records list's filter matches.
 
 The backoffice's bulk actions (and the command line's `enable` / `disable`) call set_enabled. It
 changes only `enabled`, with one UPDATE in one transaction, so the table's triggers do what they
@@ -11,6 +11,9 @@ draft and counted as refused: the others are enabled all the same, since an oper
 to do. Unlike a single save, a bulk enable embeds nothing: `payrail-embedder sync` embeds every
 draft that needs it, outside any transaction, and a web request never waits for thousands of
 embeddings. Anything else that fails (the database, a lock that kept deadlocking) changes nothing.
+
+delete_records is the same shape for payrail.delete_provider_method: records golden queries name
+are kept and counted (unless with_golden_queries), the others deleted.
 """
 
 from __future__ import annotations
@@ -87,9 +90,7 @@ class BulkResult:
                 f"{_count(n, 'draft')} {has} no embedding of {its} current content yet, so agents could not find {them}: "
                 f"run `payrail-embedder sync` first, then enable {them} again (or save each from its page, which embeds it)"
             )
-        if self.missing:
-            words.append(f"{_count(len(self.missing), 'record')} named no record (deleted meanwhile, or never there)")
-        return words
+        return words + _missing(self.missing)
 
     def describe(self) -> str:
         """One paragraph for people: what changed, what was already so, and each refusal."""
@@ -119,6 +120,10 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def _missing(ids: tuple[int, ...]) -> list[str]:
+    return [f"{_count(len(ids), 'record')} named no record (deleted meanwhile, or never there)"] if ids else []
+
+
 def count(conn: psycopg.Connection, selection: Selection) -> int:
     """How many records the selection names now (what a confirmation says before set_enabled)."""
     query = sql.SQL("select count(*) from ({}) as s").format(selection._ids())
@@ -142,7 +147,7 @@ def set_enabled(conn: psycopg.Connection, selection: Selection, enabled: bool, *
 
     def once() -> BulkResult:
         with conn.transaction():
-            ids = [row[0] for row in conn.execute(selection._ids() + sql.SQL(" for update"))]
+            ids = _locked(conn, selection)
             states = conn.execute(
                 f"select pm.id, pm.enabled, pm.has_current_vector from {stored.RECORDS} as pm where pm.id = any(%s) order by pm.id",
                 (ids,),
@@ -152,8 +157,86 @@ def set_enabled(conn: psycopg.Connection, selection: Selection, enabled: bool, *
             changed = tuple(record_id for record_id, is_enabled, current in states if is_enabled != enabled and (current or not enabled))
             if changed and not preview:
                 conn.execute("update payrail.provider_methods as pm set enabled = %s where pm.id = any(%s)", (enabled, list(changed)))
-        found = set(ids)
-        missing = tuple(record_id for record_id in selection.record_ids or () if record_id not in found)
-        return BulkResult(enabled, changed, already, needing, missing, applied=not preview)
+        return BulkResult(enabled, changed, already, needing, _not_found(selection, ids), applied=not preview)
+
+    return retry_transient(once)
+
+
+def _locked(conn: psycopg.Connection, selection: Selection) -> list[int]:
+    """The ids of the records the selection names, locked for update in id order (every writer's lock order)."""
+    return [row[0] for row in conn.execute(selection._ids() + sql.SQL(" for update"))]
+
+
+def _not_found(selection: Selection, found: list[int]) -> tuple[int, ...]:
+    """The ids the selection gave that name no record."""
+    existing = set(found)
+    return tuple(record_id for record_id in selection.record_ids or () if record_id not in existing)
+
+
+@dataclass(frozen=True)
+class BulkDeleteResult:
+    """What delete_records did (or, previewed, would do) to each record of a selection, by id."""
+
+    deleted: tuple[int, ...]
+    # Kept: golden queries name them (delete_records without with_golden_queries).
+    named_by_golden_queries: tuple[int, ...]
+    missing: tuple[int, ...]
+    applied: bool = True
+
+    def refusals(self) -> list[str]:
+        """Why some named records were not deleted, in words; empty when none was refused."""
+        words = []
+        if self.named_by_golden_queries:
+            n = len(self.named_by_golden_queries)
+            words.append(
+                f"golden queries name {_count(n, 'record')}, which search is measured on: remove "
+                f"{'it' if n == 1 else 'them'} from those queries first, or delete with the golden queries too"
+            )
+        return words + _missing(self.missing)
+
+    def describe(self) -> str:
+        """One paragraph for people: what was deleted, and each refusal."""
+        if not (self.deleted or self.named_by_golden_queries or self.missing):
+            return f"No record matched: nothing {'was' if self.applied else 'would be'} deleted."
+        sentence = f"{'Deleted' if self.applied else 'Would delete'} {_count(len(self.deleted), 'record')}"
+        if self.applied and self.deleted:
+            sentence += " (the history keeps the last version of each)"
+        return sentence + "." + "".join(f" Not deleted: {reason}." for reason in self.refusals())
+
+    def to_json(self) -> dict:
+        return {
+            "applied": self.applied,
+            "deleted": list(self.deleted),
+            "namedByGoldenQueries": list(self.named_by_golden_queries),
+            "missing": list(self.missing),
+            "refusals": self.refusals(),
+        }
+
+
+def delete_records(conn: psycopg.Connection, selection: Selection, *, with_golden_queries: bool = False, preview: bool = False) -> BulkDeleteResult:
+    """Deletes every record of the selection through payrail.delete_provider_method (a single
+    delete's rules, no version check), in one transaction; preview: says what it would do.
+
+    A record golden queries name is kept and counted (named_by_golden_queries) while the others
+    are deleted, unless with_golden_queries: then it leaves those queries, and each query that
+    named only records deleted here goes too. The history keeps each deleted record's last version
+    (restore brings it back as a draft). Failures and deadlocks as for set_enabled.
+    """
+
+    def once() -> BulkDeleteResult:
+        with conn.transaction():
+            ids = _locked(conn, selection)
+            named: list[int] = []
+            if not with_golden_queries:
+                named = [
+                    row[0] for row in conn.execute("select distinct r.record_id from payrail.golden_query_records as r where r.record_id = any(%s)", (ids,))
+                ]
+            deleted = sorted(set(ids) - set(named))
+            if deleted and not preview:
+                conn.execute(
+                    "select payrail.delete_provider_method(d.id, null, %s) from pg_catalog.unnest(%s::bigint[]) with ordinality as d(id, n) order by d.n",
+                    (with_golden_queries, deleted),
+                )
+        return BulkDeleteResult(tuple(deleted), tuple(sorted(named)), _not_found(selection, ids), applied=not preview)
 
     return retry_transient(once)
