@@ -107,6 +107,7 @@ def unchanged(shared) -> bool:
         pytest.param({"record": ["9" * 19]}, 400, "not a record id", id="beyond-bigint"),
         pytest.param({"record": [str(n) for n in range(1, 502)]}, 400, "at most 500 records", id="five-hundred-and-one-ids"),
         pytest.param({"record": [str(n) for n in range(1, 10_001)]}, 400, "Too many fields", id="ten-thousand-ids"),
+        pytest.param({"scope": "matching"}, 400, "under a filter only", id="all-matching-without-a-filter"),
         pytest.param({"action": "drop"}, 400, "incomplete", id="an-unknown-action"),
         pytest.param({"scope": "matching", "state": "enabled' or '1'='1"}, 400, "incomplete", id="an-unknown-state"),
     ],

@@ -205,6 +205,8 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
     kept = {name: value for name, value in (("q", text), ("state", state)) if value}
     back = redirect(f"/records?{urlencode(kept)}" if kept else "/records")
     if scope == "matching":
+        if not kept:  # the list offers "all matching" only under a filter: every record is no slip of a click
+            return _refused(request, "“all matching” acts under a filter only: filter the list first.")
         selection = bulk.Selection.matching(text, state)
     else:
         ids = _record_ids(form.getlist("record"))
