@@ -48,7 +48,7 @@ class Selection:
         return cls(text=text, state=state)
 
     def _ids(self) -> sql.Composable:
-        """A statement selecting the ids of the records it names, in id order, locked for update."""
+        """A statement selecting the ids of the records it names, in id order (_locked adds the lock)."""
         if self.record_ids is not None:
             where = sql.SQL("pm.id = any({}::bigint[])").format(sql.Literal(list(self.record_ids)))
         else:
@@ -125,7 +125,7 @@ def _missing(ids: tuple[int, ...]) -> list[str]:
 
 
 def count(conn: psycopg.Connection, selection: Selection) -> int:
-    """How many records the selection names now (what a confirmation says before set_enabled)."""
+    """How many records the selection names now (what a confirmation says before set_enabled or delete_records)."""
     query = sql.SQL("select count(*) from ({}) as s").format(selection._ids())
     row = conn.execute(query).fetchone()
     return row[0] if row else 0
