@@ -17,7 +17,7 @@ from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..model import quality
 from ..model.golden_rankings import Effect, Ranking, effect_of, rank_golden_queries
-from ..registry import catalog, golden, history, stored
+from ..registry import bulk, catalog, golden, history, stored
 from ..registry.embedding_model import RegistryModelMismatch
 from ..registry.records import FIELD_LABELS, ProviderMethod, catalog_lines
 from ..registry.search import InvalidQuery, SearchError, check_query, holding, search_provider_methods
@@ -336,6 +336,27 @@ def delete(conn: psycopg.Connection, record_id: int, version: int, with_golden_q
         reason=problem.reason if problem else None,
     )
     return (stored.get(conn, record_id) if problem else row), problem
+
+
+def set_enabled(conn: psycopg.Connection, selection: bulk.Selection, enabled: bool) -> tuple[str, str]:
+    """The list's bulk Enable / Disable (bulk.set_enabled, one transaction): the message's kind
+    ("info", or "error" when some record was refused or nothing could be done) and its words."""
+    try:
+        result = bulk.set_enabled(conn, selection, enabled)
+    except TransientFailure as error:
+        _log("bulk_enable", conn, failed=True, enabled=enabled, reason=str(error))
+        return "error", f"Nothing was changed: {error}"
+    _log(
+        "bulk_enable",
+        conn,
+        failed=bool(result.refusals()),
+        enabled=enabled,
+        changed=len(result.changed),
+        already=len(result.already),
+        needing_embedding=len(result.needing_embedding) or None,
+        missing=len(result.missing) or None,
+    )
+    return ("error" if result.refusals() else "info"), result.describe()
 
 
 def import_upload(

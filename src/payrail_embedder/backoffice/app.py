@@ -25,6 +25,7 @@ from ..base import logs
 from ..base.errors import database_reason
 from ..embedders import made_once
 from ..postgres.local_server import embedded_stopped
+from ..registry import bulk
 from ..registry.records import FIELD_LABELS, NEW_RECORD
 from ..registry.stored import STATES, record_of
 from ..registry.write import Refused
@@ -173,6 +174,52 @@ async def records(request: Request, session: Session) -> Response:
         if cursor
     }
     return render(request, "records.html", listed=listed, pages=pages, text=text, state=state, states=STATES)
+
+
+# The most records one bulk action names by id: a page lists PAGE_SIZE; more goes by the filter.
+# Below the form parser's 1,000 fields, so the limit is said in these words.
+MOST_SELECTED = 500
+
+
+def _record_ids(values: list) -> list[int] | None:
+    """The record ids a form names (decimal, in bigint's range), or None when one is not an id."""
+    ids = []
+    for value in values:
+        if not (isinstance(value, str) and value.isascii() and value.isdecimal() and len(value) <= 19 and 0 < int(value) < 2**63):
+            return None
+        ids.append(int(value))
+    return ids
+
+
+def _refused(request: Request, text: str) -> Response:
+    return render(request, "message.html", 400, title="Refused", text=f"Refused: {text} Nothing was changed.")
+
+
+@signed_in_form
+async def bulk_enable(request: Request, session: Session, form: FormData) -> Response:
+    """Enable or Disable for the records ticked on the list, or for every record its filter matches."""
+    action, scope = form.get("action"), form.get("scope")
+    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
+    if action not in ("enable", "disable") or scope not in ("selected", "matching") or (state is not None and state not in STATES):
+        return _incomplete(request)
+    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
+    back = redirect(f"/records?{urlencode(kept)}" if kept else "/records")
+    if scope == "matching":
+        if not kept:  # the list offers "all matching" only under a filter: every record is no slip of a click
+            return _refused(request, "“all matching” acts under a filter only: filter the list first.")
+        selection = bulk.Selection.matching(text, state)
+    else:
+        ids = _record_ids(form.getlist("record"))
+        if ids is None:
+            return _refused(request, "the form named something that is not a record id.")
+        if len(ids) > MOST_SELECTED:
+            return _refused(request, f"at most {MOST_SELECTED:,} records can be ticked at once; filter the list and use “all matching” for more.")
+        if not ids:
+            session.messages.append(("error", "Nothing was changed: tick the records first."))
+            return back
+        selection = bulk.Selection.of_ids(ids)
+    session.messages.append(await work(request, session, actions.set_enabled, selection, action == "enable"))
+    return back
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
@@ -505,6 +552,7 @@ def create_app(
         Route("/sessions/end", end_session, methods=["POST"]),
         Route("/sessions/end-others", end_other_sessions, methods=["POST"]),
         Route("/records", records),
+        Route("/records/bulk", bulk_enable, methods=["POST"]),
         Route("/records/new", new_record, methods=["GET"]),
         Route("/records/new", create_record, methods=["POST"]),
         Route("/records/{record_id:int}", record, methods=["GET"]),

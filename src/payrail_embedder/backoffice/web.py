@@ -16,6 +16,7 @@ import markupsafe
 import psycopg
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
@@ -105,7 +106,10 @@ def signed_in_form(handler: Callable[[Request, Session, FormData], Awaitable[Res
         session = await _session(request)
         if isinstance(session, Response):
             return session
-        form = await request.form()
+        try:
+            form = await request.form()
+        except HTTPException as error:  # the form parser's limits: more than 1,000 fields, a field over 1 MB
+            return render(request, "message.html", 400, title="Refused", text=f"Refused: {error.detail} Nothing was changed.")
         if not same_token(form.get(CSRF_FIELD), session.csrf_token):
             return render(
                 request,

@@ -239,7 +239,7 @@ class RecordsPage:
     matching: int | None = None
 
 
-def _filters(text: str, state: str | None) -> list[sql.Composable]:
+def filter_conditions(text: str, state: str | None) -> list[sql.Composable]:
     """The conditions, on a row e of LIST_ENTRIES, of the text and state filters (none without)."""
     if state is not None and state not in STATES:
         raise ValueError(f"unknown state {state!r}; states are {', '.join(STATES)}")
@@ -272,7 +272,7 @@ def list_records(
     sort of the matches by the entries' copy of the key, and the page's records read by id."""
     backwards = before is not None
     cursor = before if backwards else after
-    filtered = _filters(text, state)
+    filtered = filter_conditions(text, state)
     key = ENTRY_ORDER_KEY if filtered else LIST_ORDER_KEY
     where: sql.Composable = sql.SQL("true")
     if cursor is not None:

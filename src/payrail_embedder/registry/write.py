@@ -26,6 +26,7 @@ import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import psycopg
@@ -38,6 +39,8 @@ from ..postgres import connection
 from . import refusals
 from .embedding_model import adopt_embedder_model, require_embedder_model
 from .records import ProviderMethod, unstorable_fields, with_ascii_hosts
+
+T = TypeVar("T")
 
 # How often one change is planned and saved again when another writer changes its record meanwhile.
 SAVE_ATTEMPTS = 3
@@ -307,7 +310,7 @@ def _check_rules(
                         raise
                     plan.unsaved = _refusal(conn, error, plan)
 
-    _retry_transient(check_once)
+    retry_transient(check_once)
 
 
 def _lock_order(plan: _Plan) -> tuple:
@@ -389,7 +392,7 @@ def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]
         except _NotInOneBatch:
             save_once(one_batch=False)
 
-    _retry_transient(save)
+    retry_transient(save)
 
 
 def _adopt(conn: psycopg.Connection, embedding: Embedding | None) -> None:
@@ -398,9 +401,10 @@ def _adopt(conn: psycopg.Connection, embedding: Embedding | None) -> None:
         adopt_embedder_model(conn, embedding.embedder, len(embedding.vector))
 
 
-def _retry_transient(transaction: Callable[[], None]) -> None:
+def retry_transient(transaction: Callable[[], T]) -> T:
+    """transaction(), run again when another transaction deadlocked or serialized it; TransientFailure when that kept happening."""
     try:
-        connection.retry_transient(transaction)
+        return connection.retry_transient(transaction)
     except psycopg.Error as error:
         if error.sqlstate not in errcodes.TRANSIENT:
             raise

@@ -1,0 +1,145 @@
+"""The records list's bulk Enable / Disable: in chromium for what an operator does (tick rows, or
+every match of a filter), over plain HTTP for what an outsider may send (no token, another
+origin, ids that are no ids, ten thousand of them, SQL in the filter). Checked in the database."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+from playwright.sync_api import expect
+
+from payrail_test_support.backoffice import ACME, DRAFT, ENABLED, WEATHER, HttpClient, http_sign_in, name, stored
+from payrail_test_support.stored import insert_drafts
+
+WEATHER_KEY = (WEATHER["provider"], WEATHER["method"])
+DRAFT_KEY = (DRAFT["provider"], DRAFT["method"])
+
+
+def states(database_url: str) -> dict[str, tuple[bool, int]]:
+    """(enabled, version) of CATALOG's records, by name."""
+    return {name(r): (row["enabled"], row["version"]) for r in (ENABLED, DRAFT, WEATHER) if (row := stored(database_url, r["provider"], r["method"]))}
+
+
+def test_two_ticked_records_are_disabled_then_enabled_again_each_a_new_version(page, database_url):
+    page.get_by_role("checkbox", name=f"Select {name(ENABLED)}").check()
+    page.get_by_role("checkbox", name=f"Select {name(WEATHER)}").check()
+    page.get_by_role("button", name="Disable selected").click()
+    expect(page.get_by_role("status")).to_have_text("Disabled 2 records.")
+    assert states(database_url) == {name(ENABLED): (False, 2), name(DRAFT): (False, 1), name(WEATHER): (False, 2)}
+
+    page.get_by_role("checkbox", name=f"Select {name(ENABLED)}").check()
+    page.get_by_role("checkbox", name=f"Select {name(WEATHER)}").check()
+    page.get_by_role("button", name="Enable selected").click()
+    expect(page.get_by_role("status")).to_have_text("Enabled 2 records.")
+    assert states(database_url) == {name(ENABLED): (True, 3), name(DRAFT): (False, 1), name(WEATHER): (True, 3)}
+    # The history names the operator, as a single save does.
+    page.get_by_role("link", name=name(ENABLED), exact=True).click()
+    expect(page.get_by_text("ada_operator").first).to_be_visible()
+
+
+def test_disable_all_matching_a_filter_keeps_the_filter_and_counts_what_was_a_draft_already(page, database_url):
+    page.get_by_label("Text").fill("acme")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("button", name="Disable all 2 matching").click()
+    expect(page.get_by_role("status").first).to_have_text("Disabled 1 record; 1 was a draft already.")
+    expect(page.get_by_label("Text")).to_have_value("acme")
+    assert states(database_url) == {name(ENABLED): (False, 2), name(DRAFT): (False, 1), name(WEATHER): (True, 1)}
+
+
+def test_drafts_without_an_embedding_are_refused_in_words_and_the_others_enabled(page, database_url):
+    insert_drafts(database_url, 2)
+    page.get_by_label("State").select_option("Draft")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("button", name="Enable all 1 matching").click()
+    expect(page.get_by_role("status").first).to_have_text("Enabled 1 record.")
+
+    page.goto("/records")
+    page.get_by_role("checkbox", name="Select Provider 0000 / Method 0000").check()
+    page.get_by_role("checkbox", name="Select Provider 0001 / Method 0001").check()
+    page.get_by_role("button", name="Enable selected").click()
+    expect(page.get_by_role("alert")).to_have_text(
+        "Enabled 0 records. Not enabled: 2 drafts have no embedding of their current content yet, so agents could not find them: "
+        "run `payrail-embedder sync` first, then enable them again (or save each from its page, which embeds it)."
+    )
+    assert stored(database_url, "Provider 0000", "Method 0000")["enabled"] is False
+    assert stored(database_url, *DRAFT_KEY)["enabled"] is True
+
+
+# Over plain HTTP, on the shared backoffice: each refused request changes nothing.
+
+
+def bulk_form(session, action: str = "disable", **fields) -> dict:
+    return {"csrf_token": session.token, "action": action, "scope": "selected", **fields}
+
+
+def post(client: HttpClient, session, form: dict | list, headers: dict | None = None):
+    return client.request(
+        "POST",
+        "/records/bulk",
+        body=_encoded(form),
+        headers={"Origin": client.origin, "Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
+        cookies=session.cookies,
+    )
+
+
+def _encoded(form: dict | list) -> bytes:
+    return urlencode(form, doseq=True).encode()
+
+
+def ids(shared) -> list[str]:
+    return [str(stored(shared.database_url, *key)["id"]) for key in (ACME, WEATHER_KEY)]
+
+
+def unchanged(shared) -> bool:
+    return states(shared.database_url) == {name(ENABLED): (True, 1), name(DRAFT): (False, 1), name(WEATHER): (True, 1)}
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "words"),
+    [
+        pytest.param({"csrf_token": None}, 403, "security token", id="no-token"),
+        pytest.param({"csrf_token": "forged"}, 403, "security token", id="a-forged-token"),
+        pytest.param({"headers": {"Origin": "https://evil.example"}}, 403, "Refused:", id="another-origin"),
+        pytest.param({"record": ["1 or 1=1"]}, 400, "not a record id", id="sql-for-an-id"),
+        pytest.param({"record": ["-1"]}, 400, "not a record id", id="a-negative-id"),
+        pytest.param({"record": ["١"]}, 400, "not a record id", id="an-arabic-digit"),
+        pytest.param({"record": ["9" * 19]}, 400, "not a record id", id="beyond-bigint"),
+        pytest.param({"record": [str(n) for n in range(1, 502)]}, 400, "at most 500 records", id="five-hundred-and-one-ids"),
+        pytest.param({"record": [str(n) for n in range(1, 10_001)]}, 400, "Too many fields", id="ten-thousand-ids"),
+        pytest.param({"scope": "matching"}, 400, "under a filter only", id="all-matching-without-a-filter"),
+        pytest.param({"action": "drop"}, 400, "incomplete", id="an-unknown-action"),
+        pytest.param({"scope": "matching", "state": "enabled' or '1'='1"}, 400, "incomplete", id="an-unknown-state"),
+    ],
+)
+def test_a_refused_bulk_request_changes_nothing(shared_backoffice, change, status, words):
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    change = dict(change)
+    headers = change.pop("headers", None)
+    form = bulk_form(session, record=ids(shared_backoffice)) | change
+    form = {k: v for k, v in form.items() if v is not None}
+    reply = post(client, session, form, headers)
+    assert (reply.status, words in reply.body) == (status, True), reply.body
+    assert unchanged(shared_backoffice)
+
+
+def test_ids_of_no_record_and_sql_in_the_filter_change_nothing_and_say_so(shared_backoffice):
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    reply = post(client, session, bulk_form(session, record=["987654", "987655"]))
+    assert reply.status == 303
+    assert "Disabled 0 records. Not disabled: 2 records named no record" in client.get(reply.location, cookies=session.cookies).body
+    injected = "acme'; update payrail.provider_methods set enabled = false; --"
+    reply = post(client, session, bulk_form(session, scope="matching", q=injected))
+    assert reply.status == 303 and reply.location.startswith("/records?q=")
+    assert "No record matched: nothing was disabled." in client.get(reply.location, cookies=session.cookies).body
+    assert unchanged(shared_backoffice)
+
+
+def test_without_a_session_a_bulk_request_is_sent_to_sign_in(shared_backoffice):
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    reply = client.post("/records/bulk", bulk_form(session, record=ids(shared_backoffice)), headers={"Origin": client.origin})
+    assert reply.status == 303 and reply.location.startswith("/sign-in")
+    assert unchanged(shared_backoffice)
