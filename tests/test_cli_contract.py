@@ -265,7 +265,10 @@ def test_mcp_over_http_prints_its_url_refuses_a_busy_port_and_exits_0_on_sigterm
     port = unused_port()
     server = subprocess.Popen([str(CLI), "mcp", "--http", str(port)], env=registry, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert server.stdout.readline() == f"serving MCP over streamable HTTP at http://127.0.0.1:{port}/mcp (loopback only)\n"
+        assert (
+            server.stdout.readline()
+            == f"serving MCP over streamable HTTP at http://127.0.0.1:{port}/mcp and GET /search (OpenAPI: /openapi.json), loopback only\n"
+        )
         busy = run_cli(registry, "mcp", "--http", str(port))
         assert busy.returncode == 2 and busy.stderr.count("\n") == 1, busy.stderr
         assert busy.stderr.startswith(f"Error: invalid_input: cannot listen on 127.0.0.1:{port}: Address already in use")

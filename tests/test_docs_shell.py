@@ -27,6 +27,7 @@ import pytest
 
 from payrail_test_support import REPO
 from payrail_test_support.docs import DOCS, code_blocks, headings, pages, read, section
+from payrail_test_support.ports import unused_port
 
 OPERATIONS = DOCS / "operations.md"
 # docs/operations.md's sections whose commands other tests run as written: test_operations.py the
@@ -56,6 +57,10 @@ RUN, HELP, SERVE, NOT_RUN = "run", "help", "serve", "not run"
 GOLDEN_QUERY = "send an SMS text message to a customer's phone"
 GOLDEN_ADD = f'payrail-embedder golden add "{GOLDEN_QUERY}" --relevant "Twilio / Programmable Messaging: Send an SMS"'
 GOLDEN_REMOVE = f'payrail-embedder golden remove "{GOLDEN_QUERY}"'
+AGENT_ADD = "payrail-embedder agent add booking_agent"
+MAKE_TOKEN = 'umask 077 && echo "booking-agent $(openssl rand -hex 32)" >> agent-tokens'
+SERVE_REMOTE = "payrail-embedder mcp --http 8471 --host 0.0.0.0 --token-file agent-tokens"
+CURL_SEARCH = 'curl -H "Authorization: Bearer $TOKEN" "https://registry.example.com/search?query=send+an+SMS"'
 # Every command line of the docs' sh blocks (comments dropped), and how it is run.
 COMMANDS = {
     SETUP
@@ -65,6 +70,11 @@ COMMANDS = {
     'payrail-embedder search "send an SMS to a customer" --json': RUN,
     'echo "send an SMS to a customer" | payrail-embedder search - --json': RUN,
     "payrail-embedder operator add ada": RUN,
+    # Remote agents (docs/agents.md): a login, a token, the server beyond loopback, a search with curl.
+    AGENT_ADD: RUN,
+    MAKE_TOKEN: RUN,
+    SERVE_REMOTE: SERVE,
+    CURL_SEARCH: RUN,
     "payrail-embedder backoffice": SERVE,
     "export PAYRAIL_DATABASE_URL=postgresql://db.internal/registry PAYRAIL_EMBEDDER=openai OPENAI_API_KEY=sk-...": HELP,
     "payrail-embedder backoffice --public-url https://registry.example.com": HELP,
@@ -267,6 +277,44 @@ def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
+    applied = shell(fresh_env, "payrail-embedder db apply")
+    assert applied.returncode == 0, applied.stderr
+    assert ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n").startswith("created login booking_agent")
+    tokens = REPO / "agent-tokens"
+    port = unused_port()
+    try:
+        ok(fresh_env, MAKE_TOKEN)
+        assert oct(tokens.stat().st_mode & 0o777) == "0o600"
+        token = tokens.read_text().split()[1]
+        # Another port than the docs' 8471: on a machine shared with other test runs, it may be taken.
+        log = tmp_path / "mcp.log"
+        with log.open("w") as output:
+            process = subprocess.Popen(
+                ["bash", "--noprofile", "--norc", "-c", f"{ACTIVATE} && exec {SERVE_REMOTE.replace('8471', str(port))}"],
+                cwd=REPO,
+                env=fresh_env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + 90
+            while "serving MCP" not in log.read_text():
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            # The docs' curl, at this server instead of the example host.
+            curl = CURL_SEARCH.replace("https://registry.example.com", f"http://127.0.0.1:{port}")
+            answer = json.loads(shell({**fresh_env, "TOKEN": token}, curl).stdout)
+            searched = shell(fresh_env, 'payrail-embedder search "send an SMS" --json')
+            assert answer == json.loads(searched.stdout) and len(answer["matches"]) == 3, answer
+            assert json.loads(shell({**fresh_env, "TOKEN": "wrong" * 8}, curl).stdout)["error"] == "unauthorized"
+        finally:
+            process.terminate()
+            process.wait(20)
+    finally:
+        tokens.unlink(missing_ok=True)
 
 
 def test_commands_that_need_a_production_server_or_a_key_resolve_in_a_fresh_shell(fresh_env):

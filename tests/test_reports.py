@@ -80,6 +80,7 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (deploy.ApplyResult("postgresql://registry@db/payrail", True, "shared", 31, ["003"], seconds=2.5), ["postgresql://registry@db/payrail", 31, "003"]),
     (deploy.Roles(["payrail_agent"], ["payrail_operator"]), ["payrail_agent", "payrail_operator"]),
     (logins.OperatorAdded("alice", True), ["alice"]),
+    (logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False), ["booking_agent", 7]),
     (
         status.status("postgresql://nobody@127.0.0.1:1/payrail?connect_timeout=2", None),
         ["user=nobody connect_timeout=2 dbname=payrail host=127.0.0.1 port=1", "Connection refused"],

@@ -1,32 +1,43 @@
 """`payrail-embedder mcp`: the registry's search as a Model Context Protocol server.
 
 One tool, search_provider_methods, over stdio (the default: an agent host starts the command)
-or streamable HTTP on 127.0.0.1 (`--http PORT`). It answers exactly what the Python API, the CLI
-and the SQL function answer, from one api.Registry that keeps its pool and embedder for the
-server's lifetime. The MCP SDK is imported only when the server starts, so the rest of the CLI
-does not pay for it.
+or streamable HTTP (`--http PORT`, on 127.0.0.1 unless `--host` says otherwise). Over HTTP the
+same server also answers `GET /search?query=...` with the tool's JSON, described by the OpenAPI
+document at /openapi.json, for agent frameworks that call tools from OpenAPI. Beyond loopback
+every request needs a bearer token of a token file (base/agent_tokens.py). It answers exactly what
+the Python API, the CLI and the SQL function answer, from one api.Registry that keeps its pool and
+embedder for the server's lifetime. The MCP SDK is imported only when the server starts, so the
+rest of the CLI does not pay for it.
 """
 
 # No `from __future__ import annotations`: the SDK reads the tool's annotations, which name
 # types imported inside build_server.
+import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import sys
 from importlib.metadata import version
+from pathlib import Path
 from typing import Annotated
 
 # pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
+from .base.agent_tokens import AgentTokens
 from .base.errors import CodedError
 from .registry.agent_path import Registry
 from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, check_query
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
-HOST = "127.0.0.1"
+LOOPBACK = "127.0.0.1"
+# The Host headers a loopback server answers (the SDK's own list for its MCP endpoint): a web page
+# that points a name of its own at 127.0.0.1 (DNS rebinding) is refused.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+HOST_HEADER = re.compile(r"(\[[^\]]*\]|[^:]*)(?::\d+)?")
 # Worker threads for each of a search's two steps (anyio's default for all a server's threads is 40).
 LANE_THREADS = 40
 
@@ -52,6 +63,8 @@ approvals or callable capabilities. Read the official docs before calling a prov
 yourself, and take any payment requirement to Payrail Agent."""
 
 QUERY_DESCRIPTION = f"What you need, in plain words, or an exact provider or method name; 1 to {QUERY_MAX_CHARACTERS:,} characters."
+# GET /search answers with the tool's JSON; a failure's status says whose it is.
+HTTP_STATUS = {"invalid_query": 400, "search_unavailable": 503}
 
 
 def failure_result(error: SearchError):
@@ -67,7 +80,9 @@ def build_server(registry: Registry):
     import anyio.to_thread
     from mcp.server.mcpserver import MCPServer
     from mcp_types import ToolAnnotations
-    from pydantic import Field
+    from pydantic import Field, TypeAdapter
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
 
     class Answer(TypedDict):
         """At most three matches, in the registry's order; no scores."""
@@ -100,20 +115,40 @@ def build_server(registry: Registry):
 
     # Each step runs on a worker thread, so the database and a slow embedding never stall the
     # protocol; the name path on threads of its own, so searches waiting on the embedding service,
-    # however many, never keep exact names waiting for a thread.
+    # however many, never keep exact names waiting for a thread. The tool and GET /search both ask here.
+    async def answer(query: Query) -> Answer:
+        by_name = await anyio.to_thread.run_sync(registry.answer_by_name, query, limiter=lane("name"))
+        found = (
+            await anyio.to_thread.run_sync(registry.search_by_embedding, query, by_name, limiter=lane("embedding"))
+            if isinstance(by_name, NeedsEmbedding)
+            else by_name
+        )
+        return {"matches": [match.to_json() for match in found["matches"]]}
+
     async def search_provider_methods(
         query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=QUERY_MAX_CHARACTERS)],
     ) -> Answer:
         checked = Query(query)  # RegistryServer.call_tool checked it, before the SDK's validation
         try:
-            by_name = await anyio.to_thread.run_sync(registry.answer_by_name, checked, limiter=lane("name"))
-            if isinstance(by_name, NeedsEmbedding):
-                answer = await anyio.to_thread.run_sync(registry.search_by_embedding, checked, by_name, limiter=lane("embedding"))
-            else:
-                answer = by_name
+            return await answer(checked)
         except SearchError as error:
             return failure_result(error)
-        return {"matches": [match.to_json() for match in answer["matches"]]}
+
+    @server.custom_route("/search", methods=["GET"])
+    async def search_over_http(request: Request) -> Response:
+        given = request.query_params.getlist("query")
+        try:
+            if not given:
+                raise InvalidQuery("the query is missing: GET /search?query=what+you+need")
+            if len(given) > 1:
+                raise InvalidQuery(f"give one query, not {len(given)}")
+            return JSONResponse(await answer(check_query(given[0])))
+        except SearchError as error:
+            return JSONResponse(error.to_json(), status_code=HTTP_STATUS.get(error.code, 503))
+
+    @server.custom_route("/openapi.json", methods=["GET"])
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document(TypeAdapter(Answer).json_schema(ref_template="#/components/schemas/{model}")))
 
     server.add_tool(
         search_provider_methods,
@@ -131,28 +166,97 @@ def build_server(registry: Registry):
     return server
 
 
+def openapi_document(answer_schema: dict) -> dict:
+    """The OpenAPI 3.1 document of GET /search: the tool's own output schema, its errors, the token."""
+    error = {
+        "type": "object",
+        "required": ["error", "detail"],
+        "properties": {"error": {"type": "string", "enum": ["invalid_query", "search_unavailable", "unauthorized"]}, "detail": {"type": "string"}},
+    }
+    schemas = {**answer_schema.pop("$defs", {}), "Answer": answer_schema, "Error": error}
+
+    def json_of(name: str, description: str) -> dict:
+        return {"description": description, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Payrail Agent Search", "version": version("payrail-agent-search"), "description": INSTRUCTIONS},
+        "paths": {
+            "/search": {
+                "get": {
+                    "operationId": TOOL_NAME,
+                    "summary": "Search provider methods",
+                    "description": TOOL_DESCRIPTION,
+                    "parameters": [
+                        {
+                            "name": "query",
+                            "in": "query",
+                            "required": True,
+                            "description": QUERY_DESCRIPTION,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": QUERY_MAX_CHARACTERS},
+                        }
+                    ],
+                    "responses": {
+                        "200": json_of("Answer", "At most three matches, in the registry's order; no scores."),
+                        "400": json_of("Error", "invalid_query: the query is missing, empty or too long; fix it."),
+                        "401": json_of("Error", "unauthorized: no valid bearer token (servers beyond loopback)."),
+                        "503": json_of("Error", "search_unavailable: the registry's database or embedding service failed; try again later."),
+                    },
+                }
+            }
+        },
+        "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}, {}],
+    }
+
+
 class PortInUse(CodedError):
     """--http PORT: another program listens there."""
 
     code = "invalid_input"
 
 
-def bind_loopback(port: int) -> socket.socket:
+class TokenRequired(CodedError):
+    """--host beyond loopback without a token file: anyone who reaches the port could search."""
+
+    code = "invalid_input"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
     """The listening socket for --http, bound before the server starts, so a busy port is one clear error."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    except socket.gaierror as error:
+        raise PortInUse(f"cannot listen on {host}: {error.strerror}; give --host an address of this machine") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
     try:
-        sock.bind((HOST, port))
+        sock.bind((host, port))
     except OSError as error:
         sock.close()
-        raise PortInUse(f"cannot listen on {HOST}:{port}: {error.strerror}; choose another --http PORT") from None
+        raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}; choose another --http PORT or --host") from None
     return sock
 
 
-def serve(registry: Registry, http_port: int | None = None) -> None:
+def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK, token_file: Path | None = None) -> None:
     """Serves until standard input closes (stdio) or SIGTERM / Ctrl-C (HTTP, where it exits 0)."""
     server = build_server(registry)
-    sock = bind_loopback(http_port) if http_port is not None else None
+    tokens = AgentTokens(token_file) if token_file is not None else None  # a wrong file stops it here, named
+    if http_port is not None and tokens is None and not is_loopback(host):
+        raise TokenRequired(
+            f"--host {host} is beyond loopback: every agent there must present a bearer token; "
+            "give --token-file FILE (one line per agent: NAME TOKEN, mode 600; see docs/agents.md)"
+        )
+    sock = bind(host, http_port) if http_port is not None else None
     # The pool opened (the embedded default started) and a local model loaded before the server
     # answers anything, so the first question is as fast as the next ones.
     registry.warm_up()
@@ -167,18 +271,54 @@ def serve(registry: Registry, http_port: int | None = None) -> None:
             server.run("stdio")
         else:
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-            serve_http(server, sock)
+            serve_http(server, sock, host, tokens)
     finally:
         registry.close()
 
 
-def serve_http(server, sock: socket.socket) -> None:
+class HttpGate:
+    """Before any route: with tokens, a request without one of them is refused (401); without
+    (loopback only), a Host header not naming loopback is (DNS rebinding, 421)."""
+
+    def __init__(self, app, tokens: AgentTokens | None) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = [(name.lower(), value) for name, value in scope["headers"]]
+        if self.tokens is not None:
+            presented = [value for name, value in headers if name == b"authorization"]
+            scheme, _, token = presented[0].decode("latin-1").partition(" ") if len(presented) == 1 else ("", "", "")
+            if scheme.lower() != "bearer" or self.tokens.agent_of(token.strip()) is None:
+                return await refuse(send, 401, "unauthorized", "present an agent's bearer token: Authorization: Bearer TOKEN")
+        else:
+            named = [HOST_HEADER.fullmatch(value.decode("latin-1")) for name, value in headers if name == b"host"]
+            if len(named) != 1 or named[0] is None or named[0].group(1) not in LOOPBACK_HOSTS:
+                return await refuse(send, 421, "invalid_request", "this server answers on loopback only: ask it at 127.0.0.1")
+        return await self.app(scope, receive, send)
+
+
+async def refuse(send, status: int, code: str, detail: str) -> None:
+    body = json.dumps({"error": code, "detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="payrail-agent-search"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def serve_http(server, sock: socket.socket, host: str, tokens: AgentTokens | None) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=HOST)
-    config = uvicorn.Config(app, log_level="warning", log_config=None)  # its lines through the package's handler
+    app = HttpGate(server.streamable_http_app(host=host), tokens)
+    # A query of 2,000 characters percent-encoded in a URL is up to 24 KB: above h11's default 16 KB.
+    config = uvicorn.Config(app, log_level="warning", log_config=None, h11_max_incomplete_event_size=64 * 1024)  # its lines through the package's handler
     http = uvicorn.Server(config)
-    port = sock.getsockname()[1]
-    print(f"serving MCP over streamable HTTP at http://{HOST}:{port}/mcp (loopback only)", flush=True)
+    bound_host, port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    guard = f"bearer tokens of {tokens.path}" if tokens is not None else "loopback only"
+    print(f"serving MCP over streamable HTTP at http://{shown}:{port}/mcp and GET /search (OpenAPI: /openapi.json), {guard}", flush=True)
     # uvicorn stops gracefully on SIGTERM, then raises it again for the handler serve() installed.
     http.run(sockets=[sock])

@@ -89,6 +89,7 @@ for command in (
     model.model,
     serve.mcp,
     serve.operator,
+    serve.agent,
     serve.backoffice,
 ):
     cli.add_command(command)

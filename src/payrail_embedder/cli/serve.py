@@ -1,16 +1,21 @@
-"""The servers people and agents use (the MCP server, the backoffice) and the operators' logins."""
+"""The servers people and agents use (the MCP server, the backoffice) and the operators' and agents' logins."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
+import psycopg
 
 from ..base.reports import emit
 from ..postgres import logins
 from ..settings import Settings
 from .common import JSON_OPTION, Failure, log_change
+
+# mcp_server.LOOPBACK, not imported: the command line loads the server's modules only for `mcp`.
+LOOPBACK = "127.0.0.1"
 
 
 @click.command("mcp")
@@ -18,10 +23,22 @@ from .common import JSON_OPTION, Failure, log_change
     "--http",
     "http_port",
     type=click.IntRange(1, 65535),
-    help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.",
+    help="Serve streamable HTTP on PORT (path /mcp, and GET /search with its OpenAPI document at /openapi.json) instead of stdio.",
+)
+@click.option(
+    "--host",
+    default=LOOPBACK,
+    show_default=True,
+    help="Address --http listens on. Beyond loopback it needs --token-file; put a TLS reverse proxy in front.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="PAYRAIL_MCP_TOKEN_FILE",
+    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600). Read again when it changes: delete a line to revoke.",
 )
 @click.pass_obj
-def mcp(settings: Settings, http_port: int | None):
+def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path | None):
     """Serve the search as an MCP server (one tool: search_provider_methods).
 
     Speaks stdio by default, for an agent host that starts this command; takes the same
@@ -30,7 +47,21 @@ def mcp(settings: Settings, http_port: int | None):
     from ..api import Registry
     from ..mcp_server import serve  # the MCP SDK loads only for this command
 
-    serve(Registry(settings=settings), http_port)  # a busy port is mcp_server.PortInUse, invalid_input
+    if http_port is None and (host != LOOPBACK or token_file is not None):
+        raise click.UsageError("--host and --token-file go with --http PORT; over stdio the agent host starts the server itself")
+    # A busy port, a host beyond loopback without tokens or a wrong token file: invalid_input, named.
+    serve(Registry(settings=settings), http_port, host, token_file)
+
+
+def read_password(password_stdin: bool) -> str:
+    """The password from the first line of standard input, or asked for twice on the terminal."""
+    if not password_stdin:
+        return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    line = sys.stdin.buffer.readline()
+    try:
+        return line.decode("utf-8").removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise Failure("invalid_input", "the password on standard input is not UTF-8 text") from None
 
 
 @click.group()
@@ -51,20 +82,50 @@ def operator_add(settings: Settings, name, password_stdin, as_json):
     operators sign in to the backoffice on the embedded default; elsewhere it needs a login that
     may create roles and grant the registry's.
     """
-    if password_stdin:
-        line = sys.stdin.buffer.readline()
-        try:
-            password = line.decode("utf-8").removesuffix("\n").removesuffix("\r")
-        except UnicodeDecodeError:
-            raise Failure("invalid_input", "the password on standard input is not UTF-8 text") from None
-    else:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    password = read_password(password_stdin)
     logins.check_login(name, password)  # before the embedded server is started
     started = time.monotonic()
     with settings.connect() as conn:
         created = logins.add_operator(conn, name, password)
         log_change("operator_add", conn, started, login=name, outcome="created" if created else "updated")
     emit(logins.OperatorAdded(name, created), as_json)
+
+
+@click.group()
+def agent():
+    """Give an agent a PostgreSQL login that may only search."""
+
+
+@agent.command("add")
+@click.argument("name")
+@click.option("--password-stdin", is_flag=True, help="Read the password from the first line of standard input instead of asking for it.")
+@click.option("--no-password", is_flag=True, help="No password: for peer or certificate authentication (pg_hba.conf).")
+@click.option("--connection-limit", default=20, show_default=True, type=click.IntRange(1, 10_000), help="Connections the login may hold at once.")
+@click.option("--statement-timeout", default="2s", show_default=True, help="Longest statement: a search waiting on a lock or a slow disk ends.")
+@click.option("--idle-in-transaction-timeout", default="10s", show_default=True, help="Longest idle time inside a transaction before the session ends.")
+@JSON_OPTION
+@click.pass_obj
+def agent_add(settings: Settings, name, password_stdin, no_password, connection_limit, statement_timeout, idle_in_transaction_timeout, as_json):
+    """Create the login NAME granted payrail_agent only, with a connection limit and timeouts.
+
+    The login can call the search functions and read nothing else (docs/security.md); search
+    holds its sessions to the timeouts given here. Asks for the password twice (or reads it with
+    --password-stdin; --no-password for peer or certificate authentication); the server
+    receives only its SCRAM verifier. For an existing role it sets the same, unless that role
+    could read more than an agent may (a superuser, an operator).
+    """
+    if password_stdin and no_password:
+        raise click.UsageError("--password-stdin and --no-password: choose one")
+    login = logins.AgentLogin(name, None if no_password else read_password(password_stdin), connection_limit, statement_timeout, idle_in_transaction_timeout)
+    logins.check_agent(login)  # before the embedded server is started
+    started = time.monotonic()
+    with settings.connect() as conn:
+        try:
+            created = logins.add_agent(conn, login)
+        except psycopg.errors.InvalidParameterValue as error:
+            raise Failure("invalid_input", f"{error.diag.message_primary}; nothing was changed") from None
+        log_change("agent_add", conn, started, login=name, outcome="created" if created else "updated")
+    emit(logins.AgentAdded(login, created), as_json)
 
 
 def positive_option(name: str, default: int, help: str):

@@ -1,0 +1,335 @@
+"""Remote agents: `mcp --http` beyond loopback behind agents' bearer tokens, its GET /search and
+OpenAPI document answering as the MCP tool does, and `agent add` logins that may only search.
+Real subprocesses, real HTTP (raw http.client where a header is the attack), the SDK's own client,
+a real PostgreSQL and the fake OpenAI server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import secrets
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
+
+import anyio
+import jsonschema
+import psycopg
+import pytest
+
+from payrail_embedder.postgres.connection import connect
+from payrail_test_support import CLI, REPO
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
+from payrail_test_support.cli import run_cli
+from payrail_test_support.ports import unused_port
+from payrail_test_support.waiting import wait_until
+
+TOOL = "search_provider_methods"
+ALL_INTERFACES = "0.0.0.0"
+
+
+@pytest.fixture
+def agents_env(cli_env, database_url, openai_fake, tmp_path):
+    import_catalog(database_url, openai_fake, tmp_path)
+    return cli_env
+
+
+def write_tokens(path: Path, lines: list[str], mode: int = 0o600) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="ascii")
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture
+def tokens(tmp_path) -> dict[str, str]:
+    return {"booking-agent": secrets.token_hex(32), "travel-agent": secrets.token_hex(32)}
+
+
+@pytest.fixture
+def token_file(tmp_path, tokens) -> Path:
+    return write_tokens(tmp_path / "agent-tokens", ["# one line per agent", *(f"{name} {token}" for name, token in tokens.items())])
+
+
+class Server:
+    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+        self.port = unused_port()
+        self.log = log
+        with log.open("w") as output:
+            self.process = subprocess.Popen([str(CLI), "mcp", "--http", str(self.port), *args], env=env, cwd=REPO, stdout=output, stderr=output)
+        # Its start is imports and the pool's first connection: seconds alone, far more under load.
+        wait_until(lambda: "serving MCP" in self.text(), lambda: f"the MCP server to listen: {self.text()}", timeout=90)
+
+    def text(self) -> str:
+        assert self.process.poll() is None, self.log.read_text()
+        return self.log.read_text()
+
+    def get(self, path: str, headers: dict[str, str] | list[tuple[str, str]] = (), host: str | None = None) -> tuple[int, dict, dict]:
+        """GET path with exactly these headers; the status, the headers and the JSON body."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.putrequest("GET", path, skip_host=True)
+            connection.putheader("Host", host or f"127.0.0.1:{self.port}")
+            for name, value in headers.items() if isinstance(headers, dict) else headers:
+                connection.putheader(name, value)
+            connection.endheaders()
+            response = connection.getresponse()
+            body = response.read()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(body) if body else {}
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def served(agents_env, token_file, tmp_path):
+    server = Server(agents_env, tmp_path / "mcp.log", "--host", ALL_INTERFACES, "--token-file", str(token_file))
+    yield server
+    server.stop()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def call_tool(port: int, token: str | None, query: str):
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def main():
+        http = create_mcp_http_client(headers=bearer(token) if token else None)
+        async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+            return await client.call_tool(TOOL, {"query": query})
+
+    return anyio.run(main)
+
+
+def test_beyond_loopback_the_server_will_not_start_without_tokens(agents_env):
+    result = run_cli(agents_env, "mcp", "--http", str(unused_port()), "--host", ALL_INTERFACES)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"Error: invalid_input: --host {ALL_INTERFACES} is beyond loopback"), result.stderr
+    assert "--token-file FILE" in result.stderr
+    # --host and --token-file belong to --http.
+    stdio = run_cli(agents_env, "mcp", "--host", ALL_INTERFACES)
+    assert stdio.returncode == 2 and "--host and --token-file go with --http PORT" in stdio.stderr, stdio.stderr
+
+
+@pytest.mark.parametrize(
+    "lines, mode, problem",
+    [
+        (["booking-agent " + "a" * 64], 0o644, "can be read or written by other users (mode 644); chmod 600"),
+        (["booking-agent " + "a" * 64], 0o620, "can be read or written by other users (mode 620); chmod 600"),
+        (["# none"], 0o600, "names no agent"),
+        (["booking-agent short-token-1"], 0o600, ":1: the token of booking-agent must be 32 to 512 visible ASCII characters"),
+        (["booking-agent " + "b" * 64, "", "travel-agent " + "b" * 64], 0o600, ":3: travel-agent has the token of booking-agent"),
+        (["booking-agent " + "c" * 64, "booking-agent " + "d" * 64], 0o600, ":2: booking-agent has a line already"),
+        (["booking agent " + "e" * 64], 0o600, ":1: write one agent per line as NAME TOKEN"),
+        (["<script> " + "f" * 64], 0o600, ":1: an agent's name is 1 to 63 letters"),
+    ],
+)
+def test_a_token_file_that_cannot_be_trusted_stops_the_server_naming_the_line_never_the_token(agents_env, tmp_path, lines, mode, problem):
+    path = write_tokens(tmp_path / "agent-tokens", lines, mode)
+    result = run_cli(agents_env, "mcp", "--http", str(unused_port()), "--host", ALL_INTERFACES, "--token-file", str(path))
+    assert result.returncode == 2 and result.stderr.startswith(f"Error: invalid_input: {path}"), result.stderr
+    assert problem in result.stderr, result.stderr
+    for line in lines:
+        for word in line.split()[1:]:
+            assert word not in result.stderr  # a token, even a bad one, is never printed
+
+
+def test_every_request_needs_an_agents_token_and_nothing_else_passes(served, tokens):
+    token = tokens["booking-agent"]
+    ok_status, _, answer = served.get("/search?query=Stripe", bearer(token))
+    assert ok_status == 200 and answer == {"matches": [as_match(r) for r in CATALOG[:2]]}, answer
+
+    refusals = {
+        "no header": {},
+        "a wrong token": bearer("x" * 64),
+        "another scheme": {"Authorization": f"Basic {token}"},
+        "a token one character short": bearer(token[:-1]),
+        "a token and more": bearer(token + "0"),
+        "two headers, one right": [("Authorization", f"Bearer {token}"), ("Authorization", "Bearer " + "y" * 64)],
+        "bytes that are not ASCII": {"Authorization": "Bearer " + "\u00e9" * 64},
+        "a header of 40 KB": bearer("z" * 40_000),
+    }
+    for attack, headers in refusals.items():
+        status, response_headers, body = served.get("/search?query=Stripe", headers)
+        assert status == 401, (attack, status, body)
+        assert response_headers["www-authenticate"] == 'Bearer realm="payrail-agent-search"', attack
+        assert body == {"error": "unauthorized", "detail": "present an agent's bearer token: Authorization: Bearer TOKEN"}, attack
+    # A token in the URL is never read; the MCP endpoint and the OpenAPI document are guarded alike.
+    assert served.get(f"/search?query=Stripe&access_token={token}")[0] == 401
+    assert served.get("/openapi.json")[0] == 401
+    with pytest.raises(Exception) as refused:
+        call_tool(served.port, None, "Stripe")
+    assert "401" in repr(refused.value) or "Unauthorized" in repr(refused.value), repr(refused.value)
+    # A header far past any real one is refused by the HTTP layer; the server lives on.
+    assert served.get("/search?query=Stripe", bearer("z" * 200_000))[0] in (400, 401, 431)
+    assert served.get("/search?query=Stripe", bearer(token))[0] == 200
+
+
+def test_search_over_http_answers_exactly_as_the_tool_does(served, tokens, openai_fake):
+    token = tokens["travel-agent"]
+    for query in ("stripe", SEMANTIC_QUERY):
+        status, _, answer = served.get(f"/search?query={quote(query)}", bearer(token))
+        tool = call_tool(served.port, token, query)
+        assert status == 200 and not tool.is_error
+        assert answer == tool.structured_content, query
+    assert answer == {"matches": expected_semantic_matches(SEMANTIC_QUERY)}
+
+    # The tool's errors, with their status: the query's fault 400, the services' 503.
+    for query in ("", "x" * 2001, "\x00"):
+        status, _, error = served.get(f"/search?query={quote(query)}", bearer(token))
+        tool = call_tool(served.port, token, query)
+        assert status == 400 and tool.is_error and error == json.loads(tool.content[0].text), (query, error)
+        assert error["error"] == "invalid_query"
+    missing = served.get("/search", bearer(token))
+    assert missing[0] == 400 and missing[2] == {"error": "invalid_query", "detail": "the query is missing: GET /search?query=what+you+need"}
+    twice = served.get("/search?query=a&query=b", bearer(token))
+    assert twice[0] == 400 and twice[2] == {"error": "invalid_query", "detail": "give one query, not 2"}
+    # A query of 2,000 characters fits in the URL, percent-encoded (up to 24 KB).
+    long_query = "\u4e2d" * 2000
+    assert served.get(f"/search?query={quote(long_query)}", bearer(token))[0] == 200
+
+    openai_fake.behaviour = "500"
+    status, _, outage = served.get(f"/search?query={quote(SEMANTIC_QUERY)}", bearer(token))
+    tool = call_tool(served.port, token, SEMANTIC_QUERY)
+    assert status == 503 and outage["error"] == "search_unavailable" == json.loads(tool.content[0].text)["error"], outage
+    assert served.get("/search?query=Stripe", bearer(token))[0] == 200  # exact names need no embedding
+
+
+def test_the_openapi_document_describes_what_search_answers(served, tokens, openai_fake):
+    token = tokens["booking-agent"]
+    status, _, document = served.get("/openapi.json", bearer(token))
+    assert status == 200 and document["openapi"] == "3.1.0"
+    operation = document["paths"]["/search"]["get"]
+    assert operation["operationId"] == TOOL
+    assert [(p["name"], p["in"], p["required"], p["schema"]["maxLength"]) for p in operation["parameters"]] == [("query", "query", True, 2000)]
+    assert document["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    # Real answers and errors validate against the schemas it gives for their status.
+    registry = {"$id": "urn:payrail-openapi", **document}
+
+    def validates(status_code: str, body: dict) -> None:
+        schema = {"$ref": operation["responses"][status_code]["content"]["application/json"]["schema"]["$ref"]}
+        jsonschema.validate(body, {**registry, **schema})
+
+    validates("200", served.get(f"/search?query={quote(SEMANTIC_QUERY)}", bearer(token))[2])
+    validates("400", served.get("/search?query=", bearer(token))[2])
+    validates("401", served.get("/search?query=Stripe")[2])
+    with pytest.raises(jsonschema.ValidationError):
+        validates("200", {"matches": [{"provider": "A"}] * 4})  # more than three, and fields missing
+
+
+def test_a_token_deleted_from_the_file_is_refused_at_its_next_request_without_a_restart(served, token_file, tokens):
+    booking, travel = tokens["booking-agent"], tokens["travel-agent"]
+    assert served.get("/search?query=Stripe", bearer(booking))[0] == 200
+    write_tokens(token_file, [f"travel-agent {travel}"])
+    assert served.get("/search?query=Stripe", bearer(booking))[0] == 401
+    assert served.get("/search?query=Stripe", bearer(travel))[0] == 200
+    # A file spoilt by an edit lets no one in, and the log says why; fixed, it works again.
+    write_tokens(token_file, [f"travel-agent {travel}", "oops"])
+    assert served.get("/search?query=Stripe", bearer(travel))[0] == 401
+    assert "event=token_file_refused" in served.text() and "NAME TOKEN" in served.text()
+    assert travel not in served.text()
+    token_file.unlink()
+    assert served.get("/search?query=Stripe", bearer(travel))[0] == 401
+    write_tokens(token_file, [f"booking-agent {booking}"])
+    assert served.get("/search?query=Stripe", bearer(booking))[0] == 200
+
+
+def test_on_loopback_no_token_is_asked_and_a_foreign_host_name_is_refused(agents_env, tmp_path):
+    server = Server(agents_env, tmp_path / "mcp.log")
+    try:
+        assert server.text().startswith(f"serving MCP over streamable HTTP at http://127.0.0.1:{server.port}/mcp and GET /search")
+        assert server.get("/search?query=Stripe")[0] == 200
+        assert server.get("/search?query=Stripe", host=f"localhost:{server.port}")[0] == 200
+        for host in (f"evil.example:{server.port}", "evil.example", f"127.0.0.1.evil.example:{server.port}"):
+            status, _, body = server.get("/search?query=Stripe", host=host)
+            assert status == 421 and body["detail"] == "this server answers on loopback only: ask it at 127.0.0.1", host
+    finally:
+        server.stop()
+
+
+def login_url(database_url: str, name: str) -> str:
+    with connect(database_url) as conn:
+        info = conn.info
+        return psycopg.conninfo.make_conninfo(host=info.host, port=info.port, dbname=info.dbname, user=name)
+
+
+def role(database_url: str, name: str) -> dict | None:
+    with connect(database_url) as conn:
+        row = conn.execute(
+            """select r.rolconnlimit, r.rolconfig, array(select g.rolname::text from pg_auth_members m join pg_roles g on g.oid = m.roleid
+                      where m.member = r.oid order by 1), a.rolpassword is not null
+               from pg_roles r join pg_authid a on a.oid = r.oid where r.rolname = %s""",
+            (name,),
+        ).fetchone()
+    return None if row is None else {"limit": row[0], "settings": sorted(row[1] or []), "grants": row[2], "password": row[3]}
+
+
+def test_agent_add_makes_a_login_that_can_search_and_read_nothing(agents_env, database_url):
+    result = subprocess.run(
+        [str(CLI), "agent", "add", "booking_agent", "--password-stdin"],
+        input="a long passphrase\n",
+        env=agents_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("created login booking_agent with a password, granted payrail_agent only, at most 20 connections"), result.stdout
+    assert role(database_url, "booking_agent") == {
+        "limit": 20,
+        "settings": ["idle_in_transaction_session_timeout=10s", "statement_timeout=2s"],
+        "grants": ["payrail_agent"],
+        "password": True,
+    }
+    with psycopg.connect(login_url(database_url, "booking_agent"), password="a long passphrase") as conn:
+        assert conn.execute("select provider from payrail.search_provider_methods('Stripe')").fetchall()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("select * from payrail.provider_methods")
+
+    again = run_cli(agents_env, "agent", "add", "booking_agent", "--no-password", "--connection-limit", "5", "--statement-timeout", "1500ms", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {"login": "booking_agent", "created": False, "grants": ["payrail_agent"], "connectionLimit": 5}
+    assert role(database_url, "booking_agent") == {
+        "limit": 5,
+        "settings": ["idle_in_transaction_session_timeout=10s", "statement_timeout=1500ms"],
+        "grants": ["payrail_agent"],
+        "password": False,
+    }
+
+
+def test_agent_add_never_makes_an_agent_of_a_role_that_reads_more_and_changes_nothing_on_bad_input(agents_env, database_url):
+    operator = subprocess.run(
+        [str(CLI), "operator", "add", "ada", "--password-stdin"], input="a long passphrase\n", env=agents_env, capture_output=True, text=True, timeout=120
+    )
+    assert operator.returncode == 0, operator.stderr
+    refused = run_cli(agents_env, "agent", "add", "ada", "--no-password")
+    assert refused.returncode == 2 and '"ada" is granted payrail_embedder, payrail_operator: it reads drafts' in refused.stderr, refused.stderr
+    assert "payrail_agent" not in role(database_url, "ada")["grants"]
+    with connect(database_url) as conn:
+        superuser = conn.execute("select current_user").fetchone()[0]
+    refused = run_cli(agents_env, "agent", "add", superuser, "--no-password")
+    assert refused.returncode == 2 and "is a superuser, may create roles or owns the registry" in refused.stderr, refused.stderr
+
+    bad = run_cli(agents_env, "agent", "add", "timed_agent", "--no-password", "--statement-timeout", "forever")
+    assert bad.returncode == 2 and 'invalid value for parameter "statement_timeout": "forever"' in bad.stderr, bad.stderr
+    assert "nothing was changed" in bad.stderr and role(database_url, "timed_agent") is None
+    empty = subprocess.run(
+        [str(CLI), "agent", "add", "quiet_agent", "--password-stdin"], input="\n", env=agents_env, capture_output=True, text=True, timeout=120
+    )
+    assert empty.returncode == 2 and "the password is empty" in empty.stderr and role(database_url, "quiet_agent") is None
+    both = run_cli(agents_env, "agent", "add", "x", "--no-password", "--password-stdin")
+    assert both.returncode == 2 and "choose one" in both.stderr
+
+    # A name is an identifier, never SQL.
+    hostile = 'x"; drop table payrail.provider_methods; --'
+    made = run_cli(agents_env, "agent", "add", hostile, "--no-password")
+    assert made.returncode == 0, made.stderr
+    assert role(database_url, hostile)["grants"] == ["payrail_agent"]
+    with connect(database_url) as conn:
+        assert conn.execute("select count(*) from payrail.provider_methods").fetchone()[0] == len(CATALOG)
