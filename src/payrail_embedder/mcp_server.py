@@ -241,6 +241,9 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
     try:
         sock.bind((host, port))
+        # Listening at once: a client that read the URL the server prints is queued, not refused,
+        # while uvicorn starts.
+        sock.listen(socket.SOMAXCONN)
     except OSError as error:
         sock.close()
         raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}; choose another --http PORT or --host") from None
