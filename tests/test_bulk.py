@@ -67,7 +67,7 @@ def test_enabling_every_record_by_id_enables_the_embedded_drafts_and_names_the_r
         (987654,),
     )
     assert previewed == bulk.BulkResult(True, result.changed, result.already, result.needing_embedding, result.missing, applied=False)
-    assert result.describe() == (
+    assert result.in_words() == (
         "Enabled 3 records; 1 was enabled already. Not enabled: 2 drafts have no embedding of their current content yet, so agents could "
         "not find them: run `payrail-embedder sync` first, then enable them again (or save each from its page, which embeds it). "
         "Not enabled: 1 record named no record (deleted meanwhile, or never there)."
@@ -94,11 +94,11 @@ def test_disabling_what_a_filter_matches_counts_what_was_already_a_draft(databas
             (),
             (),
         )
-        assert result.describe() == "Disabled 1 record; 1 was a draft already."
+        assert result.in_words() == "Disabled 1 record; 1 was a draft already."
         # The state filter as the list has it: every draft needing an embedding, and nothing enabled now.
         assert bulk.count(conn, bulk.Selection.matching(state="draft needing an embedding")) == 2
         nothing = bulk.set_enabled(conn, bulk.Selection.matching(state="enabled"), False)
-    assert nothing.selected == 0 and nothing.describe() == "No record matched: nothing was disabled."
+    assert nothing.selected == 0 and nothing.in_words() == "No record matched: nothing was disabled."
     assert not any(row["enabled"] for row in records(database_url).values())
 
 
@@ -157,7 +157,7 @@ def test_deleting_keeps_the_records_golden_queries_name_unless_told_and_the_hist
         result = bulk.delete_records(conn, bulk.Selection.of_ids([geocode, reverse, 987654]))
     assert previewed == bulk.BulkDeleteResult((geocode,), (reverse,), (), applied=False)
     assert result == bulk.BulkDeleteResult((geocode,), (reverse,), (987654,))
-    assert result.describe() == (
+    assert result.in_words() == (
         "Deleted 1 record (the history keeps the last version of each). Not deleted: golden queries name 1 record, which search is measured on: "
         "remove it from those queries first, or delete with the golden queries too. Not deleted: 1 record named no record (deleted meanwhile, or never there)."
     )

@@ -22,7 +22,7 @@ import pytest
 from payrail_embedder.cli import cli
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
-from payrail_test_support.cli import cli_import, cli_json, run_cli, run_cli_in_process, write_jsonl
+from payrail_test_support.cli import cli_import, cli_json, run_cli, run_cli_in_process, without_registry, write_jsonl
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import cosine_ranking, fake_semantic_path, fake_vector, name_path, normalized
 from payrail_test_support.registry_state import group_roles
@@ -191,7 +191,7 @@ def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path
 
     code, report, _ = cli_json(cli_env, "import", "--json", str(tmp_path / "export-1.jsonl"))
     assert code == 0, report
-    assert report == {"created": 0, "updated": 0, "unchanged": len(ROUND_TRIP), "refused": [], "saved": True, "notImported": 0}
+    assert without_registry(report) == {"created": 0, "updated": 0, "unchanged": len(ROUND_TRIP), "refused": [], "saved": True, "notImported": 0}
     assert len(openai_fake.requests) == requests_after_import
 
     assert export_text(cli_env, tmp_path / "export-2.jsonl") == first
@@ -216,7 +216,7 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
     del urls_edit["enabled"]
     code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "urls.jsonl", [urls_edit, base[1], base[2]]))
     assert code == 0, report
-    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
+    assert without_registry(report) == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
     assert len(openai_fake.requests) == requests_before
     row = stored_row(database_url, "Acme Travel", "Hotel Search")
     assert (row["urls"], row["docsUrl"], row["enabled"]) == (urls_edit["urls"], urls_edit["docsUrl"], True)
@@ -225,7 +225,7 @@ def test_import_reports_created_updated_unchanged_and_embeds_only_changed_conten
     guidance_edit = dict(base[1], guidance="Purpose: Nightly room rates by city and date.\nNotes: paid.")
     code, report, _ = cli_json(cli_env, "import", "--json", write_jsonl(tmp_path / "guidance.jsonl", [urls_edit, guidance_edit, base[2]]))
     assert code == 0, report
-    assert report == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
+    assert without_registry(report) == {"created": 0, "updated": 1, "unchanged": 2, "refused": [], "saved": True, "notImported": 0}
     new_requests = openai_fake.requests[requests_before:]
     assert [r["input"] for r in new_requests] == [[record_text(guidance_edit["provider"], guidance_edit["method"], guidance_edit["guidance"])]]
     row = stored_row(database_url, "Globex", "Room Rates")

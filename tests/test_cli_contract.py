@@ -187,7 +187,7 @@ def test_a_short_sync_off_a_terminal_prints_no_progress(registry, database_url):
     # Standard error holds the run's one summary line for the operators' logs, no progress bar.
     (summary,) = events(result.stderr)
     assert result.returncode == 0 and (summary["event"], summary["embedded"], summary["pending"]) == ("sync", "1", "0"), result.stderr
-    assert result.stdout == "1 embedded, 0 changed meanwhile, 0 pending\n"
+    assert result.stdout.startswith("1 embedded, 0 changed meanwhile, 0 pending\n")
 
 
 def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(registry, database_url, tmp_path):
@@ -209,7 +209,7 @@ def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(r
     lines_file = write_jsonl(tmp_path / "more.jsonl", [{**CATALOG[0], "method": f"Extra {n}"} for n in range(3)])
     imported = run_cli(env, "import", lines_file)
     assert imported.returncode == 0, imported.stderr
-    assert imported.stderr.splitlines()[-2].startswith("progress task=import done=3 total=3 elapsed_s="), imported.stderr
+    assert any(line.startswith("progress task=import done=3 total=3 elapsed_s=") for line in imported.stderr.splitlines()), imported.stderr
 
 
 @pytest.mark.slow

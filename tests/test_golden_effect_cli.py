@@ -9,7 +9,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from payrail_test_support.cli import cli_import, cli_json, run_cli
+from payrail_test_support.cli import cli_import, cli_json, run_cli, without_registry
 from payrail_test_support.cli import run_edit as edit
 from payrail_test_support.golden_tops import eval_tops
 from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
@@ -76,9 +76,9 @@ def test_sync_embeds_the_golden_queries_without_a_vector_and_model_switch_embeds
     with psycopg.connect(database_url) as conn:
         conn.execute("delete from payrail.golden_query_embeddings")
     code, report, stderr = cli_json(registry, "sync", "--json")
-    assert (code, report) == (0, {"embedded": 0, "changedMeanwhile": 0, "pending": [], "goldenQueriesEmbedded": 3}), stderr
+    assert (code, without_registry(report)) == (0, {"embedded": 0, "changedMeanwhile": 0, "pending": [], "goldenQueriesEmbedded": 3}), stderr
     assert set(kept_vectors(database_url)) == {query for query, _ in GOLDEN}
-    assert run_cli(registry, "sync").stdout == "0 embedded, 0 changed meanwhile, 0 pending\n"
+    assert run_cli(registry, "sync").stdout.startswith("0 embedded, 0 changed meanwhile, 0 pending\n")
 
     code, report, stderr = cli_json(registry, "model", "switch", "fake-embedding-2", "--json")
     assert code == 0 and report["switched"] and report["goldenQueriesEmbedded"] == 3, (report, stderr)

@@ -22,7 +22,7 @@ from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.model import evaluation, golden_rankings, switch, tuning
 from payrail_embedder.postgres import deploy, logins
-from payrail_embedder.registry import catalog, golden, history, search, sync
+from payrail_embedder.registry import bulk, catalog, golden, history, search, stored, sync
 from payrail_embedder.registry.embedding_model import EmbeddingModel
 from payrail_embedder.registry.records import Refusal
 from payrail_embedder.registry.write import Saved
@@ -81,6 +81,12 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (deploy.Roles(["payrail_agent"], ["payrail_operator"]), ["payrail_agent", "payrail_operator"]),
     (logins.OperatorAdded("alice", True), ["alice"]),
     (logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False), ["booking_agent", 7]),
+    (
+        stored.ShownRecord({**STORED, "enabled": False, "embedded": False, "saved_by": "bob"}),
+        [7, "draft needing an embedding", "bob", "Purpose: refunds a charge"],
+    ),
+    (bulk.BulkResult(True, (1, 2), (3,), (4,), (99,)), ["run `payrail-embedder sync` first", "named no record"]),
+    (bulk.BulkDeleteResult((5,), (6,), (), applied=False), ["golden queries name 1 record"]),
     (
         status.status("postgresql://nobody@127.0.0.1:1/payrail?connect_timeout=2", None),
         ["user=nobody connect_timeout=2 dbname=payrail host=127.0.0.1 port=1", "Connection refused"],

@@ -356,7 +356,7 @@ def set_enabled(conn: psycopg.Connection, selection: bulk.Selection, enabled: bo
         needing_embedding=len(result.needing_embedding) or None,
         missing=len(result.missing) or None,
     )
-    return ("error" if result.refusals() else "info"), result.describe()
+    return ("error" if result.refusals() else "info"), result.in_words()
 
 
 def import_upload(

@@ -17,7 +17,7 @@ from ..base import logs
 from ..base.errors import EXIT_STATUS, code_and_detail
 from ..base.safe_text import json_text
 from ..settings import Settings, settings_options
-from . import db, golden, model, records, search, serve
+from . import bulk, db, golden, model, records, search, serve
 from .common import Failure
 
 
@@ -78,6 +78,10 @@ for command in (
     records.import_,
     records.export,
     records.list_,
+    bulk.show,
+    bulk.enable,
+    bulk.disable,
+    bulk.delete,
     records.sync,
     search.search,
     golden.eval_,

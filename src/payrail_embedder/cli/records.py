@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from ..model import golden_rankings
 from ..registry import catalog, stored
 from ..registry import history as history_module
 from ..registry import sync as sync_module
-from ..registry.records import RECORD_LINE, parse_lines
+from ..registry.records import RECORD_LINE, Line, parse_lines
 from ..registry.write import Conflict, Refused, Saved
 from ..settings import Settings
 from .common import BATCH_SIZE_OPTION, JSON_OPTION, NAME_ARGUMENT, Failure, embedding_run_fields, log_change
@@ -37,12 +38,24 @@ def count_lines(inputs: list[input_files.InputFile]) -> int:
     return total
 
 
+def registry_held(conn: psycopg.Connection) -> dict | None:
+    """What agents can find after a change (stored.counts), so drafts are never a surprise; None
+    when the database cannot say (the change's own report says why)."""
+    try:
+        return stored.counts(conn)
+    except psycopg.Error:
+        return None
+
+
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
 @click.option("--skip-invalid", is_flag=True, help="Save the valid lines even when some are refused.")
+@click.option(
+    "--enable", "enable", is_flag=True, help="Enable every record of the files, whatever their lines say (a catalog you trust): agents can find them at once."
+)
 @JSON_OPTION
 @click.pass_obj
-def import_(settings: Settings, files, skip_invalid, as_json):
+def import_(settings: Settings, files, skip_invalid, enable, as_json):
     """Upsert records from JSON Lines FILES, by (provider, method); - reads standard input.
 
     Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. Every line is
@@ -58,11 +71,17 @@ def import_(settings: Settings, files, skip_invalid, as_json):
         total = count_lines(inputs)
 
         def lines():
-            return (item for each in inputs for item in parse_lines(each.lines(), each.source))
+            items = (item for each in inputs for item in parse_lines(each.lines(), each.source))
+            # Content is embedded before it is saved, so every record imported can be enabled.
+            return (
+                dataclasses.replace(item, record=dataclasses.replace(item.record, enabled=True)) if enable and isinstance(item, Line) else item
+                for item in items
+            )
 
         with settings.connect() as conn:
             with progress("import", total) as advance:
                 report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
+            report = dataclasses.replace(report, registry=registry_held(conn))
             log_change(
                 "import",
                 conn,
@@ -129,6 +148,7 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             return
         with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
+        report = dataclasses.replace(report, registry=registry_held(conn))
         log_change(
             "sync",
             conn,

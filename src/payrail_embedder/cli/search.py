@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import replace
 
 import click
 import psycopg
 
+from ..base import logs
 from ..base.reports import emit
 from ..model import golden_rankings
 from ..registry import stored
@@ -28,7 +31,19 @@ def search(settings: Settings, query, as_json):
     invalid_query (fix the query) and 1 for search_unavailable (try again later).
     """
     query = check_query(read_query(query))  # invalid_query before any connection, even with the database down
-    emit(Matches(search_provider_methods(one_connection_at_a_time(settings), settings.embedder, query)), as_json)
+    connections = one_connection_at_a_time(settings)
+    found = search_provider_methods(connections, settings.embedder, query)
+    emit(Matches(found), as_json)
+    if not found:
+        # No match: a registry of drafts only says so (the answer stays the seed's shape).
+        try:
+            note = stored.all_drafts_in_words(connections(stored.counts))
+        except psycopg.Error:
+            note = None
+        if note and sys.stderr.isatty():
+            click.echo(note, err=True)
+        elif note:  # off a terminal, standard error is the operators' log: one event line
+            logs.log("all_drafts", logging.WARNING, detail=note)
 
 
 @click.command("preview")

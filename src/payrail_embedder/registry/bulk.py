@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from ..base.reports import Report
 from . import stored
 from .write import retry_transient
 
@@ -61,7 +62,7 @@ class Selection:
 
 
 @dataclass(frozen=True)
-class BulkResult:
+class BulkResult(Report):
     """What set_enabled did (or, previewed, would do) to each record of a selection, by id."""
 
     enabled: bool  # what the records were set to
@@ -92,7 +93,10 @@ class BulkResult:
             )
         return words + _missing(self.missing)
 
-    def describe(self) -> str:
+    def describe(self) -> list[str]:
+        return [self.in_words()]
+
+    def in_words(self) -> str:
         """One paragraph for people: what changed, what was already so, and each refusal."""
         verb = "enable" if self.enabled else "disable"
         if not (self.selected or self.missing):
@@ -174,7 +178,7 @@ def _not_found(selection: Selection, found: list[int]) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class BulkDeleteResult:
+class BulkDeleteResult(Report):
     """What delete_records did (or, previewed, would do) to each record of a selection, by id."""
 
     deleted: tuple[int, ...]
@@ -194,7 +198,10 @@ class BulkDeleteResult:
             )
         return words + _missing(self.missing)
 
-    def describe(self) -> str:
+    def describe(self) -> list[str]:
+        return [self.in_words()]
+
+    def in_words(self) -> str:
         """One paragraph for people: what was deleted, and each refusal."""
         if not (self.deleted or self.named_by_golden_queries or self.missing):
             return f"No record matched: nothing {'was' if self.applied else 'would be'} deleted."

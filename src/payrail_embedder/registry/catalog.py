@@ -13,6 +13,7 @@ from ..base.errors import CodedError, reason
 from ..base.reports import Report
 from ..base.safe_text import json_text
 from ..embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, made_once
+from . import stored
 from .embedding_model import RegistryModelMismatch
 from .records import Line, Refusal
 from .stored import record_of
@@ -29,6 +30,8 @@ class ImportReport(Report):
     saved: bool = False
     # Lines no rule refused, left unsaved because another line was refused.
     not_imported: int = 0
+    # What the registry holds after it (stored.counts), where the command asked: agents can find only its enabled records.
+    registry: dict | None = None
 
     def summary(self) -> str:
         """The report's last line, as `import` prints it."""
@@ -45,10 +48,12 @@ class ImportReport(Report):
             "refused": [{"source": r.source, "line": r.line, "reason": r.reason} for r in self.refused],
             "saved": self.saved,
             "notImported": self.not_imported,
+            **({"registry": self.registry} if self.registry is not None else {}),
         }
 
     def describe(self) -> list[str]:
-        return [self.summary()]
+        findable = stored.findable_in_words(self.registry) if self.registry else None
+        return [self.summary()] + ([findable] if findable else [])
 
     def warnings(self) -> list[str]:
         return [f"refused {refusal}" for refusal in self.refused]

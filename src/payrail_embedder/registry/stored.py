@@ -12,6 +12,7 @@ from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 
 from ..base.errors import CodedError
+from ..base.reports import Report
 from ..postgres.connection import one_row
 from .embedding_model import registry_model
 from .records import ProviderMethod
@@ -99,10 +100,36 @@ def _check_name_form(name: Sequence[str]) -> None:
         raise UnknownRecord('name a record as PROVIDER METHOD (two arguments), or as one "Provider / Method"')
 
 
-def _one(rows: list[DictRow], name: Sequence[str], where: str) -> DictRow:
+def _of_provider(conn: psycopg.Connection, name: Sequence[str], table: str, columns: str) -> list[DictRow]:
+    """The rows of table (provider, method and columns) whose provider one argument names, as the
+    name path compares names, by the unique key's index (its leading column); none for two arguments."""
+    if len(name) != 1:
+        return []
+    return (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            f"""select distinct on (payrail._normalize_name(pm.method)) {columns} from {table} as pm
+                where payrail._normalize_name(pm.provider) = payrail._normalize_name(%s)
+                order by payrail._normalize_name(pm.method)""",
+            (name[0],),
+        )
+        .fetchall()
+    )
+
+
+def _one(rows: list[DictRow], name: Sequence[str], where: str, of_provider: Sequence[DictRow] = ()) -> DictRow:
     written = " / ".join(name)
+    if not rows and len(of_provider) == 1:
+        return of_provider[0]  # a provider's name, and it has one method: that record
+    if not rows and of_provider:
+        provider = of_provider[0]["provider"]
+        shown = ", ".join(f'"{row["method"]}"' for row in of_provider[:10]) + (f" and {len(of_provider) - 10} more" if len(of_provider) > 10 else "")
+        raise UnknownRecord(
+            f'"{provider}" is a provider with {len(of_provider)} methods{where} ({shown}): name one, as "{provider} / {of_provider[0]["method"]}"; '
+            f'`payrail-embedder list --text "{provider}"` lists them'
+        )
     if not rows:
-        raise UnknownRecord(f'no provider method is named "{written}"{where}; `payrail-embedder export` lists every record')
+        raise UnknownRecord(f'no provider method is named "{written}"{where}, nor a provider; `payrail-embedder list` lists every record')
     if len(rows) > 1:
         names = ", ".join(f'"{row["provider"]}" + "{row["method"]}"' for row in rows)
         raise UnknownRecord(f'"{written}" names several records ({names}): name one as PROVIDER METHOD, two arguments')
@@ -121,7 +148,47 @@ def find_by_name(conn: psycopg.Connection, name: Sequence[str]) -> dict:
         )
         .fetchall()
     )
-    return _one(rows, name, "")
+    return _one(rows, name, "", [] if rows else _of_provider(conn, name, RECORDS, RECORD_COLUMNS))
+
+
+def ids_named(conn: psycopg.Connection, name: str) -> list[int]:
+    """The records one argument names for a bulk command: a record id (digits), one "Provider /
+    Method", or a provider's name (every method it has). UnknownRecord when it names none."""
+    if name.isascii() and name.isdigit():
+        return [int(name)]
+    rows = conn.execute(f"select n.id from ({_named(RECORDS, 'pm.id, pm.provider, pm.method')}) as n order by n.id", {"name": [name]}).fetchall()
+    found = [row[0] for row in rows] or [row["id"] for row in _of_provider(conn, [name], RECORDS, "pm.id, pm.method")]
+    if not found:
+        _one([], [name], "")
+    return found
+
+
+@dataclass(frozen=True)
+class ShownRecord(Report):
+    """`show`: one stored record, and what it is to agents."""
+
+    row: dict
+
+    def to_json(self) -> dict:
+        return {**as_json(self.row), "savedBy": self.row["saved_by"], "state": state_of(self.row)}
+
+    def describe(self) -> list[str]:
+        row = self.row
+        state = state_of(row)
+        why = {
+            "enabled": "agents can find it",
+            "draft": "agents cannot find it: not enabled (`payrail-embedder enable` it)",
+            "draft needing an embedding": "agents cannot find it: not enabled, and no embedding of its current content yet (`payrail-embedder sync`, then enable it)",
+        }[state]
+        return [
+            f"{row['provider']} / {row['method']}",
+            f"record {row['id']}, version {row['version']}, {state}: {why}",
+            f"saved {row['updated_at'].isoformat()} by {row['saved_by']}",
+            *(f"url: {url}" for url in row["urls"]),
+            f"docs: {row['docs_url'] or 'none'}",
+            "",
+            row["guidance"],
+        ]
 
 
 def resolve_former_name(conn: psycopg.Connection, name: Sequence[str]) -> tuple[str, str]:
@@ -139,7 +206,17 @@ def resolve_former_name(conn: psycopg.Connection, name: Sequence[str]) -> tuple[
         )
         .fetchall()
     )
-    row = _one(rows, name, ", now or in the history")
+    former = (
+        []
+        if rows
+        else _of_provider(
+            conn,
+            name,
+            "(select provider, method from payrail.provider_methods union all select provider, method from payrail.provider_method_history)",
+            "pm.provider, pm.method",
+        )
+    )
+    row = _one(rows, name, ", now or in the history", former)
     return row["provider"], row["method"]
 
 
@@ -179,6 +256,30 @@ def counts(conn: psycopg.Connection) -> dict:
         "draftsNeedingEmbedding": row["drafts_needing_embedding"],
         "model": {"name": model.name, "dimensions": model.dimensions} if model else None,
     }
+
+
+def findable_in_words(held: dict) -> str | None:
+    """What agents can find of a registry holding drafts (counts()' report), and why the drafts are
+    drafts; None when every record is enabled (or there is none)."""
+    drafts, needing = held.get("drafts", 0), held.get("draftsNeedingEmbedding", 0)
+    if not drafts:
+        return None
+    reasons = []
+    if drafts - needing:
+        reasons.append(f"{drafts - needing:,} not enabled (`payrail-embedder enable`)")
+    if needing:
+        reasons.append(f"{needing:,} without an embedding of their current content yet (`payrail-embedder sync`, then enable)")
+    return (
+        f"agents can find {held['enabled']:,} of {held['records']:,} records; {drafts:,} {'is a draft' if drafts == 1 else 'are drafts'}: {', '.join(reasons)}"
+    )
+
+
+def all_drafts_in_words(held: dict) -> str | None:
+    """What a search that found nothing says on standard error when every record is a draft; None otherwise."""
+    if not held.get("records") or held.get("enabled"):
+        return None
+    records = f"{held['records']:,} record{'s' if held['records'] != 1 else ''}"
+    return f"note: the registry holds {records} and every one is a draft: agents find none ({findable_in_words(held)})"
 
 
 # What a record is to search: enabled, a draft with a vector of its current content by the

@@ -21,7 +21,7 @@ from ..base.errors import reason
 from ..base.reports import Report
 from ..embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
 from ..postgres import connection
-from . import golden
+from . import golden, stored
 from .embedding_model import RegistryModelMismatch, adopt_embedder_model, registry_model, require_embedder_model
 
 # Records to embed, shortest texts first: a batch is padded to its longest text, so batches of
@@ -172,6 +172,8 @@ class SyncReport(Report):
     error: str | None
     # Golden queries given a vector by the registry's model (golden.embed_missing).
     golden_queries: int = 0
+    # What the registry holds after it (stored.counts), where the command asked.
+    registry: dict | None = None
 
     def to_json(self) -> dict:
         report = {"embedded": self.embedded, "changedMeanwhile": self.changed_meanwhile, "pending": self.pending}
@@ -179,11 +181,16 @@ class SyncReport(Report):
             report["goldenQueriesEmbedded"] = self.golden_queries
         if self.error is not None:
             report["error"] = self.error
+        if self.registry is not None:
+            report["registry"] = self.registry
         return report
 
     def describe(self) -> list[str]:
         golden_queries = f", {self.golden_queries} golden quer{'y' if self.golden_queries == 1 else 'ies'} embedded" if self.golden_queries else ""
-        return [f"{self.embedded} embedded, {self.changed_meanwhile} changed meanwhile, {len(self.pending)} pending{golden_queries}"]
+        findable = stored.findable_in_words(self.registry) if self.registry else None
+        return [f"{self.embedded} embedded, {self.changed_meanwhile} changed meanwhile, {len(self.pending)} pending{golden_queries}"] + (
+            [findable] if findable else []
+        )
 
     def warnings(self) -> list[str]:
         return pending_warnings(self.pending, self.error)

@@ -1,0 +1,141 @@
+"""Records by name or by filter: `show` one, `enable`, `disable` or `delete` many at once."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ..base.reports import emit
+from ..registry import bulk, stored
+from ..settings import Settings
+from .common import JSON_OPTION, Failure, log_change
+
+NAMES_ARGUMENT = click.argument("names", nargs=-1, metavar="[RECORD]...")
+FILTER_OPTIONS = (
+    click.option("--text", default="", help="Every record whose provider, method, guidance or URLs contain TEXT, ignoring case (as `list`)."),
+    click.option("--state", type=click.Choice(stored.STATES), help="Every record in this state (as `list`)."),
+    click.option("--all", "every", is_flag=True, help="Every record of the registry."),
+    click.option("--yes", "-y", is_flag=True, help="Do it without asking (for scripts); without it, asks on the terminal when more than one record is named."),
+    JSON_OPTION,
+)
+
+
+def filter_options(command):
+    for option in reversed(FILTER_OPTIONS):
+        command = option(command)
+    return command
+
+
+@click.command("show")
+@click.argument("name", nargs=-1, metavar="PROVIDER METHOD")
+@JSON_OPTION
+@click.pass_obj
+def show(settings: Settings, name, as_json):
+    """Show one record and what it is to agents: PROVIDER METHOD, one "Provider / Method", or a
+    provider's name when it has one method (with several, they are listed)."""
+    with settings.connect() as conn:
+        emit(stored.ShownRecord(stored.find_by_name(conn, name)), as_json)
+
+
+def selection_of(conn, names: tuple[str, ...], text: str, state: str | None, every: bool) -> bulk.Selection:
+    """RECORD arguments (a record id, "Provider / Method", or a provider's name: all its methods),
+    or the list's filter (--text, --state), or --all; one of them."""
+    given = [bool(names), bool(text or state), every]
+    if sum(given) != 1:
+        raise click.UsageError('name records (an id, "Provider / Method" or a provider), or give --text / --state, or --all: one of them')
+    if names:
+        return bulk.Selection.of_ids(record_id for name in names for record_id in stored.ids_named(conn, name))
+    return bulk.Selection.matching(text, state)
+
+
+def confirmed(preview: bulk.BulkResult | bulk.BulkDeleteResult, selected: int, verb: str, yes: bool) -> bool:
+    """Whether to go on: at once for one record or --yes; else the preview said, then asked on a terminal."""
+    if yes or selected <= 1:
+        return True
+    if not sys.stdin.isatty():
+        raise Failure("invalid_input", f"this would {verb} {selected:,} records: add --yes to do it without asking (standard input is not a terminal)")
+    click.echo(preview.in_words(), err=True)
+    return click.confirm(f"{verb.capitalize()} them?", err=True)
+
+
+def set_enabled(settings: Settings, names, text, state, every, yes, as_json, enabled: bool) -> None:
+    verb = "enable" if enabled else "disable"
+    started = time.monotonic()
+    with settings.connect() as conn:
+        selection = selection_of(conn, names, text, state, every)
+        preview = bulk.set_enabled(conn, selection, enabled, preview=True)
+        if not confirmed(preview, len(preview.changed), verb, yes):
+            click.echo("nothing changed", err=True)
+            return
+        result = bulk.set_enabled(conn, selection, enabled)
+        log_change(
+            "bulk_enable",
+            conn,
+            started,
+            failed=bool(result.refusals()),
+            enabled=enabled,
+            changed=len(result.changed),
+            already=len(result.already),
+            needing_embedding=len(result.needing_embedding) or None,
+            missing=len(result.missing) or None,
+        )
+    emit(result, as_json)
+    if result.refusals():
+        sys.exit(2)
+
+
+@click.command("enable")
+@NAMES_ARGUMENT
+@filter_options
+@click.pass_obj
+def enable(settings: Settings, names, text, state, every, yes, as_json):
+    """Enable records, so agents can find them: by name or id, or every record a filter matches.
+
+    A draft without an embedding of its current content stays a draft and is named (run
+    `payrail-embedder sync` first); the others are enabled, in one transaction, each with a new
+    version in its history. Asks before changing more than one record (--yes: does not).
+    Exits 2 when some record was refused.
+    """
+    set_enabled(settings, names, text, state, every, yes, as_json, True)
+
+
+@click.command("disable")
+@NAMES_ARGUMENT
+@filter_options
+@click.pass_obj
+def disable(settings: Settings, names, text, state, every, yes, as_json):
+    """Disable records, making them drafts agents cannot find: by name or id, or by a filter.
+
+    One transaction, each record changed with a new version in its history. Asks before
+    changing more than one record (--yes: does not).
+    """
+    set_enabled(settings, names, text, state, every, yes, as_json, False)
+
+
+@click.command("delete")
+@NAMES_ARGUMENT
+@filter_options
+@click.option("--with-golden-queries", is_flag=True, help="Also take the records out of the golden queries that name them (a query left naming none goes too).")
+@click.pass_obj
+def delete(settings: Settings, names, text, state, every, yes, as_json, with_golden_queries):
+    """Delete records: by name or id, or every record a filter matches.
+
+    The history keeps each one's last version (`payrail-embedder restore` brings it back as a
+    draft). A record that golden queries name is kept and named, unless --with-golden-queries.
+    One transaction; asks before deleting more than one record (--yes: does not). Exits 2 when
+    some record was kept.
+    """
+    started = time.monotonic()
+    with settings.connect() as conn:
+        selection = selection_of(conn, names, text, state, every)
+        preview = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries, preview=True)
+        if not confirmed(preview, len(preview.deleted), "delete", yes):
+            click.echo("nothing deleted", err=True)
+            return
+        result = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries)
+        log_change("bulk_delete", conn, started, failed=bool(result.refusals()), deleted=len(result.deleted), kept=len(result.named_by_golden_queries) or None)
+    emit(result, as_json)
+    if result.refusals():
+        sys.exit(2)
