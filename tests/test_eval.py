@@ -138,7 +138,9 @@ LANGUAGES = {1: "en", 2: "en", 3: "en", 4: "DE", 5: "de"}
 
 def test_eval_reports_the_metrics_of_each_language_tag(cli_env, registry, tmp_path):
     path = tmp_path / "tagged.jsonl"
-    path.write_text("".join(json.dumps({**item, **({"language": LANGUAGES[line]} if line in LANGUAGES else {})}) + "\n" for line, item in enumerate(LABELLED, start=1)))
+    path.write_text(
+        "".join(json.dumps({**item, **({"language": LANGUAGES[line]} if line in LANGUAGES else {})}) + "\n" for line, item in enumerate(LABELLED, start=1))
+    )
     groups = {"de": [4, 5], "en": [1, 2, 3], "untagged": [line for line in range(1, len(LABELLED) + 1) if line not in LANGUAGES]}
     # Each language's figures differ from the overall ones, so an overall average reported per language fails.
     assert all(expected_report(lines)[0] != expected_report()[0] for lines in groups.values())
