@@ -161,6 +161,12 @@ def test_eval_reports_the_metrics_of_each_language_tag(cli_env, registry, tmp_pa
         metrics = expected_report(lines)[0]
         assert row.split() == [language, str(len(lines)), *(f"{metrics[name]:.3f}" for name in metrics)], row
 
+    # The registry's own model as the candidate: the same figures for each language.
+    code, compared, stderr = cli_json(cli_env, "eval", "--json", path, "--compare", FAKE_MODEL)
+    assert code == 0, (compared, stderr)
+    assert compared["compare"]["byLanguage"] == compared["byLanguage"] == report["byLanguage"]
+    assert run_cli(cli_env, "eval", path, "--compare", FAKE_MODEL).stdout.count(f"by language, {FAKE_MODEL}:") == 2
+
 
 def test_eval_without_language_tags_reports_no_languages(cli_env, registry):
     code, report, _ = cli_json(cli_env, "eval", "--json", registry)
