@@ -63,9 +63,9 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
     (the queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
     recall@3 and MRR@3, and the queries with no relevant method in the top 3, each with the three
     that came instead; when a query has a language tag, the metrics of each language too (queries
-    without one as "untagged"; golden queries have none). Labels naming a record the registry lacks, or holds only as a draft, are
-    warned about. Exits 3 when a metric is below its floor (--min-hit-at-3, --min-mrr), naming
-    it; 1 when search is unavailable; 2 for bad input.
+    without one as "untagged"; golden queries have none). Labels naming a record the registry
+    lacks, or holds only as a draft, are warned about. Exits 3 when a metric is below its floor
+    (--min-hit-at-3, --min-mrr), naming it; 1 when search is unavailable; 2 for bad input.
     """
     floors = {metric: floor for metric, floor in (("hit@3", min_hit_at_3), ("mrr@3", min_mrr)) if floor is not None}
     queries = labelled_queries.read_labelled_queries(queries_file) if queries_file else None

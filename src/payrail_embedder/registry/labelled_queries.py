@@ -83,12 +83,13 @@ def read_labelled_queries(path: Path | str, *, only_known_fields: bool = False) 
 def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source: str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
     """The one reader of labelled queries, for `eval FILE`, `golden import` and `model tune FILE`.
 
-    Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}; the first line
-    that is not is refused, naming source and line: EvaluationError (invalid_input), or
-    InvalidQuery (invalid_query) for a query search would refuse, before the database or the
-    embedder is asked. only_known_fields: refuse fields other than query and relevant (golden
-    import keeps those two alone, so nothing else a line says is dropped unseen); otherwise they
-    are ignored. None at all is refused too.
+    Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}, with an
+    optional "language" tag (LANGUAGE_TAG, kept lower-cased); the first line that is not is
+    refused, naming source and line: EvaluationError (invalid_input), or InvalidQuery
+    (invalid_query) for a query search would refuse, before the database or the embedder is
+    asked. only_known_fields: refuse fields other than query and relevant, language included
+    (golden import keeps those two alone, so nothing else a line says is dropped unseen);
+    otherwise other fields are ignored. None at all is refused too.
     """
     queries = []
     for line in lines:
