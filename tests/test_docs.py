@@ -62,6 +62,15 @@ def test_every_command_explains_itself_in_its_help():
         assert len(summary) > 20, (path, result.output)
 
 
+def test_search_help_says_the_bundled_model_is_english_only_and_what_to_use_instead():
+    result = CliRunner().invoke(cli, ["search", "--help"])
+    assert result.exit_code == 0, result.output
+    help_text = " ".join(result.output.split())
+    assert "The bundled model (all-MiniLM-L6-v2) is English-only" in help_text, help_text
+    assert "payrail-embedder --embedder openai model switch text-embedding-3-small" in help_text, help_text
+    assert "## Languages" in read(DOCS / "embeddings.md")
+
+
 def markdown_table(text: str, heading: str) -> list[list[str]]:
     """The body rows of the first table after heading, cells stripped of their backticks."""
     lines = text.split(heading, 1)[1].splitlines()

@@ -61,10 +61,13 @@ def expected_top3(query: str) -> list[tuple[str, str]]:
     return [(r["provider"], r["method"]) for r in search_answer(RECORDS, query)]
 
 
-def expected_report() -> tuple[dict[str, float], list[int]]:
+def expected_report(lines: list[int] | None = None) -> tuple[dict[str, float], list[int]]:
+    """The metrics and missed lines of LABELLED's queries, or of those on the given (1-based) lines."""
+    lines = lines or list(range(1, len(LABELLED) + 1))
     totals = {"hit@1": 0.0, "hit@3": 0.0, "recall@1": 0.0, "recall@3": 0.0, "capped_recall@3": 0.0, "mrr@3": 0.0}
     missed_lines = []
-    for line, labelled in enumerate(LABELLED, start=1):
+    for line in lines:
+        labelled = LABELLED[line - 1]
         relevant = {(normalized(p), normalized(m)) for p, m in labelled["relevant"]}
         top = [(normalized(p), normalized(m)) for p, m in expected_top3(labelled["query"])]
         ranks = [rank for rank, pair in enumerate(top, start=1) if pair in relevant]
@@ -76,7 +79,7 @@ def expected_report() -> tuple[dict[str, float], list[int]]:
         totals["mrr@3"] += 1 / ranks[0] if ranks else 0.0
         if not ranks:
             missed_lines.append(line)
-    return {name: total / len(LABELLED) for name, total in totals.items()}, missed_lines
+    return {name: total / len(lines) for name, total in totals.items()}, missed_lines
 
 
 @pytest.fixture
@@ -127,6 +130,69 @@ def test_eval_refuses_a_malformed_labelled_file(cli_env, tmp_path):
     assert result.returncode == 2
     assert json.loads(result.stdout)["error"] == "invalid_input"
     assert f"{path}:2: relevant must be a non-empty array" in json.loads(result.stdout)["detail"]
+
+
+# Lines 1 to 3 in English, 4 and 5 in German (the tag written in capitals: tags compare regardless of case), the rest untagged.
+LANGUAGES = {1: "en", 2: "en", 3: "en", 4: "DE", 5: "de"}
+
+
+def test_eval_reports_the_metrics_of_each_language_tag(cli_env, registry, tmp_path):
+    path = tmp_path / "tagged.jsonl"
+    path.write_text(
+        "".join(json.dumps({**item, **({"language": LANGUAGES[line]} if line in LANGUAGES else {})}) + "\n" for line, item in enumerate(LABELLED, start=1))
+    )
+    groups = {"de": [4, 5], "en": [1, 2, 3], "untagged": [line for line in range(1, len(LABELLED) + 1) if line not in LANGUAGES]}
+    # Each language's figures differ from the overall ones, so an overall average reported per language fails.
+    assert all(expected_report(lines)[0] != expected_report()[0] for lines in groups.values())
+
+    code, report, stderr = cli_json(cli_env, "eval", "--json", path)
+
+    assert code == 0, (report, stderr)
+    assert report["metrics"] == pytest.approx(expected_report()[0], abs=1e-9)
+    assert list(report["byLanguage"]) == ["de", "en", "untagged"]
+    for language, lines in groups.items():
+        assert report["byLanguage"][language] == {"queries": len(lines), "metrics": pytest.approx(expected_report(lines)[0], abs=1e-9)}, language
+
+    text = run_cli(cli_env, "eval", path)
+    assert text.returncode == 0, text.stderr
+    table = text.stdout[text.stdout.index("by language:") :].splitlines()[1:5]
+    assert table[0].split() == ["language", "queries", "hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3"]
+    for row, (language, lines) in zip(table[1:], groups.items()):
+        metrics = expected_report(lines)[0]
+        assert row.split() == [language, str(len(lines)), *(f"{metrics[name]:.3f}" for name in metrics)], row
+
+    # The registry's own model as the candidate: the same figures for each language.
+    code, compared, stderr = cli_json(cli_env, "eval", "--json", path, "--compare", FAKE_MODEL)
+    assert code == 0, (compared, stderr)
+    assert compared["compare"]["byLanguage"] == compared["byLanguage"] == report["byLanguage"]
+    assert run_cli(cli_env, "eval", path, "--compare", FAKE_MODEL).stdout.count(f"by language, {FAKE_MODEL}:") == 2
+
+
+def test_eval_without_language_tags_reports_no_languages(cli_env, registry):
+    code, report, _ = cli_json(cli_env, "eval", "--json", registry)
+    assert code == 0 and "byLanguage" not in report
+    assert "by language" not in run_cli(cli_env, "eval", registry).stdout
+
+
+@pytest.mark.parametrize("tag", ["e", "english-uk", "en_US", "zh Hans", "", 7, None, ["en"], "untagged", "en\n", "日本"])
+def test_eval_refuses_a_bad_language_tag_naming_its_line_and_measures_nothing(cli_env, openai_fake, registry, tmp_path, tag):
+    path = tmp_path / "tagged.jsonl"
+    path.write_text(json.dumps({**LABELLED[0], "language": "en"}) + "\n" + json.dumps({**LABELLED[1], "language": tag}) + "\n")
+    requests_before = len(openai_fake.requests)
+
+    code, failure, _ = cli_json(cli_env, "eval", "--json", path)
+
+    assert (code, failure["error"]) == (2, "invalid_input"), failure
+    assert failure["detail"].startswith(f"{path}:2: language "), failure
+    assert "metrics" not in failure and len(openai_fake.requests) == requests_before, "nothing embedded or measured"
+
+
+def test_golden_import_refuses_a_language_tag(cli_env, registry, tmp_path):
+    """The registry's golden queries have no language: the tag is for eval's files alone."""
+    path = tmp_path / "tagged.jsonl"
+    path.write_text(json.dumps({**LABELLED[0], "language": "en"}) + "\n")
+    code, failure, _ = cli_json(cli_env, "golden", "import", "--json", path)
+    assert (code, failure["error"]) == (2, "invalid_input") and f"{path}:1: unknown field(s) language" in failure["detail"], failure
 
 
 def test_eval_fails_rather_than_scoring_without_the_embedder(cli_env, registry):

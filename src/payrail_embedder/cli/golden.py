@@ -48,7 +48,8 @@ def floor_option(name: str, metric: str):
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"queries", "metrics", "misses", "labelWarnings", "belowFloors"}, and with --compare "compare": {"model", "metrics", "misses"}.',
+    help='Print {"queries", "metrics", "misses", "labelWarnings", "belowFloors"}, "byLanguage": {LANGUAGE: {"queries", "metrics"}} '
+    'when a query has a language tag, and with --compare "compare": {"model", "metrics", "misses"} (and its "byLanguage").',
 )
 @click.pass_obj
 def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_mrr, as_json):
@@ -56,13 +57,15 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
 
     Without QUERIES.jsonl, the registry's own golden queries (`golden list`); a registry that has
     none is an error (exit 2), so a pipeline never passes on nothing measured. Each line of
-    QUERIES.jsonl ("-": standard input): {"query": "...", "relevant": [[provider, method], ...]}.
+    QUERIES.jsonl ("-": standard input): {"query": "...", "relevant": [[provider, method], ...]},
+    and optionally "language": a tag of 2 to 8 letters, digits and hyphens ("en", "de", "zh").
     Every query goes through the same search path as `search`, against the configured registry
     (the queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
     recall@3 and MRR@3, and the queries with no relevant method in the top 3, each with the three
-    that came instead. Labels naming a record the registry lacks, or holds only as a draft, are
-    warned about. Exits 3 when a metric is below its floor (--min-hit-at-3, --min-mrr), naming
-    it; 1 when search is unavailable; 2 for bad input.
+    that came instead; when a query has a language tag, the metrics of each language too (queries
+    without one as "untagged"; golden queries have none). Labels naming a record the registry
+    lacks, or holds only as a draft, are warned about. Exits 3 when a metric is below its floor
+    (--min-hit-at-3, --min-mrr), naming it; 1 when search is unavailable; 2 for bad input.
     """
     floors = {metric: floor for metric, floor in (("hit@3", min_hit_at_3), ("mrr@3", min_mrr)) if floor is not None}
     queries = labelled_queries.read_labelled_queries(queries_file) if queries_file else None

@@ -29,6 +29,11 @@ def search(settings: Settings, query, as_json):
 
     An exact provider or method name is answered by name, without the embedder. Exits 2 for
     invalid_query (fix the query) and 1 for search_unavailable (try again later).
+
+    The bundled model (all-MiniLM-L6-v2) is English-only: a query in another language tends to
+    get records that share its language or script, not its meaning. For a multilingual registry,
+    switch to OpenAI's text-embedding-3-small, which is multilingual: `payrail-embedder
+    --embedder openai model switch text-embedding-3-small` (docs/embeddings.md, Languages).
     """
     query = check_query(read_query(query))  # invalid_query before any connection, even with the database down
     connections = one_connection_at_a_time(settings)

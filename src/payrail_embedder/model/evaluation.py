@@ -22,7 +22,7 @@ from ..base.reports import Report
 from ..embedders import Embedder, EmbeddingUnavailable, record_text
 from ..postgres.connection import one_value
 from ..registry.embedding_model import embedder_for, registry_model
-from ..registry.labelled_queries import LabelledQuery, NormalizedNames, Pair, label_problem, origin_text
+from ..registry.labelled_queries import UNTAGGED, LabelledQuery, NormalizedNames, Pair, label_problem, origin_text
 from ..registry.search import SearchError, SearchUnavailable, embed_queries, holding, search_provider_methods
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
@@ -114,6 +114,28 @@ class EvaluationReport:
         """The metrics of each query, in the queries' order."""
         return [result.metrics for result in self.results]
 
+    def by_language(self) -> dict[str, dict] | None:
+        """{language: {"queries", "metrics"}} for a file whose queries carry language tags, the
+        tags in order and the queries without one last, as "untagged"; None when none has a tag."""
+        if all(result.labelled.language is None for result in self.results):
+            return None
+        groups: dict[str, list[QueryResult]] = {}
+        for result in sorted(self.results, key=lambda r: (r.labelled.language is None, r.labelled.language or "")):
+            groups.setdefault(result.labelled.language or UNTAGGED, []).append(result)
+        return {language: {"queries": len(results), "metrics": average_metrics(results)} for language, results in groups.items()}
+
+    def by_language_lines(self) -> list[str]:
+        """The metrics of each language as a table; nothing when no query has a tag."""
+        by_language = self.by_language()
+        if by_language is None:
+            return []
+        width = max(len("language"), *(len(language) for language in by_language))
+        lines = [f"{'language':<{width}} queries " + " ".join(METRICS)]
+        for language, group in by_language.items():
+            values = " ".join(f"{group['metrics'][name]:>{len(name)}.3f}" for name in METRICS)
+            lines.append(f"{language:<{width}} {group['queries']:>7} {values}")
+        return lines
+
     def below(self, floors: dict[str, float]) -> list[dict]:
         """The floors (metric: lowest acceptable value) a metric fell below: [{"metric", "floor", "value"}]."""
         return [{"metric": metric, "floor": floor, "value": self.metrics[metric]} for metric, floor in floors.items() if self.metrics[metric] < floor]
@@ -160,22 +182,31 @@ class Evaluation(Report):
 
     def to_json(self) -> dict:
         answer = {**self.report.to_json(), "belowFloors": self.below_floors}
+        if (by_language := self.report.by_language()) is not None:
+            answer["byLanguage"] = by_language
         if self.compared is not None:
             name, candidate = self.compared
             answer["compare"] = {"model": name, "metrics": candidate.metrics, "misses": candidate.misses}
+            if (by_language := candidate.by_language()) is not None:
+                answer["compare"]["byLanguage"] = by_language
         return answer
 
     def describe(self) -> list[str]:
         report, lines = self.report, [f"{self.report.queries} queries"]
         if self.compared is None:
             lines += [f"{metric:<16} {value:.3f}" for metric, value in report.metrics.items()]
-            return lines + report.misses_lines()
+            return lines + _titled("by language:", report.by_language_lines()) + report.misses_lines()
         name, candidate = self.compared
         lines += side_by_side([f"{self.model} (registry)", name], [report.metrics, candidate.metrics])
-        return lines + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
+        by_language = [*_titled(f"by language, {self.model}:", report.by_language_lines()), *_titled(f"by language, {name}:", candidate.by_language_lines())]
+        return lines + by_language + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
 
     def warnings(self) -> list[str]:
         return self.report.label_warning_lines()
+
+
+def _titled(title: str, lines: list[str]) -> list[str]:
+    return [title, *lines] if lines else []
 
 
 def run_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[QueryResult]:
@@ -288,9 +319,13 @@ def results_of(conn: psycopg.Connection, queries: Sequence[LabelledQuery], answe
     return found
 
 
+def average_metrics(results: Sequence[QueryResult]) -> dict[str, float]:
+    return {name: sum(result.metrics[name] for result in results) / len(results) for name in METRICS}
+
+
 def report_of(results: Sequence[QueryResult]) -> EvaluationReport:
     """The metrics of the results averaged, their misses and their label warnings."""
-    metrics = {name: sum(result.metrics[name] for result in results) / len(results) for name in METRICS}
+    metrics = average_metrics(results)
     warnings = [
         {**result.labelled.origin(), "provider": record.provider, "method": record.method, "problem": problem}
         for result in results

@@ -2,12 +2,15 @@
 format (one reader for `eval FILE`, `golden import` and `model tune FILE`) or a golden query of
 the registry (golden.py), and the records their names name, as the registry compares names.
 
-A labelled query is {"query": "...", "relevant": [[provider, method], ...]}.
+A labelled query is {"query": "...", "relevant": [[provider, method], ...]}; a file's may also
+carry "language", a short language tag ("en", "de", "zh-Hant") that eval reports metrics by. The
+registry's golden queries have none: golden import refuses the field like any other.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,11 @@ LABELLED_FIELDS = ("query", "relevant")
 
 Pair = tuple[str, str]
 
+# A language tag as BCP 47 writes one, loosely: 2 to 8 letters, digits and hyphens ("en", "pt-BR").
+LANGUAGE_TAG = re.compile(r"[A-Za-z0-9-]{2,8}")
+# What eval calls the queries without a tag, so no tag may be it.
+UNTAGGED = "untagged"
+
 
 class EvaluationError(CodedError):
     """The labelled file cannot be read."""
@@ -40,6 +48,8 @@ class LabelledQuery:
     relevant: tuple[Pair, ...]
     # The golden query's id (payrail.golden_queries.id); None for a file's.
     golden_query_id: int | None = None
+    # The file's language tag, lower-cased (tags compare regardless of case); None without one.
+    language: str | None = None
 
     def origin(self) -> dict:
         """Where it comes from, as JSON: {"line": N} for a file's query, {"goldenQueryId": ID} for the registry's."""
@@ -73,12 +83,13 @@ def read_labelled_queries(path: Path | str, *, only_known_fields: bool = False) 
 def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source: str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
     """The one reader of labelled queries, for `eval FILE`, `golden import` and `model tune FILE`.
 
-    Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}; the first line
-    that is not is refused, naming source and line: EvaluationError (invalid_input), or
-    InvalidQuery (invalid_query) for a query search would refuse, before the database or the
-    embedder is asked. only_known_fields: refuse fields other than query and relevant (golden
-    import keeps those two alone, so nothing else a line says is dropped unseen); otherwise they
-    are ignored. None at all is refused too.
+    Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}, with an
+    optional "language" tag (LANGUAGE_TAG, kept lower-cased); the first line that is not is
+    refused, naming source and line: EvaluationError (invalid_input), or InvalidQuery
+    (invalid_query) for a query search would refuse, before the database or the embedder is
+    asked. only_known_fields: refuse fields other than query and relevant, language included
+    (golden import keeps those two alone, so nothing else a line says is dropped unseen);
+    otherwise other fields are ignored. None at all is refused too.
     """
     queries = []
     for line in lines:
@@ -86,20 +97,20 @@ def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source:
         if isinstance(line, UnreadableLine):
             raise EvaluationError(f"{where}: {line.problem}")
         try:
-            query, relevant = _labelled_fields(line.text, only_known_fields)
+            query, relevant, language = _labelled_fields(line.text, only_known_fields)
         except (json.JSONDecodeError, ValueError, RecursionError) as error:
             raise EvaluationError(f"{where}: {_problem(error)}") from None
         try:
             checked = check_query(query)  # invalid_query before the database or the embedder is asked
         except InvalidQuery as error:
             raise InvalidQuery(f"{where}: {error.detail}") from None
-        queries.append(LabelledQuery(line.number, checked, relevant))
+        queries.append(LabelledQuery(line.number, checked, relevant, language=language))
     if not queries:
         raise EvaluationError(f"{source}: no labelled queries")
     return queries
 
 
-def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pair, ...]]:
+def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pair, ...], str | None]:
     data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
     if not isinstance(data, dict):
         raise ValueError("a line must be a JSON object")
@@ -124,7 +135,16 @@ def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pai
     for name in (name for pair in relevant for name in pair):
         if "\x00" in name or _has_lone_surrogate(name):
             raise ValueError(f"relevant names {name!r}, which PostgreSQL text cannot hold (a NUL or a lone surrogate)")
-    return query, tuple((provider, method) for provider, method in relevant)
+    language = _language_tag(data["language"]) if "language" in data else None
+    return query, tuple((provider, method) for provider, method in relevant), language
+
+
+def _language_tag(tag: object) -> str:
+    if not (isinstance(tag, str) and LANGUAGE_TAG.fullmatch(tag)):
+        raise ValueError("language must be a language tag of 2 to 8 letters, digits and hyphens, such as en, de or zh-Hant")
+    if tag.lower() == UNTAGGED:
+        raise ValueError(f'language "{tag}" is what eval calls queries without a tag: leave the field out instead')
+    return tag.lower()
 
 
 def _has_lone_surrogate(text: str) -> bool:
