@@ -91,6 +91,10 @@ COMMANDS = {
     "payrail-embedder export -o catalog.jsonl": RUN,
     "payrail-embedder import catalog.jsonl": RUN,
     "payrail-embedder model show": RUN,
+    # Many records at once (docs/operators.md), after the walkthrough.
+    'payrail-embedder show "Acme Maps / Geocode an address"': RUN,
+    "payrail-embedder enable --state draft --yes": RUN,
+    'payrail-embedder disable --text "acme maps" --yes': RUN,
     # The golden queries' loop (docs/operators.md), on the sample catalog.
     GOLDEN_ADD: RUN,
     "payrail-embedder golden list": RUN,
@@ -250,6 +254,14 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
         (REPO / "golden.jsonl").unlink(missing_ok=True)
     assert ok(env, "payrail-embedder model show").startswith("all-MiniLM-L6-v2 (384 dimensions)")
     assert ok(env, "payrail-embedder model list") == f"no tuned models in {env['HOME']}/.local/share/payrail-agent-search/models\n"
+
+
+def test_many_records_at_once_as_printed(fresh_env):
+    shown = ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
+    assert shown.startswith("Acme Maps / Geocode an address\nrecord "), shown
+    ok(fresh_env, "payrail-embedder enable --state draft --yes")
+    assert ok(fresh_env, 'payrail-embedder disable --text "acme maps" --yes') == "Disabled 1 record.\n"
+    assert "draft: agents cannot find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
 
 
 def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
