@@ -17,10 +17,12 @@ the README's first command verbatim, setup included, on a clean clone (.ci/run).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import platformdirs
 import pytest
@@ -256,6 +258,24 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     assert ok(env, "payrail-embedder model list") == f"no tuned models in {env['HOME']}/.local/share/payrail-agent-search/models\n"
 
 
+@contextlib.contextmanager
+def serving(env: dict[str, str], command: str, log: Path, ready: str):
+    """command (a server) in a fresh shell, as printed, until it says ready in its output; stopped after."""
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-c", f"{ACTIVATE} && exec {command}"], cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while ready not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield log
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
 def test_many_records_at_once_as_printed(fresh_env):
     shown = ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
     assert shown.startswith("Acme Maps / Geocode an address\nrecord "), shown
@@ -271,24 +291,8 @@ def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
     # The password it asks for twice, typed.
     ok(fresh_env, "payrail-embedder operator add ada", stdin="a long passphrase\na long passphrase\n")
     # --port 0 added: on a machine shared with other test runs, 8470 may be taken.
-    log = tmp_path / "backoffice.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            ["bash", "--noprofile", "--norc", "-c", f"{ACTIVATE} && exec payrail-embedder backoffice --port 0"],
-            cwd=REPO,
-            env=fresh_env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while "Payrail backoffice: http://127.0.0.1:" not in log.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+    with serving(fresh_env, "payrail-embedder backoffice --port 0", tmp_path / "backoffice.log", "Payrail backoffice: http://127.0.0.1:") as log:
         assert "Sign in with a login made by `payrail-embedder operator add NAME`" in log.read_text()
-    finally:
-        process.terminate()
-        process.wait(20)
 
 
 def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
@@ -302,29 +306,13 @@ def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
         assert oct(tokens.stat().st_mode & 0o777) == "0o600"
         token = tokens.read_text().split()[1]
         # Another port than the docs' 8471: on a machine shared with other test runs, it may be taken.
-        log = tmp_path / "mcp.log"
-        with log.open("w") as output:
-            process = subprocess.Popen(
-                ["bash", "--noprofile", "--norc", "-c", f"{ACTIVATE} && exec {SERVE_REMOTE.replace('8471', str(port))}"],
-                cwd=REPO,
-                env=fresh_env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            deadline = time.monotonic() + 90
-            while "serving MCP" not in log.read_text():
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        with serving(fresh_env, SERVE_REMOTE.replace("8471", str(port)), tmp_path / "mcp.log", "serving MCP"):
             # The docs' curl, at this server instead of the example host.
             curl = CURL_SEARCH.replace("https://registry.example.com", f"http://127.0.0.1:{port}")
             answer = json.loads(shell({**fresh_env, "TOKEN": token}, curl).stdout)
             searched = shell(fresh_env, 'payrail-embedder search "send an SMS" --json')
             assert answer == json.loads(searched.stdout) and len(answer["matches"]) == 3, answer
             assert json.loads(shell({**fresh_env, "TOKEN": "wrong" * 8}, curl).stdout)["error"] == "unauthorized"
-        finally:
-            process.terminate()
-            process.wait(20)
     finally:
         tokens.unlink(missing_ok=True)
 

@@ -12,7 +12,6 @@ rest of the CLI does not pay for it.
 
 # No `from __future__ import annotations`: the SDK reads the tool's annotations, which name
 # types imported inside build_server.
-import ipaddress
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from typing_extensions import TypedDict
 
 from .base.agent_tokens import AgentTokens
 from .base.errors import CodedError
+from .base.network import is_loopback
 from .registry.agent_path import Registry
 from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, check_query
 
@@ -220,15 +220,6 @@ class TokenRequired(CodedError):
     """--host beyond loopback without a token file: anyone who reaches the port could search."""
 
     code = "invalid_input"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:

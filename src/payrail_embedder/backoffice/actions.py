@@ -346,16 +346,7 @@ def set_enabled(conn: psycopg.Connection, selection: bulk.Selection, enabled: bo
     except TransientFailure as error:
         _log("bulk_enable", conn, failed=True, enabled=enabled, reason=str(error))
         return "error", f"Nothing was changed: {error}"
-    _log(
-        "bulk_enable",
-        conn,
-        failed=bool(result.refusals()),
-        enabled=enabled,
-        changed=len(result.changed),
-        already=len(result.already),
-        needing_embedding=len(result.needing_embedding) or None,
-        missing=len(result.missing) or None,
-    )
+    _log("bulk_enable", conn, **result.log_fields())
     return ("error" if result.refusals() else "info"), result.in_words()
 
 

@@ -6,12 +6,13 @@ The per-session CSRF token is the second, independent check (app.py checks it wi
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..base.network import is_loopback
 
 # No script at all (the pages are plain forms), styles and images from the app itself, never framed.
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -24,15 +25,6 @@ SECURITY_HEADERS = [
 ]
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def allowed_hosts(bind_host: str, public_url: str | None) -> frozenset[str] | None:

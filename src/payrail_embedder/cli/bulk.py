@@ -70,17 +70,7 @@ def set_enabled(settings: Settings, names, text, state, every, yes, as_json, ena
             click.echo("nothing changed", err=True)
             return
         result = bulk.set_enabled(conn, selection, enabled)
-        log_change(
-            "bulk_enable",
-            conn,
-            started,
-            failed=bool(result.refusals()),
-            enabled=enabled,
-            changed=len(result.changed),
-            already=len(result.already),
-            needing_embedding=len(result.needing_embedding) or None,
-            missing=len(result.missing) or None,
-        )
+        log_change("bulk_enable", conn, started, **result.log_fields())
     emit(result, as_json)
     if result.refusals():
         sys.exit(2)
