@@ -250,7 +250,9 @@ def test_libpq_variables_are_honoured_and_named_or_warned_about(cli_env, databas
     # A variable the URL overrides is named as ignored.
     overridden = env | {"PGDATABASE": "some_other_database"}
     code, answer, stderr = cli_json(overridden, "search", "--json", "Nothing here")
-    (warning,) = events(stderr)
+    # Off a terminal, a search that finds nothing in a registry of drafts only says so as a log event too.
+    warning, drafts_only = events(stderr)
+    assert drafts_only["event"] == "all_drafts" and "every one is a draft" in drafts_only["detail"], stderr
     assert code == 0 and (warning["level"], warning["ignored"]) == ("warning", "PGDATABASE")
     assert "PAYRAIL_DATABASE_URL names" in warning["reason"]
 

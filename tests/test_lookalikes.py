@@ -140,8 +140,11 @@ def test_the_backoffice_form_refuses_a_look_alike_next_to_its_field_and_keeps_wh
     reply = client.post("/records/new", form, headers={"Origin": client.origin}, cookies=session.cookies)
     assert reply.status == 422 or reply.status == 200, reply.status
     record_id = acme_id(database_url)
-    assert f"Looks like the provider of record {record_id}, &#34;Acme Maps / Geocode an address&#34;" in reply.body, reply.body
-    assert "Looks like the docs host of record" in reply.body and "docs.xn--cme-5cd.example" in reply.body, reply.body
+    # The record it imitates is named, and a link to it.
+    assert f'Looks like the provider of <a href="/records/{record_id}">record {record_id}</a>, &#34;Acme Maps / Geocode an address&#34;' in reply.body, (
+        reply.body
+    )
+    assert 'Looks like the docs host of <a href="/records/' in reply.body and "docs.xn--cme-5cd.example" in reply.body, reply.body
     assert f'value="{CYRILLIC_ACME}"' in reply.body
     assert count(database_url) == before
     # An edit of a record into a look-alike of another's name is refused the same way (a
@@ -149,7 +152,7 @@ def test_the_backoffice_form_refuses_a_look_alike_next_to_its_field_and_keeps_wh
     row = stored(database_url, *ACME)
     form = record_form(ENABLED, row["version"], session.token, provider="GIobex Weather")
     reply = client.post(f"/records/{row['id']}", form, headers={"Origin": client.origin}, cookies=session.cookies)
-    assert "Looks like the provider of record" in reply.body and "Globex Weather / Current conditions" in reply.body, reply.body
+    assert 'Looks like the provider of <a href="/records/' in reply.body and "Globex Weather / Current conditions" in reply.body, reply.body
     assert 'value="GIobex Weather"' in reply.body and stored(database_url, *ACME)["version"] == row["version"]
 
 
