@@ -360,19 +360,20 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
     limit: were their connections held, exact names would be refused (too many connections)."""
     import_catalog(database_url, openai_fake, tmp_path)
     openai_fake.behaviour = "hang"
-    # A deadline long enough for the last process to start while the first still waits, under load too.
-    env = {**cli_env, "PAYRAIL_DATABASE_URL": limited_login, "PAYRAIL_EMBEDDING_TIMEOUT": "20"}
+    # A deadline long enough for the last process to start while the first still waits, under load
+    # too (20 s was not, once, in a whole run on two cores: the third started after the first gave up).
+    env = {**cli_env, "PAYRAIL_DATABASE_URL": limited_login, "PAYRAIL_EMBEDDING_TIMEOUT": "45"}
     searches = [
         subprocess.Popen([str(CLI), "search", "--json", SEMANTIC_QUERY], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         for _ in range(3)
     ]
     try:
-        wait_until(lambda: openai_fake.hanging == len(searches), "every search to wait on the embedding service")
+        wait_until(lambda: openai_fake.hanging == len(searches), "every search to wait on the embedding service", timeout=120)
 
         code, answer, stderr = cli_json(env, "search", "--json", "Stripe")
         still_waiting = [search.poll() is None for search in searches]
 
-        outputs = [search.communicate(timeout=60) for search in searches]
+        outputs = [search.communicate(timeout=90) for search in searches]
     finally:
         for search in searches:
             if search.poll() is None:
