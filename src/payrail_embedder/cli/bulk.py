@@ -50,9 +50,9 @@ def selection_of(conn, names: tuple[str, ...], text: str, state: str | None, eve
     return bulk.Selection.matching(text, state)
 
 
-def confirmed(preview: bulk.BulkResult | bulk.BulkDeleteResult, selected: int, verb: str, yes: bool) -> bool:
-    """Whether to go on: at once for one record or --yes; else the preview said, then asked on a terminal."""
-    if yes or selected <= 1:
+def confirmed(preview: bulk.BulkResult | bulk.BulkDeleteResult, selected: int, verb: str) -> bool:
+    """Whether to go on without --yes: at once for one record; else the preview said, then asked on a terminal."""
+    if selected <= 1:
         return True
     if not sys.stdin.isatty():
         raise Failure("invalid_input", f"this would {verb} {selected:,} records: add --yes to do it without asking (standard input is not a terminal)")
@@ -65,10 +65,12 @@ def set_enabled(settings: Settings, names, text, state, every, yes, as_json, ena
     started = time.monotonic()
     with settings.connect() as conn:
         selection = selection_of(conn, names, text, state, every)
-        preview = bulk.set_enabled(conn, selection, enabled, preview=True)
-        if not confirmed(preview, len(preview.changed), verb, yes):
-            click.echo("nothing changed", err=True)
-            return
+        # The preview only to ask: with --yes the change is made at once, its rows locked once.
+        if not yes:
+            preview = bulk.set_enabled(conn, selection, enabled, preview=True)
+            if not confirmed(preview, len(preview.changed), verb):
+                click.echo("nothing changed", err=True)
+                return
         result = bulk.set_enabled(conn, selection, enabled)
         log_change("bulk_enable", conn, started, **result.log_fields())
     emit(result, as_json)
@@ -120,10 +122,11 @@ def delete(settings: Settings, names, text, state, every, yes, as_json, with_gol
     started = time.monotonic()
     with settings.connect() as conn:
         selection = selection_of(conn, names, text, state, every)
-        preview = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries, preview=True)
-        if not confirmed(preview, len(preview.deleted), "delete", yes):
-            click.echo("nothing deleted", err=True)
-            return
+        if not yes:
+            preview = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries, preview=True)
+            if not confirmed(preview, len(preview.deleted), "delete"):
+                click.echo("nothing deleted", err=True)
+                return
         result = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries)
         log_change("bulk_delete", conn, started, failed=bool(result.refusals()), deleted=len(result.deleted), kept=len(result.named_by_golden_queries) or None)
     emit(result, as_json)

@@ -159,7 +159,7 @@ def ids_named(conn: psycopg.Connection, name: str) -> list[int]:
     rows = conn.execute(f"select n.id from ({_named(RECORDS, 'pm.id, pm.provider, pm.method')}) as n order by n.id", {"name": [name]}).fetchall()
     found = [row[0] for row in rows] or [row["id"] for row in _of_provider(conn, [name], RECORDS, "pm.id, pm.method")]
     if not found:
-        _one([], [name], "")
+        _one([], [name], "")  # raises UnknownRecord in the words find_by_name uses
     return found
 
 
