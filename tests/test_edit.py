@@ -16,7 +16,7 @@ from payrail_embedder.edit import editable_text, parse_editor_text
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
 from payrail_embedder.registry.records import ProviderMethod
-from payrail_test_support.cli import cli_import, run_cli
+from payrail_test_support.cli import cli_import, command_line_author, run_cli
 from payrail_test_support.cli import run_edit as edit
 from payrail_test_support.openai_fake import fake_embedding
 
@@ -83,7 +83,7 @@ def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_
             (after["id"],),
         ).fetchall()
     user = psycopg.conninfo.conninfo_to_dict(database_url).get("user", "postgres")
-    assert history == [(ENABLED["guidance"], user, before["version"])]
+    assert history == [(ENABLED["guidance"], command_line_author(user), before["version"])]
 
     # Agents get the new text at once.
     code = run_cli(registry, "search", "--json", "Acme Maps / Geocode an address")

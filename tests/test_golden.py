@@ -14,7 +14,7 @@ import pytest
 from payrail_embedder.postgres.connection import connect
 from payrail_embedder.registry import golden
 from payrail_embedder.registry.write import Refused, delete_record
-from payrail_test_support.cli import cli_import, cli_json, run_cli
+from payrail_test_support.cli import cli_import, cli_json, command_line_author, run_cli
 from payrail_test_support.logs import events
 from payrail_test_support.servers import login_url
 
@@ -86,7 +86,8 @@ def test_add_list_and_remove_a_golden_query(registry, database_url):
         "give money back and tell them by text",
         [record_id(database_url, "Stripe", "Create a refund"), record_id(database_url, "Twilio", "Send an SMS")],
     )
-    assert added_by == psycopg.conninfo.conninfo_to_dict(database_url)["user"]
+    # Added from the command line as a shared superuser: the operating-system user, said as such.
+    assert added_by == command_line_author(psycopg.conninfo.conninfo_to_dict(database_url)["user"])
     assert added == {
         "goldenQueryId": golden_id,
         "query": query,

@@ -10,7 +10,7 @@ from psycopg.rows import dict_row
 
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
-from payrail_test_support.cli import cli_import, cli_json, run_cli
+from payrail_test_support.cli import cli_import, cli_json, command_line_author, run_cli
 from payrail_test_support.openai_fake import fake_embedding
 from test_edit import DRAFT, ENABLED
 
@@ -35,15 +35,16 @@ def test_list_shows_every_record_in_order_with_its_state_and_filters_like_the_ba
         conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.' where method = 'Reverse geocode'")
     code, listed, _ = cli_json(registry, "list", "--json")
     assert code == 0
+    # Imported by the command line as a shared superuser: the operating-system user; psql's update: the login.
     assert [(r["provider"], r["method"], r["state"], r["version"], r["savedBy"]) for r in listed["records"]] == [
-        ("Acme Maps", "Geocode an address", "enabled", 1, user),
+        ("Acme Maps", "Geocode an address", "enabled", 1, command_line_author(user)),
         ("Acme Maps", "Reverse geocode", "draft needing an embedding", 2, user),
-        ("globex weather", "Current conditions", "enabled", 1, user),  # ignoring case
+        ("globex weather", "Current conditions", "enabled", 1, command_line_author(user)),  # ignoring case
     ]
     assert listed["records"][0]["recordId"] == stored(database_url, "Geocode an address")["id"]
 
     text = run_cli(registry, "list").stdout.splitlines()
-    assert text[0].startswith("Acme Maps / Geocode an address  (enabled, version 1, saved ") and text[0].endswith(f" by {user})")
+    assert text[0].startswith("Acme Maps / Geocode an address  (enabled, version 1, saved ") and text[0].endswith(f" by {command_line_author(user)})")
     assert text[-1] == "3 records"
 
     code, found, _ = cli_json(registry, "list", "--text", "COORDINATES", "--state", "enabled", "--json")
@@ -67,7 +68,7 @@ def test_history_names_who_saved_every_version_and_unknown_where_the_registry_ne
         conn.execute("update payrail.provider_methods set docs_url = 'https://docs.acme.example/v2' where method = 'Reverse geocode'")
         conn.execute("reset role")
     code, found, _ = cli_json(registry, "history", "Acme Maps / Reverse geocode", "--json")
-    assert (found["record"]["savedBy"], [v["savedBy"] for v in found["history"]]) == ("payrail_test_editor", [user])
+    assert (found["record"]["savedBy"], [v["savedBy"] for v in found["history"]]) == ("payrail_test_editor", [command_line_author(user)])
 
     # A version saved before the registry kept its author: said unknown, never guessed.
     with psycopg.connect(database_url) as conn:
@@ -141,3 +142,24 @@ def test_restore_of_an_unknown_history_id_names_the_problem(registry):
     }
     code, failure, _ = cli_json(registry, "restore", "0", "--json")
     assert code == 2 and failure["error"] == "invalid_input"
+
+
+def test_restore_given_a_record_name_says_the_history_ids_of_its_versions(registry, database_url):
+    """People type names; restore needs the version: it names the ids, and changes nothing."""
+    run_cli(registry, "disable", "Acme Maps / Geocode an address", "--yes")
+    code, found, _ = cli_json(registry, "history", "acme maps / GEOCODE AN ADDRESS", "--json")
+    (only,) = found["history"]
+    before = stored(database_url, "Geocode an address")
+    for name in (["Acme Maps / Geocode an address"], ["acme maps", "geocode an address"]):
+        code, failure, _ = cli_json(registry, "restore", *name, "--json")
+        assert (code, failure["error"]) == (2, "invalid_input"), failure
+        assert failure["detail"] == (
+            "restore takes a history id, not a record; those of Acme Maps / Geocode an address, newest first: "
+            f'{only["historyId"]} (version 1). `payrail-embedder history "Acme Maps / Geocode an address"` shows what each holds'
+        )
+    # A provider of several methods: which ones, as history says it.
+    code, failure, _ = cli_json(registry, "restore", "Acme Maps", "--json")
+    assert code == 2 and "Geocode an address" in failure["detail"] and "Reverse geocode" in failure["detail"], failure
+    code, failure, _ = cli_json(registry, "restore", "Globex Weather / Current conditions", "--json")
+    assert code == 2 and "newest first: none: it has no earlier version" in failure["detail"], failure
+    assert stored(database_url, "Geocode an address") == before

@@ -15,6 +15,30 @@ return case when pg_catalog.current_setting('role') operator(pg_catalog.<>) 'non
 comment on function payrail._acting_role() is
 $$The role a change is made as: the role set with SET ROLE, else the login (session_user); also inside security-definer functions.$$;
 
+create or replace function payrail._author()
+returns text
+language sql
+stable
+security invoker
+set search_path from current
+-- The command line names the operating-system user it runs as in its application_name
+-- ("payrail-embedder (OS user ada)", postgres/connection.py). Anyone can name anyone there, so it
+-- is believed of a superuser login alone, which may write anything anyway: the person behind a
+-- shared superuser. Any other login is a person's own, or SET ROLE named the role.
+return case
+  when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
+       and pg_catalog.current_setting('application_name') operator(pg_catalog.~) '^payrail-embedder \(OS user [^()]+\)$'
+       and (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname operator(pg_catalog.=) session_user)
+  then pg_catalog.substring(pg_catalog.current_setting('application_name'), '^payrail-embedder \(OS user ([^()]+)\)$')
+       operator(pg_catalog.||) ' (OS user, logged in as ' operator(pg_catalog.||) session_user operator(pg_catalog.||) ')'
+  else payrail._acting_role()
+end;
+
+comment on function payrail._author() is
+$$Who makes a change, as versions, the history and golden queries record it: the acting role
+(payrail._acting_role), or, for a superuser login of the command line, the operating-system user
+it names: "ada (OS user, logged in as postgres)".$$;
+
 create or replace function payrail.tg_provider_methods__keep_embedding_current()
 returns trigger
 language plpgsql
@@ -137,7 +161,7 @@ begin
     -- The clock, not the transaction's start: each record of a long import shows its own time.
     new.created_at := pg_catalog.clock_timestamp();
     new.updated_at := new.created_at;
-    new.saved_by := payrail._acting_role();
+    new.saved_by := payrail._author();
   -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md); docs_url alone may be NULL.
   elsif new.provider operator(pg_catalog.<>) old.provider or new.method operator(pg_catalog.<>) old.method
         or new.urls operator(pg_catalog.<>) old.urls or new.guidance operator(pg_catalog.<>) old.guidance
@@ -146,7 +170,7 @@ begin
     new.version := old.version operator(pg_catalog.+) 1;
     new.created_at := old.created_at;
     new.updated_at := pg_catalog.clock_timestamp();
-    new.saved_by := payrail._acting_role();
+    new.saved_by := payrail._author();
   else
     -- A vector-only write (sync, model switch) is not a new version.
     new.version := old.version;
@@ -162,7 +186,7 @@ comment on function payrail.tg_provider_methods__stamp_version() is
 $$Numbers the versions of a record and stamps when each was saved.
 
 A change of a public field or enabled is a new version (version + 1, updated_at the clock
-time, saved_by the acting role); a vector-only write keeps all three. Nobody sets version,
+time, saved_by its author, payrail._author); a vector-only write keeps all three. Nobody sets version,
 created_at, updated_at or saved_by by hand.$$;
 
 create or replace trigger tg_provider_methods__stamp_version

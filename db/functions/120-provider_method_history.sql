@@ -22,7 +22,7 @@ begin
      old.version, old.updated_at, old.saved_by, old.mixed_scripts,
      -- Replaced when the next version was saved; deleted now.
      case when tg_op operator(pg_catalog.=) 'UPDATE' then new.updated_at else pg_catalog.clock_timestamp() end,
-     payrail._acting_role(),
+     payrail._author(),
      session_user);
   return null;
 end

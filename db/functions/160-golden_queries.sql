@@ -12,7 +12,7 @@ set search_path from current
 as $$
 begin
   if tg_op operator(pg_catalog.=) 'INSERT' then
-    new.added_by := payrail._acting_role();
+    new.added_by := payrail._author();
     -- The clock, not the transaction's start: each query of a long import shows its own time.
     new.added_at := pg_catalog.clock_timestamp();
   else

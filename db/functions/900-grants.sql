@@ -37,6 +37,7 @@ grant execute on function
   payrail._has_duplicates(text[]),
   payrail._is_storable_vector_length(vector),
   payrail._acting_role(),
+  payrail._author(),
   -- What names and hosts look like (db/schema/016-unicode_security.sql, 018-lookalikes.sql).
   payrail._unicode_security_source(),
   payrail._confusable_prototypes(),

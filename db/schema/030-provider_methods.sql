@@ -147,6 +147,8 @@ $$The operator's word that the provider and method names mix scripts on purpose 
 Without it, a name that mixes scripts below UTS #39's Highly Restrictive level (Latin with
 Cyrillic or Greek) is refused (provider_methods_scripts_check). Part of the record's versions.$$;
 comment on column payrail.provider_methods.saved_by is
-$$Who saved this version: the role set with SET ROLE, else the login (as the history's changed_by).
+$$Who saved this version (payrail._author, as the history's changed_by): the role set with SET ROLE,
+else the login, or the operating-system user the command line names for a superuser login
+("ada (OS user, logged in as postgres)").
 
 NULL for a version saved before the registry kept it; vector-only writes keep it.$$;

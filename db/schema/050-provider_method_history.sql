@@ -66,5 +66,5 @@ comment on column payrail.provider_method_history.version_saved_by is
 comment on column payrail.provider_method_history.changed_at is
   'When this version was replaced (the replacing version''s updated_at) or deleted (the clock time of the delete).';
 comment on column payrail.provider_method_history.changed_by is
-  'Role that replaced or deleted it: the role set with SET ROLE, else the login (session_user).';
+  'Who replaced or deleted it (payrail._author): the role set with SET ROLE, else the login (session_user), or the operating-system user the command line names for a superuser login.';
 comment on column payrail.provider_method_history.changed_by_session_user is 'Login role of that session (session_user).';

@@ -62,7 +62,7 @@ $$The question, as an agent would send it to search: the search query's rules (n
 
 Unique as names compare (payrail._normalize_name: ignoring case, compatibility forms, invisible
 characters and runs of white space): golden_queries_query_key.$$;
-comment on column payrail.golden_queries.added_by is 'Who added it: the role set with SET ROLE, else the login (payrail._acting_role).';
+comment on column payrail.golden_queries.added_by is 'Who added it (payrail._author): the role set with SET ROLE, else the login, or the operating-system user the command line names for a superuser login.';
 comment on column payrail.golden_queries.added_at is 'When it was added (the clock time of the insert).';
 
 comment on table payrail.golden_query_records is

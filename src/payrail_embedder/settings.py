@@ -174,7 +174,13 @@ class Settings:
         return local_server.resolve_database_url(self.database_url, self.data_dir)
 
     def connect(self, *, autocommit: bool = True):
-        return connection.connect(self.resolved_database_url, autocommit=autocommit, prepared_statements=self.prepared_statements)
+        """A connection of the command line (connection.command_line_name)."""
+        return connection.connect(
+            self.resolved_database_url,
+            autocommit=autocommit,
+            prepared_statements=self.prepared_statements,
+            application_name=connection.command_line_name(),
+        )
 
     def secrets(self) -> list[str]:
         """What no text leaving the process may show: the OpenAI API key and the database URL's

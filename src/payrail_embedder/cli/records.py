@@ -228,20 +228,39 @@ def history(settings: Settings, name, as_json):
     emit(found, as_json)
 
 
+def history_id_of(conn: psycopg.Connection, target: tuple[str, ...]) -> int:
+    """The history id restore was given; a record's name instead (people type those) is refused
+    with the ids of its versions."""
+    if len(target) == 1 and target[0].isascii() and target[0].isdigit():
+        if int(target[0]) < 1:
+            raise Failure("invalid_input", f"a history id is 1 or more, not {target[0]}")
+        return int(target[0])
+    provider, method = stored.resolve_former_name(conn, target)
+    versions = history_module.provider_method_history(conn, provider, method).versions
+    ids = ", ".join(f"{v['historyId']} (version {v['version']})" for v in versions[:10]) or "none: it has no earlier version"
+    raise Failure(
+        "invalid_input",
+        f"restore takes a history id, not a record; those of {provider} / {method}, newest first: {ids}. "
+        f'`payrail-embedder history "{provider} / {method}"` shows what each holds',
+    )
+
+
 @click.command("restore")
-@click.argument("history_id", type=click.IntRange(min=1))
+@click.argument("target", nargs=-1, required=True, metavar="HISTORY_ID")
 @click.option("--as-draft", is_flag=True, help="Restore it as a draft (disabled), e.g. to check it with preview before enabling it.")
 @JSON_OPTION
 @click.pass_obj
-def restore(settings: Settings, history_id, as_draft, as_json):
+def restore(settings: Settings, target, as_draft, as_json):
     """Bring back the fields of an earlier version (HISTORY_ID, from `history`), through the write path.
 
     The record keeps its enabled state (a draft with --as-draft): other content restored into an
     enabled record is embedded first, and the record stays enabled. A deleted record comes back
     as a new draft. The version it replaces is kept in the history, so a restore can be undone.
+    Given a record's name instead, says the history ids of its versions.
     """
     started = time.monotonic()
     with settings.connect() as conn:
+        history_id = history_id_of(conn, target)
         restored = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
         if restored is None:
             raise Failure("unknown_record", f"there is no history entry {history_id}; `payrail-embedder history PROVIDER METHOD` lists them")

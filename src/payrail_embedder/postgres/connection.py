@@ -25,6 +25,8 @@ to whichever client gets this one next. So nothing here depends on session state
 
 from __future__ import annotations
 
+import os
+import pwd
 import random
 import re
 import time
@@ -295,6 +297,17 @@ def psycopg_options(prepared_statements: bool) -> dict:
     cannot carry them (PgBouncer before 1.21, or without max_prepared_statements, in
     transaction mode), where a statement prepared on one server connection is missing on the next."""
     return {"prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None}
+
+
+def command_line_name() -> str:
+    """The command line's application_name: payrail-embedder and the operating-system user it runs
+    as, whom the registry names as the author of a superuser login's writes (payrail._author), so a
+    shared superuser (the embedded default's postgres) does not hide who saved."""
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid without a name (a container's)
+        user = f"uid {os.geteuid()}"
+    return f"payrail-embedder (OS user {user})"
 
 
 def connect(database_url: str, *, autocommit: bool = False, prepared_statements: bool = True, **kwargs) -> PinnedConnection:

@@ -11,6 +11,8 @@ import contextlib
 import json
 import logging
 import os
+import pty
+import pwd
 import subprocess
 import sys
 import threading
@@ -46,6 +48,51 @@ def run_cli_subprocess(env: dict[str, str], *args: str | Path, input: str | None
     """payrail-embedder in a real subprocess: for what only a process shows (its start, signals,
     standard streams of its own, the embedded server outliving it)."""
     return subprocess.run([str(CLI), *args], env=env, input=input, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+class OnATerminal:
+    """payrail-embedder in a subprocess whose standard error is a terminal (a pseudo-terminal), as
+    when a person runs it; standard output is a pipe. What the terminal showed is read as it comes."""
+
+    def __init__(self, env: dict[str, str], *args: str | Path) -> None:
+        leader, follower = pty.openpty()
+        try:
+            self.process = subprocess.Popen([str(CLI), *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower, cwd=REPO)
+        finally:
+            os.close(follower)
+        self._shown = bytearray()
+        self._reader = threading.Thread(target=self._read, args=(leader,), daemon=True)
+        self._reader.start()
+
+    def _read(self, leader: int) -> None:
+        try:
+            while chunk := os.read(leader, 4096):
+                self._shown += chunk
+        except OSError:  # EIO: every process holding the terminal has ended
+            pass
+        finally:
+            os.close(leader)
+
+    @property
+    def shown(self) -> str:
+        """The terminal's text so far (its line ends as written: the terminal shows \\n as \\r\\n)."""
+        return self._shown.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def finish(self, timeout: float = 120) -> subprocess.CompletedProcess:
+        stdout, _ = self.process.communicate(timeout=timeout)
+        self._reader.join(timeout)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, stdout.decode(), self.shown)
+
+
+def run_cli_on_a_terminal(env: dict[str, str], *args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """payrail-embedder ARGS with standard error on a terminal (OnATerminal): stderr is what it showed."""
+    return OnATerminal(env, *args).finish(timeout)
+
+
+def command_line_author(login: str) -> str:
+    """Who the registry names as the author of this process's command-line writes as login, a
+    superuser (payrail._author): the operating-system user the tests run as."""
+    return f"{pwd.getpwuid(os.geteuid()).pw_name} (OS user, logged in as {login})"
 
 
 def run_cli_in_process(env: dict[str, str], *args: str | Path, input: str | None = None):

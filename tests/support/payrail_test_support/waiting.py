@@ -23,10 +23,10 @@ def wait_until(condition: Callable[[], T], what: str | Callable[[], str], *, tim
     return value
 
 
-def waits_for_a_lock(conn: psycopg.Connection, application_name: str | None = None) -> bool:
-    """Whether a backend of conn's database (of application_name, when given) waits for a lock now."""
+def waits_for_a_lock(conn: psycopg.Connection, application_name: str = "") -> bool:
+    """Whether a backend of conn's database (of an application whose name starts with
+    application_name: the command line's names its user too) waits for a lock now."""
     return conn.execute(
-        "select exists (select from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()"
-        " and application_name = coalesce(%s, application_name))",
+        "select exists (select from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database() and starts_with(application_name, %s))",
         (application_name,),
     ).fetchone()[0]
