@@ -24,7 +24,7 @@ from payrail_embedder.cli.common import read_query
 from payrail_embedder.settings import SETTINGS, Settings
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import, run_cli, write_jsonl
-from payrail_test_support.logs import events
+from payrail_test_support.logs import embedded_start, events
 from payrail_test_support.ports import unused_port
 
 CATALOG = [
@@ -190,7 +190,7 @@ def test_a_short_sync_off_a_terminal_prints_no_progress(registry, database_url):
     assert result.stdout.startswith("1 embedded, 0 changed meanwhile, 0 pending\n")
 
 
-def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(registry, database_url, tmp_path):
+def test_long_work_off_a_terminal_logs_progress_events(registry, database_url, tmp_path):
     """One line per interval (PAYRAIL_PROGRESS_INTERVAL, 10 s by default; 0 here: every batch)."""
     with psycopg.connect(database_url) as conn:
         conn.execute("update payrail.provider_methods set guidance = guidance || ' Edited.', enabled = false")
@@ -198,33 +198,33 @@ def test_long_work_off_a_terminal_prints_progress_lines_a_log_collector_parses(r
     env = {**registry, "PAYRAIL_PROGRESS_INTERVAL": "0"}
     result = run_cli(env, "sync", "--batch-size", "1")
     assert result.returncode == 0, result.stderr
-    # Progress lines, then the run's summary in the operators' log.
-    *progress_lines, summary = result.stderr.splitlines()
-    lines = [dict(pair.split("=", 1) for pair in line.split()[1:]) for line in progress_lines]
-    assert [line["done"] for line in lines] == [str(n) for n in range(1, records + 1)], result.stderr
-    assert all(line["task"] == "sync" and line["total"] == str(records) and line["elapsed_s"].isdigit() for line in lines)
-    assert all(line.startswith("progress task=sync ") for line in progress_lines)
-    assert events(summary)[0]["event"] == "sync"
+    # Progress events, then the run's summary in the operators' log.
+    *progress_lines, summary = events(result.stderr)
+    assert [line["done"] for line in progress_lines] == [str(n) for n in range(1, records + 1)], result.stderr
+    assert all(line["event"] == "progress" and line["task"] == "sync" and line["total"] == str(records) for line in progress_lines)
+    assert all(line["elapsed_s"].isdigit() for line in progress_lines) and summary["event"] == "sync"
 
     lines_file = write_jsonl(tmp_path / "more.jsonl", [{**CATALOG[0], "method": f"Extra {n}"} for n in range(3)])
     imported = run_cli(env, "import", lines_file)
     assert imported.returncode == 0, imported.stderr
-    assert any(line.startswith("progress task=import done=3 total=3 elapsed_s=") for line in imported.stderr.splitlines()), imported.stderr
+    assert {(e["task"], e["done"], e["total"]) for e in events(imported.stderr, "progress")} >= {("import", "3", "3")}, imported.stderr
 
 
 @pytest.mark.slow
 def test_the_embedded_default_keeps_standard_error_quiet_and_db_status_tells_where_it_runs(tmp_path):
     """No PAYRAIL_DATABASE_URL and no XDG_RUNTIME_DIR: what an MCP host starts. Nothing on stderr
-    but the one line that says the server is being started (no warnings)."""
+    but the one event that says the server is being started (no warnings)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "XDG_RUNTIME_DIR"))}
     env["PAYRAIL_DATA_DIR"] = str(tmp_path / "data")
     before = json.loads(run_cli(env, "db", "status", "--json").stdout)
     assert before["embedded"]["running"] is False and before["registry"] is None, before
     try:
-        starting = f"creating and starting the embedded PostgreSQL 18 under {tmp_path / 'data'} ...\n"
-        for args, stderr in ((("db", "url"), starting), (("db", "apply"), ""), (("search", "--json", "Nothing here"), "")):
+        started = run_cli(env, "db", "url")
+        assert started.returncode == 0 and len(started.stderr.splitlines()) == 1, started.stderr
+        assert (embedded_start(started.stderr)["data_dir"], embedded_start(started.stderr)["level"]) == (str(tmp_path / "data"), "info")
+        for args in (("db", "apply"), ("search", "--json", "Nothing here")):
             result = run_cli(env, *args)
-            assert result.returncode == 0 and result.stderr == stderr, (args, result.stderr)
+            assert result.returncode == 0 and result.stderr == "", (args, result.stderr)
         status = run_cli(env, "db", "status", "--json")
         report = json.loads(status.stdout)
         assert (status.returncode, report["embedded"]["running"], report["registry"]["records"]) == (0, True, 0), report

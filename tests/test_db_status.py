@@ -22,6 +22,7 @@ from payrail_embedder.postgres.deploy import apply_schema, db_digest
 from payrail_embedder.postgres.local_server import embedded_pgdata
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
+from payrail_test_support.logs import embedded_start
 from payrail_test_support.servers import replace_database
 
 STATUS_KEYS = {
@@ -218,9 +219,9 @@ def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_pat
         result = run_cli(env, "db", "apply")
         assert result.returncode == 1
         assert f"cannot start the embedded PostgreSQL under {disk / 'data'}: no space left on the device that holds {pgdata}" in result.stderr, result.stderr
-        # The line that says it is starting the server, then the one that says why it could not.
+        # The event that says it is starting the server, then the line that says why it could not.
         assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 2, result.stderr
-        assert result.stderr.startswith(f"starting the embedded PostgreSQL 18 under {disk / 'data'} ...\n"), result.stderr
+        assert embedded_start(result.stderr.splitlines()[0])["data_dir"] == str(disk / "data"), result.stderr
 
         text = run_cli(env, "db", "status").stdout
         assert f"it cannot start: its last start failed: no space left on the device that holds {pgdata}" in text, text

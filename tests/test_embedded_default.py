@@ -14,10 +14,9 @@ import pytest
 
 from payrail_test_support.agent_helpers import CATALOG, as_match, mcp_client
 from payrail_test_support.backoffice import start_backoffice
-from payrail_test_support.cli import run_cli, write_jsonl
+from payrail_test_support.cli import run_cli, run_cli_on_a_terminal, write_jsonl
 from payrail_test_support.environments import cli_environment
-
-STARTING = "starting the embedded PostgreSQL 18 under {}"
+from payrail_test_support.logs import embedded_start
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +33,9 @@ def embedded(tmp_path_factory):
 
     started = run_cli(env, "db", "start")
     assert started.returncode == 0, started.stderr
-    assert started.stderr == f"creating and starting the embedded PostgreSQL 18 under {data_dir} ...\n"
+    # Off a terminal, saying that it starts the server is an event of the log (on a terminal, words).
+    event = embedded_start(started.stderr)
+    assert (event["data_dir"], event["created"], len(started.stderr.splitlines())) == (data_dir, "true", 1), started.stderr
     assert started.stdout.startswith(f"the embedded PostgreSQL 18 runs under {data_dir}: postgresql://"), started.stdout
     assert run_cli(env, "db", "apply").returncode == 0
     imported = run_cli(env, "import", write_jsonl(root / "catalog.jsonl", CATALOG))
@@ -57,7 +58,8 @@ def test_a_command_starts_a_stopped_server_and_says_so(embedded):
 
     result = run_cli(embedded, "search", "--json", "Stripe")
     assert result.returncode == 0, result.stderr
-    assert result.stderr == STARTING.format(data_dir) + " ...\n"
+    event = embedded_start(result.stderr)
+    assert (event["data_dir"], event["created"], len(result.stderr.splitlines())) == (data_dir, "false", 1), result.stderr
     assert json.loads(result.stdout) == {"matches": [as_match(r) for r in CATALOG[:2]]}
     # Running, a command says nothing about it.
     again = run_cli(embedded, "search", "--json", "Stripe")
@@ -66,6 +68,12 @@ def test_a_command_starts_a_stopped_server_and_says_so(embedded):
     # db start on a running server only says where it runs.
     start = run_cli(embedded, "db", "start")
     assert (start.returncode, start.stderr) == (0, ""), start.stderr
+
+    # On a terminal, a person reads it in words (and no log line).
+    stop(embedded)
+    on_a_terminal = run_cli_on_a_terminal(embedded, "search", "--json", "Stripe")
+    assert on_a_terminal.returncode == 0 and json.loads(on_a_terminal.stdout)["matches"], on_a_terminal
+    assert on_a_terminal.stderr == f"starting the embedded PostgreSQL 18 under {data_dir} ...\n", on_a_terminal.stderr
 
 
 def test_the_mcp_server_starts_it_and_once_it_is_stopped_names_db_start_until_it_runs_again(embedded, tmp_path):
@@ -84,7 +92,7 @@ def test_the_mcp_server_starts_it_and_once_it_is_stopped_names_db_start_until_it
 
         first, stopped, again = anyio.run(main)
         errlog.seek(0)
-        assert STARTING.format(embedded["PAYRAIL_DATA_DIR"]) in errlog.read()
+        assert embedded_start(errlog.read())["data_dir"] == embedded["PAYRAIL_DATA_DIR"]
 
     expected = {"matches": [as_match(r) for r in CATALOG[:2]]}
     assert first.structured_content == expected
@@ -101,7 +109,7 @@ def test_the_backoffice_starts_it_and_says_so(embedded, tmp_path):
     stop(embedded)
     backoffice = start_backoffice(embedded, tmp_path)
     try:
-        assert STARTING.format(embedded["PAYRAIL_DATA_DIR"]) in backoffice.output
+        assert embedded_start(backoffice.output)["data_dir"] == embedded["PAYRAIL_DATA_DIR"]
     finally:
         backoffice.stop()
     assert "\nembedded PostgreSQL 18: running" in run_cli(embedded, "db", "status").stdout

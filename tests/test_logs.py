@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import anyio
@@ -19,12 +21,13 @@ from psycopg import sql
 
 from payrail_embedder.postgres import connection
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, import_catalog, mcp_client
-from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, start_backoffice
-from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
+from payrail_test_support.backoffice import HttpClient, cookie_value, csrf_token, http_sign_in, running_backoffice, start_backoffice
+from payrail_test_support.cli import OnATerminal, cli_json, documented_commands, run_cli, run_cli_on_a_terminal, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import BackofficeOperator, draft_record, editing
 from payrail_test_support.logs import events, events_among, parse_line
 from payrail_test_support.pgbouncer import PASSWORD, start_pgbouncer
+from payrail_test_support.ports import unused_port
 from payrail_test_support.waiting import wait_until
 
 OPERATOR = "log_operator"
@@ -264,7 +267,9 @@ def test_without_a_url_the_embedded_default_is_used_and_libpq_variables_are_warn
         result = run_cli(env, "db", "url")
         # The embedded server is reached on its own socket and port, whatever PGHOST and PGPORT say.
         assert result.returncode == 0 and "port=" in result.stdout, result.stderr
-        (warning,) = events_among(result.stderr)  # after the line that says the server starts
+        (warning,) = events_among(result.stderr, "libpq_environment")
+        (started,) = events_among(result.stderr, "embedded_postgres_start")  # off a terminal, the start is an event too
+        assert (started["data_dir"], started["created"]) == (str(tmp_path / "data"), "true")
         assert (warning["level"], warning["ignored"]) == ("warning", "PGUSER,PGHOST,PGPORT")
         assert "PAYRAIL_DATABASE_URL=postgresql://" in warning["reason"]
         for args in (("db", "apply"), ("search", "--json", "Nothing here")):
@@ -272,6 +277,76 @@ def test_without_a_url_the_embedded_default_is_used_and_libpq_variables_are_warn
             assert result.returncode == 0, (args, result.stdout, result.stderr)
     finally:
         run_cli(env, "db", "stop")
+
+
+def test_on_a_terminal_a_command_says_what_it_did_and_logs_only_warnings(cli_env, database_url, tmp_path):
+    """A person at a terminal reads the answer; the log lines are for logs, and --log-level or
+    PAYRAIL_LOG_LEVEL bring them back (or quieten a log)."""
+    catalog = write_jsonl(tmp_path / "drafts.jsonl", [draft_record("terminal")])
+    imported = run_cli_on_a_terminal(cli_env, "import", catalog)
+    assert imported.returncode == 0 and imported.stdout.startswith("1 created"), imported
+    # A progress bar, and no `ts=... level=info event=import ...`.
+    assert "import  [####" in imported.stderr and "event=" not in imported.stderr, imported.stderr
+
+    loud = run_cli_on_a_terminal(cli_env, "--log-level", "info", "import", catalog)
+    (summary,) = events_among(loud.stderr)
+    assert loud.returncode == 0 and (summary["event"], summary["unchanged"]) == ("import", "1"), loud.stderr
+
+    # A warning still reaches the person: here, a libpq variable the configured URL overrides.
+    warned = run_cli_on_a_terminal(cli_env | {"PGDATABASE": "some_other_database"}, "list")
+    (warning,) = events(warned.stderr)
+    assert (warning["level"], warning["ignored"]) == ("warning", "PGDATABASE"), warned.stderr
+    searched = run_cli_on_a_terminal(cli_env, "search", "Nothing here")
+    assert "every one is a draft" in searched.stderr and "ts=" not in searched.stderr, searched.stderr
+
+    # Off a terminal the log keeps every event unless told otherwise.
+    assert events(run_cli(cli_env, "import", catalog).stderr, "import")
+    for quieter in ((cli_env, "--log-level", "warning"), (cli_env | {"PAYRAIL_LOG_LEVEL": "error"},)):
+        env, *options = quieter
+        result = run_cli(env, *options, "import", catalog)
+        assert result.returncode == 0 and result.stderr == "", (options, result.stderr)
+    refused = run_cli(cli_env, "--log-level", "loud", "list")
+    assert refused.returncode == 2 and "'loud' is not one of 'debug', 'info', 'warning', 'error'" in refused.stderr, refused.stderr
+
+
+def test_a_server_started_on_a_terminal_still_logs_its_events(cli_env, tmp_path):
+    """The backoffice's and the MCP server's log is what their operator watches: info by default, also on a terminal."""
+    backoffice = OnATerminal(cli_env, "backoffice", "--port", "0")
+    try:
+        wait_until(lambda: events_among(backoffice.shown, "backoffice_start"), lambda: f"the backoffice to start: {backoffice.shown!r}")
+    finally:
+        backoffice.process.terminate()
+        backoffice.finish()
+    # PAYRAIL_LOG_LEVEL quietens a server as it does a command: its requests are not logged.
+    with running_backoffice(cli_env | {"PAYRAIL_LOG_LEVEL": "warning"}, tmp_path) as quiet:
+        assert HttpClient(quiet.url).get("/sign-in").status == 200
+    assert quiet.output.startswith("Payrail backoffice: ") and "ts=" not in quiet.output, quiet.output
+
+
+PYTHON_API_SEARCH = """
+import logging, sys
+from payrail_embedder import Registry, SearchUnavailable
+if sys.argv[2] == "basicConfig":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+with Registry(sys.argv[1]) as registry:
+    try:
+        registry.search_provider_methods("send a text message")
+    except SearchUnavailable as error:
+        print(error.code)
+"""
+
+
+def test_the_python_api_logs_through_logging_and_writes_nothing_itself(tmp_path):
+    """A library: its events go to the logger "payrail_embedder", which has no handler of its own."""
+    down = f"postgresql://nobody@127.0.0.1:{unused_port()}/payrail?connect_timeout=2"
+    silent = subprocess.run([sys.executable, "-c", PYTHON_API_SEARCH, down, "plain"], capture_output=True, text=True, timeout=120)
+    assert (silent.returncode, silent.stdout, silent.stderr) == (0, "search_unavailable\n", ""), silent
+    # A program that configures logging gets each event as one line: its name and fields.
+    logged = subprocess.run([sys.executable, "-c", PYTHON_API_SEARCH, down, "basicConfig"], capture_output=True, text=True, timeout=120)
+    assert logged.returncode == 0 and logged.stdout == "search_unavailable\n", logged
+    (line,) = [line for line in logged.stderr.splitlines() if line.startswith("WARNING payrail_embedder ")]
+    assert line.startswith("WARNING payrail_embedder search_unavailable cause=database_unreachable detail="), logged.stderr
+    assert parse_line("ts=0 level=warning event=" + line.split(" ", 2)[2])["cause"] == "database_unreachable"
 
 
 # Every character Python's str.splitlines breaks a line at (log shippers differ on which they do).

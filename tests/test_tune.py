@@ -40,6 +40,7 @@ from payrail_embedder.settings import Settings
 from payrail_test_support.agent_helpers import mcp_client
 from payrail_test_support.backoffice import HttpClient, http_sign_in, running_backoffice
 from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess, write_jsonl
+from payrail_test_support.logs import events_among
 from payrail_test_support.ranking import cosine_ranking, semantic_path
 
 pytestmark = pytest.mark.local_model
@@ -147,19 +148,21 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
     assert final["trainedOn"]["queries"] == len(GOLDEN)
     assert final["trainedOn"]["after"]["mrr@3"] > final["trainedOn"]["before"]["mrr@3"]
 
-    # Before it starts: what and how long; then progress lines for logs (not a terminal; one a step
-    # here), the deciding training's and then the kept model's.
-    lines = stderr.splitlines()
-    expected = next(i for i, line in enumerate(lines) if line.startswith("expected: about "))
-    assert lines[expected - 2].startswith(f"tuning all-MiniLM-L6-v2 on the registry's golden queries: {len(GOLDEN)} of {len(GOLDEN)} golden queries")
-    steps = [i for i, line in enumerate(lines) if line.startswith("progress task=tune ")]
-    final_steps = [i for i, line in enumerate(lines) if line.startswith("progress task=tune_final ")]
-    assert steps and final_steps and expected < steps[0] and steps[-1] < final_steps[0]
-    assert f"{split['validation']} validation queries" in stderr and f"{split['training']} training queries" in stderr
-    total = report["training"]["steps"]
-    assert re.fullmatch(rf"progress task=tune done=1 total={total} elapsed_s=\d+", lines[steps[0]])
-    assert re.fullmatch(rf"progress task=tune done={total} total={total} elapsed_s=\d+", lines[steps[-1]])
-    assert re.fullmatch(rf"progress task=tune_final done={final['steps']} total={final['steps']} elapsed_s=\d+", lines[final_steps[-1]])
+    # Before it starts, what and how long: off a terminal (here) the tune_plan event, then progress
+    # events (one a step here), the deciding training's and then the kept model's.
+    logged = events_among(stderr)
+    (plan,) = [event for event in logged if event["event"] == "tune_plan"]
+    assert (plan["tuned_from"], plan["golden_queries"], plan["usable"]) == ("all-MiniLM-L6-v2", str(len(GOLDEN)), str(len(GOLDEN))), plan
+    assert plan["split_on"] == "golden queries", plan
+    assert (plan["validation"], plan["training"], plan["left_out"]) == (str(split["validation"]), str(split["training"]), "0"), plan
+    assert int(plan["expected_s"]) > 0 and plan["steps"] == str(report["training"]["steps"]) and plan["final_steps"] == str(final["steps"])
+    steps = [i for i, event in enumerate(logged) if event["event"] == "progress" and event["task"] == "tune"]
+    final_steps = [i for i, event in enumerate(logged) if event["event"] == "progress" and event["task"] == "tune_final"]
+    assert steps and final_steps and logged.index(plan) < steps[0] and steps[-1] < final_steps[0]
+    total = str(report["training"]["steps"])
+    assert (logged[steps[0]]["done"], logged[steps[0]]["total"]) == ("1", total)
+    assert (logged[steps[-1]]["done"], logged[steps[-1]]["total"]) == (total, total)
+    assert logged[final_steps[-1]]["done"] == logged[final_steps[-1]]["total"] == str(final["steps"])
     assert "\r" not in stderr and "Traceback" not in stderr
 
     model_dir = tuned["models_dir"] / name
@@ -457,7 +460,8 @@ def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines
     assert report["validation"]["queries"] == split["validation"]
     assert report["final"]["pairs"] == len(RECORDS) and report["final"]["trainedOn"]["queries"] == len(RECORDS)
     assert (tmp_path / "data" / "models" / report["model"] / "onnx" / "model.onnx").is_file()
-    assert "(the record queries: no golden query to decide on)" in result.stderr
+    (plan,) = events_among(result.stderr, "tune_plan")  # off a terminal, said in the log before it starts
+    assert (plan["split_on"], plan["usable"], plan["record_queries"]) == ("record queries", "0", str(len(RECORDS))), plan
 
     # Off, with no golden query, there is nothing to train on: refused in words, nothing kept.
     code, failure, _ = cli_json({**env, "PAYRAIL_DATA_DIR": str(tmp_path / "other")}, "model", "tune", "--json", "--record-pairs", "off")

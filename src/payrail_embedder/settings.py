@@ -112,6 +112,14 @@ SETTINGS = (
         "logfmt",
         "How events are logged on standard error, one line each: logfmt (key=value) or json.",
     ),
+    Setting(
+        "log_level",
+        "--log-level",
+        "PAYRAIL_LOG_LEVEL",
+        click.Choice(tuple(logs.LEVELS)),
+        None,
+        "The least severe events logged (default: info; warning for a command run on a terminal, where its answer says what it did).",
+    ),
 )
 
 
@@ -127,6 +135,7 @@ class Settings:
     embedding_dimensions: int | None = None
     prepared_statements: bool = True
     log_format: str = "logfmt"
+    log_level: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides) -> Settings:

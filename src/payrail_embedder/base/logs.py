@@ -6,8 +6,13 @@ logfmt by default; with `--log-format json` (PAYRAIL_LOG_FORMAT=json) one JSON o
 with the same keys. The package's processes (the CLI, hence the MCP server and the backoffice)
 install the handler once (configure); the lines of the libraries they run (uvicorn, the MCP SDK)
 go through it too, as event=log (or http_request) with the library's logger name and message.
-A program using the Python API gets the events on the logger "payrail_embedder" and may call
-configure itself, or route them as it likes: each record carries `event` and `fields`.
+Which lines: `--log-level` (PAYRAIL_LOG_LEVEL), else info, but warning for a command a person
+runs on a terminal, who reads its answer, not its log (default_level).
+
+A program using the Python API gets the events on the logger "payrail_embedder", which has no
+handler of its own (a NullHandler, so Python's last-resort handler prints nothing either): it may
+call configure, or route them as it likes; each record carries `event` and `fields`, and its
+message is the event and its fields as one line.
 
 No key holds a secret: callers pass role names, record ids, counts and causes, never a password,
 an API key, a session id or a CSRF token, and name a database by connection.display_url. As a
@@ -24,12 +29,14 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .safe_text import JSON_ESCAPES, hide, scrub
 
 LOGGER = logging.getLogger("payrail_embedder")
+LOGGER.addHandler(logging.NullHandler())
 FORMATS = ("logfmt", "json")
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 # An event's text fields are cut to this many characters: a user name typed at sign-in is the
 # client's to choose, and a log line stays a line.
 MAX_FIELD_CHARACTERS = 1000
@@ -37,7 +44,29 @@ MAX_FIELD_CHARACTERS = 1000
 
 def log(event: str, level: int = logging.INFO, **fields: object) -> None:
     """One event: its stable name and fields (None values are left out)."""
-    LOGGER.log(level, event, extra={"event": event, "fields": fields})
+    LOGGER.log(level, _EventLine(event, fields), extra={"event": event, "fields": fields})
+
+
+def tell(message: str, event: str, fields: Mapping[str, object], level: int = logging.INFO) -> None:
+    """What a person should know: the message on standard error when this process's own (the
+    package's processes configure it) is a terminal; elsewhere, and in a program using the Python
+    API, the event."""
+    if sys.stderr.isatty() and any(isinstance(handler, StandardError) for handler in logging.getLogger().handlers):
+        print(message, file=sys.stderr, flush=True)
+    else:
+        log(event, level, **fields)
+
+
+class _EventLine:
+    """An event's message for handlers other than the package's: `event key=value ...`, scrubbed,
+    made only if a handler prints it."""
+
+    def __init__(self, event: str, fields: dict[str, object]) -> None:
+        self.event, self.fields = event, fields
+
+    def __str__(self) -> str:
+        pairs = (f"{key}={_logfmt_value(_bounded(_scrubbed(value)))}" for key, value in self.fields.items() if value is not None)
+        return " ".join((self.event, *pairs)).translate(JSON_ESCAPES)
 
 
 def _timestamp(record: logging.LogRecord) -> str:
@@ -111,15 +140,25 @@ class StandardError(logging.StreamHandler):
         return sys.stderr
 
 
-def configure(log_format: str = "logfmt", *, secrets: Iterable[str] = ()) -> None:
-    """Sends every log line of this process to standard error in log_format: the package's
-    events from INFO, other libraries' from WARNING (uvicorn's access lines where the backoffice
-    asks for them). Replaces the handler an earlier call installed, and no other."""
+def default_level(*, server: bool) -> str:
+    """info for a server and wherever standard error is not a terminal (a pipe, a file, a service
+    manager: the log); warning for a command a person runs on a terminal."""
+    return "info" if server or not sys.stderr.isatty() else "warning"
+
+
+def configure(log_format: str = "logfmt", level: str = "info", *, secrets: Iterable[str] = ()) -> None:
+    """Sends the log lines of this process from level up to standard error in log_format: the
+    package's events, uvicorn's access lines where the backoffice asks for them, and other
+    libraries' from warning (from debug with level debug). Replaces the handler an earlier call
+    installed, and no other."""
+    threshold = LEVELS[level]
     handler = StandardError()
     handler.setFormatter(LineFormatter(log_format, secrets))
+    # On the handler too: uvicorn sets its own loggers' levels.
+    handler.setLevel(threshold)
     root = logging.getLogger()
     for earlier in [h for h in root.handlers if isinstance(h, StandardError)]:
         root.removeHandler(earlier)
     root.addHandler(handler)
-    root.setLevel(logging.WARNING)
-    LOGGER.setLevel(logging.INFO)
+    root.setLevel(threshold if threshold == logging.DEBUG else max(threshold, logging.WARNING))
+    LOGGER.setLevel(threshold)

@@ -20,6 +20,9 @@ from ..settings import Settings, settings_options
 from . import bulk, db, golden, model, records, search, serve
 from .common import Failure
 
+# Long-running: their log is what an operator watches, on a terminal too.
+SERVERS = frozenset({"mcp", "backoffice"})
+
 
 def as_failure(error: BaseException, command: str | None) -> Failure | None:
     """The Failure a known error means, or None for one that is not the user's to act on (a bug)."""
@@ -70,7 +73,8 @@ def cli(ctx, **settings):
     operators import, edit and sync the catalog.
     """
     ctx.obj = Settings(**settings)
-    logs.configure(ctx.obj.log_format, secrets=ctx.obj.secrets())
+    level = ctx.obj.log_level or logs.default_level(server=ctx.invoked_subcommand in SERVERS)
+    logs.configure(ctx.obj.log_format, level, secrets=ctx.obj.secrets())
 
 
 for command in (

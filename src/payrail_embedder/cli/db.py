@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -37,7 +38,7 @@ def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
 
     Idempotent, and safe while agents search: a registry that is current is left alone (no lock
     but a search's own); otherwise the change takes its locks up front, in the searches' order, never waits longer than
-    --lock-timeout for one, and tries again (--attempts), saying on standard error who holds them.
+    --lock-timeout for one, and tries again (--attempts), saying who holds them (on standard error; off a terminal in the log).
     Prints the database (without its password) and whether anything changed.
     """
     result = deploy.apply_schema(
@@ -45,7 +46,8 @@ def db_apply(settings: Settings, force, lock_timeout, attempts, as_json):
         force=force,
         lock_timeout=lock_timeout,
         attempts=attempts,
-        say=lambda message: click.echo(one_line(message), err=True),  # names other sessions' roles and applications
+        # Names other sessions' roles and applications: one line.
+        say=lambda message: logs.tell(one_line(message), "db_apply_retry", {"detail": one_line(message)}, logging.WARNING),
         prepared_statements=settings.prepared_statements,
     )
     emit(result, as_json)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..base import logs
 from ..base.errors import EXIT_STATUS
 from ..base.progress import progress
 from ..base.reports import emit
@@ -151,7 +152,7 @@ def model_tune(settings: Settings, golden_file, validation_fraction, seed, epoch
             settings.models_dir,
             golden_file,
             options,
-            announce=lambda plan: click.echo("\n".join(plan.describe()), err=True),
+            announce=lambda plan: logs.tell("\n".join(plan.describe()), "tune_plan", plan.log_fields()),
             progress=training_progress,
         )
     emit(report, as_json)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import replace
 
 import click
@@ -45,10 +44,8 @@ def search(settings: Settings, query, as_json):
             note = stored.all_drafts_in_words(connections(stored.counts))
         except psycopg.Error:
             note = None
-        if note and sys.stderr.isatty():
-            click.echo(note, err=True)
-        elif note:  # off a terminal, standard error is the operators' log: one event line
-            logs.log("all_drafts", logging.WARNING, detail=note)
+        if note:
+            logs.tell(note, "all_drafts", {"detail": note}, logging.WARNING)
 
 
 @click.command("preview")

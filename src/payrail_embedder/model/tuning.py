@@ -397,6 +397,22 @@ class TunePlan:
         """Both trainings, each model's export and its pass over the records: when the model is kept."""
         return (self.steps + self.final_steps) * self.seconds_per_step + 2 * (self.embedding_seconds + EXPORT_SECONDS)
 
+    def log_fields(self) -> dict[str, object]:
+        """The plan as the tune_plan event says it off a terminal."""
+        return {
+            "tuned_from": self.tuned_from,
+            "golden_queries": self.data.golden_queries,
+            "usable": len(self.data.usable),
+            "record_queries": len(self.data.made),
+            "split_on": "golden queries" if self.data.decides_on_golden else "record queries",
+            "validation": len(self.split.validation),
+            "training": len(self.split.training),
+            "left_out": len(self.split.left_out),
+            "steps": self.steps,
+            "final_steps": self.final_steps,
+            "expected_s": round(self.estimated_seconds),
+        }
+
     def describe(self) -> list[str]:
         """What tune is about to do and how long it expects it to take, for people (tune's JSON
         report carries the same figures once it is done)."""

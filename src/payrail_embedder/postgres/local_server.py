@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -17,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import platformdirs
 import psycopg
 
+from ..base import logs
 from ..base.paths import default_data_dir
 from .connection import DatabaseUnavailable, one_value
 
@@ -75,14 +75,18 @@ def embedded_stopped(database_url: str | None, data_dir: Path | None) -> str | N
 
 def embedded_server(data_dir: Path):
     """Starts, or reuses, the embedded PostgreSQL 18 kept under data_dir, with EMBEDDED_HBA,
-    saying on standard error when it starts it (that takes seconds).
+    saying so when it starts it (that takes seconds): on a terminal in words, else in the log.
 
     The server outlives this process so the next command connects at once;
     `payrail-embedder db stop` stops it.
     """
     if embedded_postmaster(data_dir) is None:
-        what = "starting" if embedded_pgdata(data_dir).is_dir() else "creating and starting"
-        print(f"{what} the embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION} under {data_dir} ...", file=sys.stderr, flush=True)
+        created = not embedded_pgdata(data_dir).is_dir()
+        logs.tell(
+            f"{'creating and starting' if created else 'starting'} the embedded PostgreSQL {EMBEDDED_POSTGRES_VERSION} under {data_dir} ...",
+            "embedded_postgres_start",
+            {"data_dir": data_dir, "created": created},
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
     server = pgserver().get_server(embedded_pgdata(data_dir), postgres_version=EMBEDDED_POSTGRES_VERSION, cleanup_mode=None)
     use_hba_rules(embedded_uri(server.get_postmaster_info(), "postgres"), EMBEDDED_HBA)

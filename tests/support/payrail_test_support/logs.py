@@ -26,3 +26,9 @@ def events(stderr: str, name: str | None = None) -> list[dict]:
 def events_among(output: str, name: str | None = None) -> list[dict]:
     """The log lines among a process's other output (the backoffice's lines for people), as events."""
     return events("\n".join(line for line in output.splitlines() if line.startswith("ts=")), name)
+
+
+def embedded_start(output: str) -> dict:
+    """The one event among output that says the embedded PostgreSQL was started (off a terminal)."""
+    (started,) = events_among(output, "embedded_postgres_start")
+    return started
