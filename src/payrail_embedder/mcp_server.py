@@ -18,6 +18,7 @@ import re
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
@@ -76,13 +77,9 @@ def failure_result(error: SearchError):
 
 def build_server(registry: Registry):
     """The MCPServer with its one tool, answering from `registry`."""
-    import anyio
-    import anyio.to_thread
     from mcp.server.mcpserver import MCPServer
     from mcp_types import ToolAnnotations
     from pydantic import Field, TypeAdapter
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
 
     class Answer(TypedDict):
         """At most three matches, in the registry's order; no scores."""
@@ -105,51 +102,18 @@ def build_server(registry: Registry):
 
     server = RegistryServer(SERVER_NAME, instructions=INSTRUCTIONS, version=version("payrail-agent-search"), log_level="WARNING")
 
-    lanes: dict[str, anyio.CapacityLimiter] = {}
-
-    def lane(name: str) -> anyio.CapacityLimiter:
-        """Worker threads of their own for each step (made on first use: a limiter belongs to the event loop)."""
-        if name not in lanes:
-            lanes[name] = anyio.CapacityLimiter(LANE_THREADS)
-        return lanes[name]
-
-    # Each step runs on a worker thread, so the database and a slow embedding never stall the
-    # protocol; the name path on threads of its own, so searches waiting on the embedding service,
-    # however many, never keep exact names waiting for a thread. The tool and GET /search both ask here.
-    async def answer(query: Query) -> Answer:
-        by_name = await anyio.to_thread.run_sync(registry.answer_by_name, query, limiter=lane("name"))
-        found = (
-            await anyio.to_thread.run_sync(registry.search_by_embedding, query, by_name, limiter=lane("embedding"))
-            if isinstance(by_name, NeedsEmbedding)
-            else by_name
-        )
-        return {"matches": [match.to_json() for match in found["matches"]]}
+    answer = answering(registry)
 
     async def search_provider_methods(
         query: Annotated[str, Field(description=QUERY_DESCRIPTION, min_length=1, max_length=QUERY_MAX_CHARACTERS)],
     ) -> Answer:
         checked = Query(query)  # RegistryServer.call_tool checked it, before the SDK's validation
         try:
-            return await answer(checked)
+            return Answer(matches=(await answer(checked))["matches"])
         except SearchError as error:
             return failure_result(error)
 
-    @server.custom_route("/search", methods=["GET"])
-    async def search_over_http(request: Request) -> Response:
-        given = request.query_params.getlist("query")
-        try:
-            if not given:
-                raise InvalidQuery("the query is missing: GET /search?query=what+you+need")
-            if len(given) > 1:
-                raise InvalidQuery(f"give one query, not {len(given)}")
-            return JSONResponse(await answer(check_query(given[0])))
-        except SearchError as error:
-            return JSONResponse(error.to_json(), status_code=HTTP_STATUS.get(error.code, 503))
-
-    @server.custom_route("/openapi.json", methods=["GET"])
-    async def openapi(request: Request) -> Response:
-        return JSONResponse(openapi_document(TypeAdapter(Answer).json_schema(ref_template="#/components/schemas/{model}")))
-
+    add_http_routes(server, answer, TypeAdapter(Answer).json_schema(ref_template="#/components/schemas/{model}"))
     server.add_tool(
         search_provider_methods,
         name=TOOL_NAME,
@@ -164,6 +128,60 @@ def build_server(registry: Registry):
         ),
     )
     return server
+
+
+def answering(registry: Registry) -> Callable[[Query], Awaitable[dict]]:
+    """The answer to a checked query, as the tool and GET /search both give it.
+
+    Each step runs on a worker thread, so the database and a slow embedding never stall the
+    protocol; the name path on threads of its own, so searches waiting on the embedding service,
+    however many, never keep exact names waiting for a thread."""
+    import anyio
+    import anyio.to_thread
+
+    lanes: dict[str, anyio.CapacityLimiter] = {}
+
+    def lane(name: str) -> anyio.CapacityLimiter:
+        """Worker threads of their own for each step (made on first use: a limiter belongs to the event loop)."""
+        if name not in lanes:
+            lanes[name] = anyio.CapacityLimiter(LANE_THREADS)
+        return lanes[name]
+
+    async def answer(query: Query) -> dict:
+        by_name = await anyio.to_thread.run_sync(registry.answer_by_name, query, limiter=lane("name"))
+        found = (
+            await anyio.to_thread.run_sync(registry.search_by_embedding, query, by_name, limiter=lane("embedding"))
+            if isinstance(by_name, NeedsEmbedding)
+            else by_name
+        )
+        return {"matches": [match.to_json() for match in found["matches"]]}
+
+    return answer
+
+
+def add_http_routes(server, answer: Callable[[Query], Awaitable[dict]], answer_schema: dict) -> None:
+    """GET /search?query= (the tool's answer and errors, as JSON) and GET /openapi.json, for agent
+    frameworks that call tools from OpenAPI; behind the same token as the MCP endpoint (HttpGate)."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    @server.custom_route("/search", methods=["GET"])
+    async def search_over_http(request: Request) -> Response:
+        given = request.query_params.getlist("query")
+        try:
+            if not given:
+                raise InvalidQuery("the query is missing: GET /search?query=what+you+need")
+            if len(given) > 1:
+                raise InvalidQuery(f"give one query, not {len(given)}")
+            return JSONResponse(await answer(check_query(given[0])))
+        except SearchError as error:
+            return JSONResponse(error.to_json(), status_code=HTTP_STATUS.get(error.code, 503))
+
+    document = openapi_document(answer_schema)
+
+    @server.custom_route("/openapi.json", methods=["GET"])
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(document)
 
 
 def openapi_document(answer_schema: dict) -> dict:

@@ -112,90 +112,103 @@ def import_records(
         def read_items():
             return kept
 
-    embedder_factory = made_once(embedder_factory)  # one embedder (one model load) per import
-    report = ImportReport()
-    # Where each line is, for "same provider and method as source:line": (source number, line) packed in an int.
-    sources: list[str] = []
-    source_number: dict[str, int] = {}
+    run = _ImportRun(conn, made_once(embedder_factory), skip_invalid, progress)  # one embedder (one model load) per import
+    if not skip_invalid and not run.check_all(_batches(read_items(), batch_size)):
+        return run.report
+    return run.save_all(_batches(read_items(), batch_size))
 
-    def position(line: Line) -> int:
-        number = source_number.setdefault(line.source, len(source_number))
-        if number == len(sources):
-            sources.append(line.source)
+
+class _ImportRun:
+    """One import's state across its passes: the report, where each line is, and the keys of the
+    lines checked so far (a record named twice is refused across batches too)."""
+
+    def __init__(self, conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], skip_invalid: bool, progress: Callable[[int], None]) -> None:
+        self.conn, self.embedder_factory, self.skip_invalid, self.progress = conn, embedder_factory, skip_invalid, progress
+        self.report = ImportReport()
+        # Where each line is, for "same provider and method as source:line": (source number, line) packed in an int.
+        self.sources: list[str] = []
+        self.source_number: dict[str, int] = {}
+        self.seen: dict[bytes, int] = {}
+
+    def position(self, line: Line) -> int:
+        number = self.source_number.setdefault(line.source, len(self.source_number))
+        if number == len(self.sources):
+            self.sources.append(line.source)
         return number << 32 | line.line
 
-    def refusal(item: Line | Refusal, outcome: Outcome | Refusal | None) -> Refusal | None:
+    def refusal(self, item: Line | Refusal, outcome: Outcome | Refusal | None) -> Refusal | None:
         """How the report names a refused line: the file format's refusal, or the write path's."""
         if isinstance(outcome, Refused) and outcome.same_as is not None:
-            earlier = f"{sources[outcome.same_as >> 32]}:{outcome.same_as & 0xFFFFFFFF}"
+            earlier = f"{self.sources[outcome.same_as >> 32]}:{outcome.same_as & 0xFFFFFFFF}"
             return Refusal(item.source, item.line, f"same provider and method as {earlier}")
         if isinstance(outcome, (Refused, Conflict)):
             return Refusal(item.source, item.line, outcome.reason)
         return outcome if isinstance(outcome, Refusal) else None
 
-    def outcomes_of(batch: list[Line | Refusal], run) -> Iterator[tuple[Line | Refusal, Outcome | Refusal | None]]:
+    def outcomes_of(self, batch: list[Line | Refusal], run) -> Iterator[tuple[Line | Refusal, Outcome | Refusal | None]]:
         """Each item of the batch with its outcome; run gets the changes and positions of its lines."""
         lines = [item for item in batch if isinstance(item, Line)]
-        outcomes = iter(run([Change(line.record) for line in lines], [position(line) for line in lines]) if lines else [])
+        outcomes = iter(run([Change(line.record) for line in lines], [self.position(line) for line in lines]) if lines else [])
         for item in batch:
             yield item, item if isinstance(item, Refusal) else next(outcomes)
 
-    # The keys of the lines checked so far: a record named twice is refused across batches too.
-    seen: dict[bytes, int] = {}
+    def check(self, changes: list[Change], positions: list[int]) -> list[Refused | Conflict | None]:
+        return check_changes(self.conn, changes, seen=self.seen, positions=positions)
 
-    def check(changes: list[Change], positions: list[int]) -> list[Refused | Conflict | None]:
-        return check_changes(conn, changes, seen=seen, positions=positions)
-
-    def save(changes: list[Change], positions: list[int]) -> list[Outcome | None]:
+    def save(self, changes: list[Change], positions: list[int]) -> list[Outcome | None]:
         return save_changes(
-            conn,
-            embedder_factory,
+            self.conn,
+            self.embedder_factory,
             changes,
-            all_or_nothing=not skip_invalid,
-            checked=not skip_invalid,
-            seen=seen,
+            all_or_nothing=not self.skip_invalid,
+            checked=not self.skip_invalid,
+            seen=self.seen,
             positions=positions,
-            progress=progress,
+            progress=self.progress,
         )
 
-    if not skip_invalid:
-        # First pass: check every line; nothing is embedded or saved.
+    def check_all(self, batches: Iterable[list[Line | Refusal]]) -> bool:
+        """The first pass: checks every line, embedding and saving nothing; whether all passed
+        (else the report names the refused lines and how many would have been imported)."""
         valid = 0
-        for batch in _batches(read_items(), batch_size):
-            for item, outcome in outcomes_of(batch, check):
-                if refused_line := refusal(item, outcome):
-                    report.refused.append(refused_line)
+        for batch in batches:
+            for item, outcome in self.outcomes_of(batch, self.check):
+                if refused_line := self.refusal(item, outcome):
+                    self.report.refused.append(refused_line)
                 else:
                     valid += 1
-        if report.refused:
-            report.not_imported = valid
-            return report
-        seen.clear()  # every line was checked; the save checks none again
-    # The save: each batch embedded, then saved in a transaction of its own (with skip_invalid,
-    # checked first, and its refused lines left out).
-    saved_a_batch = False
-    for batch in _batches(read_items(), batch_size):
-        try:
-            outcomes = list(outcomes_of(batch, save))
-        except (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, psycopg.Error) as error:
-            if saved_a_batch:
-                raise ImportInterrupted(report, error) from error
-            raise
-        refused = [r for item, outcome in outcomes if (r := refusal(item, outcome))]
-        for _, outcome in outcomes:
-            if isinstance(outcome, Saved):
-                report.created += outcome.outcome == "created"
-                report.updated += outcome.outcome == "updated"
-                report.unchanged += outcome.outcome == "unchanged"
-        report.refused += refused
-        if refused and not skip_invalid:
-            # Refused at the save though the check passed: another writer changed something meanwhile.
-            if saved_a_batch:
-                raise ImportInterrupted(report, "; ".join(str(r) for r in refused))
-            return report
-        saved_a_batch = True
-    report.saved = True
-    return report
+        if self.report.refused:
+            self.report.not_imported = valid
+            return False
+        self.seen.clear()  # every line was checked; the save checks none again
+        return True
+
+    def save_all(self, batches: Iterable[list[Line | Refusal]]) -> ImportReport:
+        """The save: each batch embedded, then saved in a transaction of its own (with
+        skip_invalid, checked first, and its refused lines left out)."""
+        report, saved_a_batch = self.report, False
+        for batch in batches:
+            try:
+                outcomes = list(self.outcomes_of(batch, self.save))
+            except (EmbeddingUnavailable, RegistryModelMismatch, TransientFailure, psycopg.Error) as error:
+                if saved_a_batch:
+                    raise ImportInterrupted(report, error) from error
+                raise
+            refused = [r for item, outcome in outcomes if (r := self.refusal(item, outcome))]
+            for _, outcome in outcomes:
+                if isinstance(outcome, Saved):
+                    report.created += outcome.outcome == "created"
+                    report.updated += outcome.outcome == "updated"
+                    report.unchanged += outcome.outcome == "unchanged"
+            report.refused += refused
+            if refused and not self.skip_invalid:
+                # Refused at the save though the check passed: another writer changed something meanwhile.
+                if saved_a_batch:
+                    raise ImportInterrupted(report, "; ".join(str(r) for r in refused))
+                return report
+            saved_a_batch = True
+        report.saved = True
+        return report
 
 
 def export_records(conn: psycopg.Connection) -> Iterable[str]:
