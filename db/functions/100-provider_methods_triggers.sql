@@ -24,15 +24,16 @@ set search_path from current
 -- The command line names the operating-system user it runs as in its application_name
 -- ("payrail-embedder (OS user ada)", postgres/connection.py). Anyone can name anyone there, so it
 -- is believed of a superuser login alone, which may write anything anyway: the person behind a
--- shared superuser. Any other login is a person's own, or SET ROLE named the role.
-return case
-  when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
-       and pg_catalog.current_setting('application_name') operator(pg_catalog.~) '^payrail-embedder \(OS user [^()]+\)$'
-       and (select r.rolsuper from pg_catalog.pg_roles as r where r.rolname operator(pg_catalog.=) session_user)
-  then pg_catalog.substring(pg_catalog.current_setting('application_name'), '^payrail-embedder \(OS user ([^()]+)\)$')
-       operator(pg_catalog.||) ' (OS user, logged in as ' operator(pg_catalog.||) session_user operator(pg_catalog.||) ')'
-  else payrail._acting_role()
-end;
+-- shared superuser. Any other login is a person's own, or SET ROLE named the role. It runs for
+-- every row a write stamps, so the claim is read once and no catalog is read: with no SET ROLE,
+-- is_superuser is the login's own (a security-definer function does not change it).
+return coalesce(
+  case when pg_catalog.current_setting('role') operator(pg_catalog.=) 'none'
+            and pg_catalog.current_setting('is_superuser') operator(pg_catalog.=) 'on'
+       then pg_catalog.substring(pg_catalog.current_setting('application_name'), '^payrail-embedder \(OS user ([^()]+)\)$')
+            operator(pg_catalog.||) ' (OS user, logged in as ' operator(pg_catalog.||) session_user operator(pg_catalog.||) ')'
+  end,
+  payrail._acting_role());
 
 comment on function payrail._author() is
 $$Who makes a change, as versions, the history and golden queries record it: the acting role
