@@ -52,8 +52,7 @@ class ImportReport(Report):
         }
 
     def describe(self) -> list[str]:
-        findable = stored.findable_in_words(self.registry) if self.registry else None
-        return [self.summary()] + ([findable] if findable else [])
+        return [self.summary(), *stored.findable_lines(self.registry)]
 
     def warnings(self) -> list[str]:
         return [f"refused {refusal}" for refusal in self.refused]

@@ -274,6 +274,13 @@ def findable_in_words(held: dict) -> str | None:
     )
 
 
+def findable_lines(held: dict | None) -> list[str]:
+    """The line import's and sync's reports end with, where they asked what the registry holds
+    and it holds drafts (findable_in_words); none otherwise."""
+    findable = findable_in_words(held) if held else None
+    return [findable] if findable else []
+
+
 def all_drafts_in_words(held: dict) -> str | None:
     """What a search that found nothing says on standard error when every record is a draft; None otherwise."""
     if not held.get("records") or held.get("enabled"):

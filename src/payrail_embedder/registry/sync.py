@@ -187,10 +187,10 @@ class SyncReport(Report):
 
     def describe(self) -> list[str]:
         golden_queries = f", {self.golden_queries} golden quer{'y' if self.golden_queries == 1 else 'ies'} embedded" if self.golden_queries else ""
-        findable = stored.findable_in_words(self.registry) if self.registry else None
-        return [f"{self.embedded} embedded, {self.changed_meanwhile} changed meanwhile, {len(self.pending)} pending{golden_queries}"] + (
-            [findable] if findable else []
-        )
+        return [
+            f"{self.embedded} embedded, {self.changed_meanwhile} changed meanwhile, {len(self.pending)} pending{golden_queries}",
+            *stored.findable_lines(self.registry),
+        ]
 
     def warnings(self) -> list[str]:
         return pending_warnings(self.pending, self.error)
