@@ -360,15 +360,24 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
     limit: were their connections held, exact names would be refused (too many connections)."""
     import_catalog(database_url, openai_fake, tmp_path)
     openai_fake.behaviour = "hang"
-    # A deadline long enough for the last process to start while the first still waits, under load
-    # too (20 s was not, once, in a whole run on two cores: the third started after the first gave up).
+    # Each search starts once the one before it waits on the service, so the third connects while two
+    # wait: started together, two could hold their name-path connections at the moment the third
+    # opened its own, refused for a reason the test is not about. The deadline covers three starts
+    # under CI's load.
     env = {**cli_env, "PAYRAIL_DATABASE_URL": limited_login, "PAYRAIL_EMBEDDING_TIMEOUT": "45"}
-    searches = [
-        subprocess.Popen([str(CLI), "search", "--json", SEMANTIC_QUERY], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-        for _ in range(3)
-    ]
+    searches: list[subprocess.Popen] = []
+
+    def all_waiting() -> bool:
+        for search in searches:
+            assert search.poll() is None, f"a search exited before the service answered: {search.communicate()}"
+        return openai_fake.hanging == len(searches)
+
     try:
-        wait_until(lambda: openai_fake.hanging == len(searches), "every search to wait on the embedding service", timeout=120)
+        for _ in range(3):
+            searches.append(
+                subprocess.Popen([str(CLI), "search", "--json", SEMANTIC_QUERY], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            )
+            wait_until(all_waiting, f"search {len(searches)} to wait on the embedding service", timeout=40)
 
         code, answer, stderr = cli_json(env, "search", "--json", "Stripe")
         still_waiting = [search.poll() is None for search in searches]
