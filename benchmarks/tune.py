@@ -22,8 +22,11 @@ tune's own decision said the model is better, the training seconds, and the peak
 of the whole tune call (VmHWM, reset before each configuration). Records: tuned with no golden
 queries (--record-pairs auto), on the Purpose lines of all records (records are the registry's
 content, not the test's answers). Record configurations train --record-epochs passes (records
-give about eight times golden's pairs). A check first: ranked in memory, the bundled model gives
-exactly the SQL path's answers on the test queries.
+give about eight times golden's pairs). The bundled model is measured through the SQL path, as the
+registry answers (tests/test_eval.py proves that ranked in memory gives the same answers). Then the final models of the tuned
+configurations against each other: each pair's paired difference on the same test queries, with
+its interval (whether records beside golden queries beat golden queries alone, say, is not read off
+two rows each compared with the bundled model).
 
 Cost (--sizes, none by default): `payrail-embedder model tune GOLDEN --json` in a new process per golden set, its peak
 resident memory and its own report (pairs, steps, the time it expected, training and
@@ -37,6 +40,7 @@ spin against the other work and train slower than one.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -69,12 +73,20 @@ def paired_interval(before: np.ndarray, after: np.ndarray, seed: int) -> tuple[f
     return float(difference.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
+def per_query(report: evaluation.EvaluationReport, metric: str) -> np.ndarray:
+    return np.array([query[metric] for query in report.per_query])
+
+
 def versus_bundled(bundled: evaluation.EvaluationReport, model: evaluation.EvaluationReport, metric: str, seed: int) -> str:
     """A model's mean of metric on the test queries and its paired difference from bundled, 95% interval."""
-    old = np.array([query[metric] for query in bundled.per_query])
-    new = np.array([query[metric] for query in model.per_query])
-    change, low, high = paired_interval(old, new, seed)
-    return f"{new.mean():.3f} ({change:+.3f} [{low:+.3f}, {high:+.3f}])"
+    new = per_query(model, metric)
+    return f"{new.mean():.3f} ({difference(bundled, model, metric, seed)})"
+
+
+def difference(first: evaluation.EvaluationReport, second: evaluation.EvaluationReport, metric: str, seed: int) -> str:
+    """second's mean of metric minus first's over the same queries, with its 95% paired interval."""
+    change, low, high = paired_interval(per_query(first, metric), per_query(second, metric), seed)
+    return f"{change:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def synthesized_queries(records: list[dict], seed: int) -> list[dict]:
@@ -194,6 +206,7 @@ def main() -> None:
                 f"{len(outer.validation_providers)} providers no tuning sees; {len(outer.left_out)} naming both left out\n",
                 flush=True,
             )
+            finals: dict[str, evaluation.EvaluationReport] = {}
             rows = [("bundled all-MiniLM-L6-v2", f"{bundled_report.metrics['hit@3']:.3f}", f"{bundled_report.metrics['mrr@3']:.3f}", "", "", "")]
             for name in configs:
                 label, record_pairs = CONFIGS[name]
@@ -224,6 +237,7 @@ def main() -> None:
                     measure=measure,
                 )
                 peak = round(peak_resident_mib(os.getpid()))
+                finals[name] = measured["tune_final"]
                 decision = f"{'better' if report.better else 'not better'}: MRR@3 {report.before.metrics['mrr@3']:.3f} -> {report.after.metrics['mrr@3']:.3f}"
                 deciding, final = report.plan, report.final
                 rows.append(
@@ -251,6 +265,17 @@ def main() -> None:
                 f"\non the {len(test)} held-out test queries (paired bootstrap vs bundled, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))"
             )
             print_table(TABLE_HEADERS, rows)
+            if len(finals) > 1:
+                # Each tuned row above is compared with the bundled model only; whether one tuning beats
+                # another needs their own paired difference, over the same held-out queries.
+                print(f"\nfinal models against each other on the same {len(test)} held-out queries (paired bootstrap, {RESAMPLES:,} resamples)")
+                print_table(
+                    ("comparison", "hit@3 difference (95% CI)", "MRR@3 difference (95% CI)"),
+                    [
+                        (f"{CONFIGS[second][0]} - {CONFIGS[first][0]}", *(difference(finals[first], finals[second], m, args.seed) for m in SHOWN))
+                        for first, second in itertools.combinations(finals, 2)
+                    ],
+                )
             records = [
                 {"provider": p, "method": m, "guidance": g}
                 for p, m, g in conn.execute("select provider, method, guidance from payrail.provider_methods order by id").fetchall()
