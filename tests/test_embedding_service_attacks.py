@@ -169,8 +169,9 @@ def test_a_reply_trickling_in_ends_at_the_deadline(openai_fake):
 def test_a_hanging_service_is_given_up_at_the_deadline_without_retries(openai_fake):
     openai_fake.behaviour = "hang"
 
+    # 2 s: at 0.5 the request had, once, not even reached the fake on a loaded machine.
     with pytest.raises(EmbeddingUnavailable, match="timed out"):
-        embedder(openai_fake, timeout=0.5, max_retries=3).embed(["hotel room availability"])
+        embedder(openai_fake, timeout=2, max_retries=3).embed(["hotel room availability"])
 
     assert (len(openai_fake.requests), openai_fake.hanging) == (1, 1)
 
