@@ -61,36 +61,14 @@ def pytest_unconfigure(config):
         shutil.rmtree(OWN_RUNTIME_DIR, ignore_errors=True)
 
 
-# The test files that take longest, started first. With --dist loadfile a file runs whole on one
-# worker, and xdist hands them out in collection order (--no-loadscope-reorder in pyproject.toml):
-# one of these started near the end (test_tune.py's training, test_pooler.py's minutes of traffic)
-# kept the other workers idle while it ran. From `./scripts/test --durations=150`; the rest follow
-# in their usual order. tests/test_docs.py checks that each still exists.
-LONGEST_FIRST = (
-    "test_tune.py",
-    "test_pooler.py",
-    "test_deploy.py",
-    "test_backoffice_security.py",
-    "test_cli_contract.py",
-    "test_local_model.py",
-    "test_search_parallel.py",
-    "test_embedding_service_attacks.py",
-    "test_remote_agents.py",
-    "test_backoffice_golden.py",
-    "test_backoffice.py",
-)
-
-
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items):
     """The slow tier (marker slow) also takes every test that drives chromium (it asks for the
     browser fixture, as page does) or loads the real local model (marker local_model), wherever
-    it is written: a new browser or model test joins the tier without a marker of its own. The
-    LONGEST_FIRST files go first (a stable sort: the rest keep their order)."""
+    it is written: a new browser or model test joins the tier without a marker of its own."""
     for item in items:
         if "browser" in item.fixturenames or item.get_closest_marker("local_model"):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))
 
 
 @pytest.fixture(scope="session")

@@ -129,17 +129,6 @@ def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
     assert not [test for test in tests if any(part in test for part in slow)], tests
 
 
-def test_the_longest_test_files_are_handed_out_first_and_still_exist():
-    from conftest import LONGEST_FIRST
-
-    assert [name for name in LONGEST_FIRST if not (REPO / "tests" / name).is_file()] == []
-    named = ["tests/test_docs.py", "tests/test_pooler.py", "tests/test_tune.py"]
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *named], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert collected.returncode == 0, collected.stdout + collected.stderr
-    files = list(dict.fromkeys(line.split("::")[0] for line in collected.stdout.splitlines() if "::" in line))
-    assert files == ["tests/test_tune.py", "tests/test_pooler.py", "tests/test_docs.py"]
-
-
 def test_every_benchmark_is_in_the_benchmarks_page_and_the_runner_names_them_on_a_wrong_name():
     benchmarks = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py") if p.stem != "throwaway_postgres")
     missing = [name for name in benchmarks if f"./scripts/benchmark {name}" not in read(DOCS / "benchmarks.md")]
