@@ -516,6 +516,54 @@ async def database_failed(request: Request, error: Exception) -> Response:
     return render(request, "message.html", 500, title="The database failed", text=f"The database failed: {reason}")
 
 
+@contextlib.asynccontextmanager
+async def ending_sessions(app: Starlette):
+    """While the backoffice serves, sessions past their idle or age limit are ended every minute
+    (or sooner, for shorter limits); when it stops, every session is ended."""
+    sessions: Sessions = app.state.sessions
+
+    async def end_expired_sessions():
+        while True:
+            await asyncio.sleep(min(60.0, sessions.limits.idle_timeout, sessions.limits.max_age))
+            await run_in_threadpool(sessions.end_expired)
+
+    sweeper = asyncio.create_task(end_expired_sessions())
+    try:
+        yield
+    finally:
+        sweeper.cancel()
+        await run_in_threadpool(sessions.end_all)
+
+
+ROUTES = [
+    Route("/", home),
+    Route("/sign-in", sign_in_page, methods=["GET"]),
+    Route("/sign-in", sign_in, methods=["POST"]),
+    Route("/sign-out", sign_out, methods=["POST"]),
+    Route("/sessions", sessions_page, methods=["GET"]),
+    Route("/sessions/end", end_session, methods=["POST"]),
+    Route("/sessions/end-others", end_other_sessions, methods=["POST"]),
+    Route("/records", records),
+    Route("/records/bulk", bulk_enable, methods=["POST"]),
+    Route("/records/new", new_record, methods=["GET"]),
+    Route("/records/new", create_record, methods=["POST"]),
+    Route("/records/{record_id:int}", record, methods=["GET"]),
+    Route("/records/{record_id:int}", save_record, methods=["POST"]),
+    Route("/records/{record_id:int}/restore", restore, methods=["POST"]),
+    Route("/records/{record_id:int}/delete", confirm_delete, methods=["GET"]),
+    Route("/records/{record_id:int}/delete", delete, methods=["POST"]),
+    Route("/records/new/preview", preview_new_record, methods=["POST"]),
+    Route("/records/{record_id:int}/preview", preview_record, methods=["POST"]),
+    Route("/records/{record_id:int}/golden", add_golden_query, methods=["POST"]),
+    Route("/records/{record_id:int}/golden/remove", remove_golden_query, methods=["POST"]),
+    Route("/quality", quality_page, methods=["GET"]),
+    Route("/import", import_page, methods=["GET"]),
+    Route("/import", import_catalog, methods=["POST"]),
+    Route("/export", export),
+    Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+]
+
+
 def create_app(
     settings: Settings,
     *,
@@ -529,49 +577,8 @@ def create_app(
     live and how many it holds; upload_limit: the largest import upload, in bytes. bind_host: the
     address it is served on; public_url: where browsers reach it behind a reverse proxy, if they do."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
-        async def end_expired_sessions():
-            while True:
-                await asyncio.sleep(min(60.0, limits.idle_timeout, limits.max_age))
-                await run_in_threadpool(app.state.sessions.end_expired)
-
-        sweeper = asyncio.create_task(end_expired_sessions())
-        try:
-            yield
-        finally:
-            sweeper.cancel()
-            await run_in_threadpool(app.state.sessions.end_all)
-
-    routes = [
-        Route("/", home),
-        Route("/sign-in", sign_in_page, methods=["GET"]),
-        Route("/sign-in", sign_in, methods=["POST"]),
-        Route("/sign-out", sign_out, methods=["POST"]),
-        Route("/sessions", sessions_page, methods=["GET"]),
-        Route("/sessions/end", end_session, methods=["POST"]),
-        Route("/sessions/end-others", end_other_sessions, methods=["POST"]),
-        Route("/records", records),
-        Route("/records/bulk", bulk_enable, methods=["POST"]),
-        Route("/records/new", new_record, methods=["GET"]),
-        Route("/records/new", create_record, methods=["POST"]),
-        Route("/records/{record_id:int}", record, methods=["GET"]),
-        Route("/records/{record_id:int}", save_record, methods=["POST"]),
-        Route("/records/{record_id:int}/restore", restore, methods=["POST"]),
-        Route("/records/{record_id:int}/delete", confirm_delete, methods=["GET"]),
-        Route("/records/{record_id:int}/delete", delete, methods=["POST"]),
-        Route("/records/new/preview", preview_new_record, methods=["POST"]),
-        Route("/records/{record_id:int}/preview", preview_record, methods=["POST"]),
-        Route("/records/{record_id:int}/golden", add_golden_query, methods=["POST"]),
-        Route("/records/{record_id:int}/golden/remove", remove_golden_query, methods=["POST"]),
-        Route("/quality", quality_page, methods=["GET"]),
-        Route("/import", import_page, methods=["GET"]),
-        Route("/import", import_catalog, methods=["POST"]),
-        Route("/export", export),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-    ]
     app = Starlette(
-        routes=routes,
+        routes=ROUTES,
         middleware=[
             # Compressed when the browser asks. Safe from BREACH-style guessing of the tokens a page
             # carries: the session cookie is SameSite=Strict, so another site's requests get none.
@@ -585,7 +592,7 @@ def create_app(
             BodyTooLarge: body_too_large,
             psycopg.Error: database_failed,
         },
-        lifespan=lifespan,
+        lifespan=ending_sessions,
     )
     app.state.settings = settings
     app.state.database_url = settings.resolved_database_url
