@@ -361,6 +361,34 @@ def filter_conditions(text: str, state: str | None) -> list[sql.Composable]:
     return conditions
 
 
+PAGE_COLUMNS = "pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by"
+# A filtered page: the matches once (the text is the scan's cost), counted, and the page sorted from
+# them; one row of NULLs but the count when the page is empty.
+FILTERED_PAGE = sql.SQL(
+    """with matches as materialized (
+         select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
+         from {entries} as e
+         where {filters})
+       select {columns}, e.has_current_vector as embedded, e.provider_key, e.method_key, c.matching
+       from (select count(*) as matching from matches) as c
+       left join lateral (select e.* from matches as e where {where}
+                          order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}
+                          {limit}) as e on true
+       left join lateral (select {columns} from payrail.provider_methods as pm
+                          where pm.id = e.provider_method_id offset 0) as pm on true
+       order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}"""
+)
+# An unfiltered page: a walk of provider_methods_list_order_idx.
+WHOLE_PAGE = sql.SQL(
+    """select {columns}, pm.has_current_vector as embedded,
+              pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
+       from {records} as pm
+       where {where}
+       order by pg_catalog.lower(pm.provider) {d}, pg_catalog.lower(pm.method) {d}, pm.id {d}
+       {limit}"""
+)
+
+
 def list_records(
     conn: psycopg.Connection,
     text: str = "",
@@ -387,35 +415,9 @@ def list_records(
         where = sql.SQL(key + (" < " if backwards else " > ") + "({}, {}, {})").format(*map(sql.Literal, decode_cursor(cursor)))
     direction = sql.SQL("desc" if backwards else "asc")
     limit_clause = sql.SQL("limit {}").format(limit + 1) if limit is not None else sql.SQL("")
-    columns = "pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by"
-    if filtered:
-        # The matches once (the text is the scan's cost), counted, and the page sorted from them;
-        # one row of NULLs but the count when the page is empty.
-        template = sql.SQL(
-            """with matches as materialized (
-                 select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
-                 from {entries} as e
-                 where {filters})
-               select {columns}, e.has_current_vector as embedded, e.provider_key, e.method_key, c.matching
-               from (select count(*) as matching from matches) as c
-               left join lateral (select e.* from matches as e where {where}
-                                  order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}
-                                  {limit}) as e on true
-               left join lateral (select {columns} from payrail.provider_methods as pm
-                                  where pm.id = e.provider_method_id offset 0) as pm on true
-               order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}"""
-        )
-    else:
-        template = sql.SQL(
-            """select {columns}, pm.has_current_vector as embedded,
-                      pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
-               from {records} as pm
-               where {where}
-               order by pg_catalog.lower(pm.provider) {d}, pg_catalog.lower(pm.method) {d}, pm.id {d}
-               {limit}"""
-        )
+    template = FILTERED_PAGE if filtered else WHOLE_PAGE
     query = template.format(
-        columns=sql.SQL(columns),
+        columns=sql.SQL(PAGE_COLUMNS),
         entries=sql.SQL(LIST_ENTRIES),
         records=sql.SQL(RECORDS),
         filters=sql.SQL(" and ").join(filtered),
