@@ -24,9 +24,10 @@ from payrail_embedder.embedders import OPENAI_MAX_BATCH, Embedder
 from payrail_embedder.registry import golden, labelled_queries, stored
 from payrail_embedder.registry.records import ProviderMethod
 from payrail_embedder.registry.write import Change, check_changes, save_changes
+from payrail_test_support.servers import server_names
 from payrail_test_support.stored import content_hash
 
-pytestmark = pytest.mark.slow  # a 6,000-record registry loaded per server
+pytestmark = pytest.mark.slow  # a 6,000-record registry loaded per server and statistics state
 
 RECORDS = 6000
 DIMENSIONS = 8
@@ -42,11 +43,18 @@ def name(number: int) -> tuple[str, str]:
     return f"Provider {number // 4:05d}", f"Method {number:05d}"
 
 
-@pytest.fixture(params=["never analyzed", "analyzed mid-load"])
-def unanalyzed(request, database_url):
-    """A connection (autocommit) to a registry of RECORDS records loaded in one transaction, whose
-    statistics are none (never analyzed), or those an ANALYZE took while the load was not yet
-    committed (autovacuum's, in the middle of an import): no rows in pages full of them."""
+STATES = ["never analyzed", "analyzed mid-load"]
+
+
+@pytest.fixture(scope="module", params=[(server, state) for server in server_names() for state in STATES], ids="-".join)
+def loaded(request, servers):
+    """A registry of RECORDS records loaded in one transaction, whose statistics are none (never
+    analyzed), or those an ANALYZE took while the load was not yet committed (autovacuum's, in the
+    middle of an import): no rows in pages full of them. Loaded once for the module's tests, which
+    change nothing: each runs its path in a transaction rolled back (lookups)."""
+    server_name, state = request.param
+    server = servers(server_name)
+    database_url = server.create_database()
     rng = np.random.default_rng(20)
     with psycopg.connect(database_url, autocommit=True) as conn, psycopg.connect(database_url, autocommit=True) as other:
         register_vector(conn)
@@ -64,12 +72,23 @@ def unanalyzed(request, database_url):
                     vector = rng.standard_normal(DIMENSIONS).astype(np.float32)
                     copy.write_row((provider, method, GUIDANCE, number % 10 != 9, vector, MODEL, content_hash(provider, method, GUIDANCE)))
             conn.execute("update payrail.provider_methods set urls = array['https://example.com/' || id] where id % 2 = 0")
-            if request.param == "analyzed mid-load":
+            if state == "analyzed mid-load":
                 other.execute(f"analyze {', '.join('payrail.' + t for t in TABLES)}")
-        assert_statistics(conn, request.param)
+    yield database_url, state
+    server.drop_database(database_url)
+
+
+@pytest.fixture
+def unanalyzed(loaded):
+    """A connection (autocommit) of the test's own to the loaded registry: its session has planned
+    nothing yet, as an agent's or operator's first connection after an import."""
+    database_url, state = loaded
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        register_vector(conn)
+        assert_statistics(conn, state)
         conn.execute("set track_functions = 'pl'")
         yield conn
-        assert_statistics(conn, request.param)
+        assert_statistics(conn, state)
 
 
 def assert_statistics(conn: psycopg.Connection, state: str) -> None:
