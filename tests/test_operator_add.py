@@ -97,7 +97,7 @@ def test_the_embedded_default_asks_every_login_but_postgres_for_its_password(tmp
         assert signs_in(url, "ada", "a passphrase")
         psycopg.connect(url).close()
         backup = subprocess.run(
-            [embedded_bin(18) / "pg_basebackup", "-d", url, "-D", tmp_path / "backup", "-X", "fetch"],
+            [embedded_bin(18) / "pg_basebackup", "-d", url, "-D", tmp_path / "backup", "-X", "fetch", "--checkpoint", "fast"],
             capture_output=True,
             text=True,
             timeout=120,
