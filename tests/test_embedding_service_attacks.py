@@ -37,6 +37,7 @@ from payrail_test_support.agent_helpers import (
     NAME_QUERIES,
     SEMANTIC_QUERY,
     expected_name_matches,
+    expected_semantic_matches,
     import_catalog,
     mcp_client,
 )
@@ -358,7 +359,9 @@ def limited_login(database_url):
 
 def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, database_url, openai_fake, limited_login, tmp_path):
     """Three `search` processes wait on the hanging service, more than the login's connection
-    limit: were their connections held, exact names would be refused (too many connections)."""
+    limit: were their connections held, exact names would be refused (too many connections). When
+    the service answers again, each goes on to its answer. (That a search gives up at its deadline
+    is test_openai_backend's and the embedder's own tests' point.)"""
     import_catalog(database_url, openai_fake, tmp_path)
     openai_fake.behaviour = "hang"
     # Each search starts once the one before it waits on the service, so the third connects while two
@@ -382,18 +385,18 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
 
         code, answer, stderr = cli_json(env, "search", "--json", "Stripe")
         still_waiting = [search.poll() is None for search in searches]
+        openai_fake.recover()
 
-        outputs = [search.communicate(timeout=90) for search in searches]
+        outputs = [search.communicate(timeout=60) for search in searches]
     finally:
         for search in searches:
             if search.poll() is None:
                 search.kill()
     assert (code, answer) == (0, {"matches": expected_name_matches("Stripe")}), (answer, stderr)
     assert all(still_waiting), "a search gave up before the name was answered"
-    for stdout, stderr in outputs:
-        error = json.loads(stdout)
-        assert error["error"] == "search_unavailable" and error["detail"].startswith("embedding service failed: "), error
-        assert "timed out" in error["detail"] and "Traceback" not in stderr
+    for search, (stdout, stderr) in zip(searches, outputs):
+        assert search.returncode == 0, (stdout, stderr)
+        assert json.loads(stdout) == {"matches": expected_semantic_matches(SEMANTIC_QUERY)}, stderr
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class FakeOpenAI:
     huge_bytes_sent: int = 0
     _server: ThreadingHTTPServer | None = None
     _stop: Callable[[], None] | None = None
+    # Set by recover(): the requests "hang" holds end at once.
+    _recovered: threading.Event = field(default_factory=threading.Event)
 
     @property
     def base_url(self) -> str:
@@ -100,6 +103,12 @@ class FakeOpenAI:
     @property
     def embedded_inputs(self) -> int:
         return sum(len(r["input"]) for r in self.requests)
+
+    def recover(self) -> None:
+        """The service comes back, for good: the requests it hangs on end now, without a reply (a
+        client retries them within its deadline), and every request after answers."""
+        self.behaviour = "ok"
+        self._recovered.set()
 
     def start(self) -> FakeOpenAI:
         fake = self
@@ -172,7 +181,7 @@ class FakeOpenAI:
             def _stall(self, body: dict):
                 """hang, trickle or huge: a reply the client must give up on."""
                 if fake.behaviour == "hang":
-                    time.sleep(fake.hang_seconds)
+                    fake._recovered.wait(fake.hang_seconds)
                     return
                 try:
                     if fake.behaviour == "trickle":
