@@ -261,7 +261,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK, token_file: Path | None = None) -> None:
     """Serves until standard input closes (stdio) or SIGTERM / Ctrl-C (HTTP, where it exits 0)."""
-    server = build_server(registry)
+    # What can refuse to start does before the MCP SDK loads (most of a start's second).
     tokens = AgentTokens(token_file) if token_file is not None else None  # a wrong file stops it here, named
     if http_port is not None and tokens is None and not is_loopback(host):
         raise TokenRequired(
@@ -269,6 +269,7 @@ def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK
             "give --token-file FILE (one line per agent: NAME TOKEN, mode 600; see docs/agents.md)"
         )
     sock = bind(host, http_port) if http_port is not None else None
+    server = build_server(registry)
     # The pool opened (the embedded default started) and a local model loaded before the server
     # answers anything, so the first question is as fast as the next ones.
     registry.warm_up()
