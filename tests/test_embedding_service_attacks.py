@@ -385,6 +385,11 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
 
         code, answer, stderr = cli_json(env, "search", "--json", "Stripe")
         still_waiting = [search.poll() is None for search in searches]
+        # The point is made: the limit goes, since three searches resuming at once each need a
+        # connection for the vector search, and the service comes back.
+        login = psycopg.conninfo.conninfo_to_dict(limited_login)["user"]
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("alter role {} connection limit -1").format(sql.Identifier(login)))
         openai_fake.recover()
 
         outputs = [search.communicate(timeout=60) for search in searches]
