@@ -402,6 +402,7 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
     for search, (stdout, stderr) in zip(searches, outputs):
         assert search.returncode == 0, (stdout, stderr)
         assert json.loads(stdout) == {"matches": expected_semantic_matches(SEMANTIC_QUERY)}, stderr
+        assert "Traceback" not in stderr
 
 
 @pytest.mark.slow
