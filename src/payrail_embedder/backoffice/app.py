@@ -34,7 +34,7 @@ from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
-from .sign_in import DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
+from .sign_in import EMBEDDED_STOPPED, DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
 from .views import differing, form_digest, last_seen, lines, record_from_form, record_name, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
@@ -88,6 +88,12 @@ def _sign_in_form(request: Request, status_code: int = 200, username: str = "", 
 async def sign_in_page(request: Request) -> Response:
     if await run_in_threadpool(request.app.state.sessions.get, request.cookies.get(SESSION_COOKIE)):
         return redirect("/records")
+    # A stopped embedded server is said before anyone types a password: its postmaster file tells,
+    # with no connection. A configured server is not tried for an anonymous page view (an outsider
+    # would make the backoffice open connections at will): a sign-in says it cannot reach it.
+    settings: Settings = request.app.state.settings
+    if request.app.state.embedded and embedded_stopped(settings.database_url, settings.data_dir):
+        return _sign_in_form(request, 503, problem=EMBEDDED_STOPPED)
     return _sign_in_form(request)
 
 
