@@ -435,7 +435,10 @@ def test_restore_brings_back_an_earlier_version_of_an_enabled_record_embedded_in
 
     first = version_item(page, "Version 1")
     expect(first).to_contain_text("when it was created")
-    first.get_by_role("button", name="Restore").click()
+    # Each version's button has a name of its own: a screen reader (or a script) can tell them apart.
+    expect(page.get_by_role("button", name="Restore version 1", exact=True)).to_have_count(1)
+    expect(page.get_by_role("button", name="Restore", exact=True)).to_have_count(0)
+    page.get_by_role("button", name="Restore version 1", exact=True).click()
     expect(page.get_by_role("status")).to_have_text(
         f'Restored version 1 into "{name(ENABLED)}" as version 3: enabled, its content was embedded before it was saved.'
     )

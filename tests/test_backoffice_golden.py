@@ -309,6 +309,37 @@ def test_preview_changes_shows_what_an_edit_gains_and_loses_and_saving_it_gives_
     assert {query: tops[query] for query in said} == said
 
 
+def test_not_saved_yet_and_a_worse_verdict_look_like_warnings_and_the_verdict_describes_the_save_button(page, golden_registry, database_url):
+    weather = record_id(database_url, WEATHER)
+    page.goto(f"/records/{weather}")
+    page.get_by_label("Guidance").fill("Purpose: turn a street address into coordinates, and the weather there.")
+    page.get_by_role("button", name="Save").click()
+    warning = page.get_by_role("status").filter(has_text="Not saved yet")
+    expect(warning).to_be_visible()
+    # Beside the Save button, and read out with it: the verdict of saving.
+    save = page.get_by_role("button", name="Save", exact=True)
+    expect(save).to_have_accessible_description(re.compile(r"^Saving changes the top three of \d+ golden queries: 1 worse, "))
+    verdict = page.locator("form.record").get_by_text("Saving changes the top three of")
+    expect(verdict).to_be_visible()
+    # Worse is said in the colour the effect's own "Worse" verdicts have.
+    assert colour_of(verdict) == colour_of(page.get_by_text("Worse for what it should find").first)
+    warning_background = background_of(warning)
+
+    save.click()
+    saved = page.get_by_role("status").filter(has_text="Saved")
+    expect(saved).to_be_visible()
+    # The success banner's colour is a success's alone.
+    assert background_of(saved) != warning_background
+
+
+def background_of(locator) -> str:
+    return locator.evaluate("element => getComputedStyle(element).backgroundColor")
+
+
+def colour_of(locator) -> str:
+    return locator.evaluate("element => getComputedStyle(element).color")
+
+
 def test_a_save_that_changes_nothing_for_the_golden_queries_saves_at_once(page, golden_registry, database_url):
     page.goto(f"/records/{record_id(database_url, WEATHER)}")
     page.get_by_label("URLs").fill("https://api.globex.example/weather")

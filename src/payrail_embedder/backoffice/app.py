@@ -236,7 +236,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
         "trial": None,
         "query": "",
         "problem": None,
-        "notice": None,
+        "warning": None,
         "errors": {},
         "saved_now": None,
         "effect": None,
@@ -281,14 +281,14 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
     if result.preview is not None:
         session.remember_preview(digest, result.preview.prepared)
         changes = result.preview.effect.changes
-        notice = None
+        warning = None
         if not preview_only:
-            notice = (
+            warning = (
                 f"Not saved yet: this edit changes the top three of {len(changes)} golden "
                 f"{'query' if len(changes) == 1 else 'queries'} (below). Save again to save it as it is."
             )
         return _record_form(
-            request, record=record, record_id=record_id, version=version, page=page, effect=result.preview.effect, previewed=digest, notice=notice
+            request, record=record, record_id=record_id, version=version, page=page, effect=result.preview.effect, previewed=digest, warning=warning
         )
     if result.conflict:
         # The form now stands for the version saved meanwhile: saving it again replaces that
