@@ -8,7 +8,7 @@ import io
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 
@@ -361,6 +361,7 @@ def import_upload(
         return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
     try:
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)
+        report = replace(report, registry=stored.registry_held(conn))
     except WRITE_FAILURES as error:
         problem = _not_saved(conn, error, "Nothing imported")
         _log("import", conn, failed=True, source=source, saved=False, reason=problem)
