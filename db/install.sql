@@ -44,6 +44,7 @@ set client_min_messages = warning;
 \ir functions/144-plan_provider_method_changes.sql
 \ir functions/150-check_provider_method.sql
 \ir functions/160-golden_queries.sql
+\ir functions/170-template_advice.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

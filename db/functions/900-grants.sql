@@ -158,6 +158,19 @@ grant execute on function payrail._golden_query_named(text) to payrail_embedder;
 grant select on payrail.golden_query_embeddings to payrail_operator, payrail_embedder;
 grant insert, update, delete on payrail.golden_query_embeddings to payrail_embedder;
 
+-- Advice on the editorial template (170-template_advice.sql): operators read it, and the embedder,
+-- which reads every record's content anyway; agents never (it would tell them of drafts).
+grant execute on function
+  payrail.get_template_advice_kinds(),
+  payrail.advise_provider_method(text, text, text, text),
+  payrail.advise_provider_methods(bigint[]),
+  payrail.count_template_advice(bigint[]),
+  payrail._template_words(text),
+  payrail._template_word_count(text[]),
+  payrail._vague_purpose_in_words(text, text, text),
+  payrail._markup_in_words(text)
+  to payrail_operator, payrail_embedder;
+
 -- Model switch: the embedder stages the next model's vectors and switches.
 grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;
 grant execute on function payrail.switch_embedding_model(text, integer) to payrail_embedder;
