@@ -19,6 +19,7 @@ set client_min_messages = warning;
 \ir upgrades/007-lookalikes.sql
 \ir upgrades/008-delete_provider_method_golden_queries.sql
 \ir upgrades/009-run_upgrade_step.sql
+\ir upgrades/010-golden_queries_language.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql

@@ -144,10 +144,10 @@ $$;
 -- rules are the tables' own, so psql writes obey them too); the embedder reads them (eval, model
 -- tune); agents nothing. Who added one and when are the trigger's to write, never the writer's.
 grant select on payrail.golden_queries, payrail.golden_query_records to payrail_operator, payrail_embedder;
-grant insert (query), delete on payrail.golden_queries to payrail_operator;
+grant insert (query, language), delete on payrail.golden_queries to payrail_operator;
 grant insert (golden_query_id, record_id, ordinal), delete on payrail.golden_query_records to payrail_operator;
 grant execute on function
-  payrail.add_golden_query(text, bigint[]),
+  payrail.add_golden_query(text, bigint[], text),
   payrail.remove_golden_query(text),
   payrail._golden_query_named(text),
   payrail._refuse_golden_query_without_records(text)

@@ -215,11 +215,13 @@ def golden_queries_of(conn: psycopg.Connection, record_id: int) -> list[golden.G
     return golden.golden_queries(conn, record_id=record_id)
 
 
-def add_golden(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str]) -> str | None:
+def add_golden(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str], language: str | None = None
+) -> str | None:
     """Adds a golden query that should find the record (and the records named in others, "Provider
-    / Method" each); None when added, else why not, in words (nothing added)."""
+    / Method" each), in language (a tag, or None); None when added, else why not, in words (nothing added)."""
     try:
-        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id])
+        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id], language)
     except CodedError as error:
         why = f"{EMBEDDING_UNAVAILABLE} ({error}); try again when it is back" if isinstance(error, EmbeddingUnavailable) else error.detail
         problem = f"Not added: {why}"

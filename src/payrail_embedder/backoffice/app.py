@@ -244,6 +244,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
         "golden_problem": None,
         "golden_query": "",
         "golden_also": "",
+        "golden_language": "",
     } | context
     row = context["page"].row if context["page"] else None
     # Beside the version saved meanwhile, the fields where it and the operator's text differ are marked.
@@ -391,12 +392,13 @@ async def _record_page(request: Request, session: Session, status_code: int = 20
 async def add_golden_query(request: Request, session: Session, form: FormData) -> Response:
     record_id = request.path_params["record_id"]
     query, also = str(form.get("query", "")).replace("\r\n", "\n"), str(form.get("also", "")).replace("\r\n", "\n")
-    problem = await work(request, session, actions.add_golden, _embedder(request), record_id, query, lines(also))
+    language = str(form.get("language", "")).strip()
+    problem = await work(request, session, actions.add_golden, _embedder(request), record_id, query, lines(also), language or None)
     if problem is None:
         session.messages.append(("info", f'Added the golden query "{query}".'))
         return redirect(f"/records/{record_id}")
     # The form again, with what was typed and why it was not added.
-    return await _record_page(request, session, 422, golden_problem=problem, golden_query=query, golden_also=also)
+    return await _record_page(request, session, 422, golden_problem=problem, golden_query=query, golden_also=also, golden_language=language)
 
 
 @signed_in_form
