@@ -198,7 +198,7 @@ def test_eval_of_the_registrys_golden_queries_reports_each_language_as_eval_of_t
         )
     )
     code, imported, stderr = cli_json(cli_env, "golden", "import", "--json", path)
-    assert code == 0 and imported["added"] == len(LABELLED) and imported["ignoredFields"] == {"source": len(LABELLED)}, (imported, stderr)
+    assert code == 0 and imported["added"] == len(LABELLED) and imported["ignoredFields"] == [{"field": "source", "lines": len(LABELLED)}], (imported, stderr)
     groups = {"de": [4, 5], "en": [1, 2, 3], "untagged": [line for line in range(1, len(LABELLED) + 1) if line not in LANGUAGES]}
 
     code, report, stderr = cli_json(cli_env, "eval", "--json")

@@ -183,7 +183,7 @@ GOLDEN_LINES = [
 def test_export_then_import_round_trips_byte_for_byte(registry, database_url, tmp_path):
     source = write_lines(tmp_path / "golden.jsonl", GOLDEN_LINES)
     code, report, stderr = cli_json(registry, "golden", "import", "--json", source)
-    assert (code, report) == (0, {"added": 4, "unchanged": 0, "refused": [], "saved": True, "ignoredFields": {}}), (report, stderr)
+    assert (code, report) == (0, {"added": 4, "unchanged": 0, "refused": [], "saved": True, "ignoredFields": []}), (report, stderr)
 
     exported = tmp_path / "exported.jsonl"
     assert run_cli(registry, "golden", "export", exported).returncode == 0
@@ -205,7 +205,7 @@ def test_export_then_import_round_trips_byte_for_byte(registry, database_url, tm
     # Importing the same file again changes nothing.
     kept = stored_golden(database_url)
     code, report, _ = cli_json(registry, "golden", "import", "--json", exported)
-    assert (code, report) == (0, {"added": 0, "unchanged": 4, "refused": [], "saved": True, "ignoredFields": {}})
+    assert (code, report) == (0, {"added": 0, "unchanged": 4, "refused": [], "saved": True, "ignoredFields": []})
     assert stored_golden(database_url) == kept
     assert run_cli(registry, "golden", "import", exported).stdout == "0 golden queries added, 4 unchanged\n"
 
@@ -300,7 +300,10 @@ def test_import_takes_every_line_eval_takes_naming_the_fields_it_ignores_once(re
 
     code, report, stderr = cli_json(registry, "golden", "import", "--json", source)
 
-    assert (code, report) == (0, {"added": 3, "unchanged": 0, "refused": [], "saved": True, "ignoredFields": {"source": 3, "reviewer": 1}}), (report, stderr)
+    assert (code, report) == (
+        0,
+        {"added": 3, "unchanged": 0, "refused": [], "saved": True, "ignoredFields": [{"field": "source", "lines": 3}, {"field": "reviewer", "lines": 1}]},
+    ), (report, stderr)
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select query, language from payrail.golden_queries order by id").fetchall() == [
             ("charge a card", None),

@@ -189,8 +189,8 @@ def golden_import(settings: Settings, file, as_json):
     Each line, as eval reads it: {"query": "...", "relevant": [[provider, method], ...]}, naming
     records the registry holds (drafts too) as names compare, and optionally "language" (kept
     with the query: eval reports by it). Other fields (the benchmark's "source") are ignored and
-    named once ("ignored fields: source (in 296 lines)"; with --json "ignoredFields": {NAME:
-    LINES}). Every line is checked first, and every refused line printed with its number: a
+    named once ("ignored fields: source (in 296 lines)"; with --json "ignoredFields":
+    [{"field", "lines"}, ...]). Every line is checked first, and every refused line printed with its number: a
     record no record goes by, one named twice, a query an earlier line has, or one the registry
     holds with other records or another language (`golden remove` it first). One refused line
     adds nothing (exit 2). A query the registry holds with the same records and language is left

@@ -245,7 +245,7 @@ class ImportReport(Report):
             "unchanged": self.unchanged,
             "refused": [{"line": r.line, "reason": r.reason} for r in self.refused],
             "saved": self.saved,
-            "ignoredFields": self.ignored,
+            "ignoredFields": [{"field": name, "lines": count} for name, count in self.ignored.items()],
         }
 
     def summary(self) -> str:
