@@ -17,7 +17,7 @@ from ..base import logs
 from ..base.errors import EXIT_STATUS, code_and_detail
 from ..base.safe_text import json_text
 from ..settings import Settings, settings_options
-from . import bulk, db, golden, model, records, search, serve
+from . import advice, bulk, db, golden, model, records, search, serve
 from .common import Failure
 
 # Long-running: their log is what an operator watches, on a terminal too.
@@ -86,6 +86,7 @@ for command in (
     bulk.enable,
     bulk.disable,
     bulk.delete,
+    advice.advise,
     records.sync,
     search.search,
     golden.eval_,
