@@ -150,45 +150,37 @@ set search_path from current
 -- (snake_case, __init__) and <placeholders> are plain text.
 as $$
 declare
+  v_mark record;
   v_kinds text[] := '{}';
-  -- HTML's names are ASCII: compared with ASCII letters folded, the same in every locale.
   v_folded text;
 begin
   -- Text without a mark any pattern needs (nearly all of it) is plain: one scan decides.
   if p_guidance operator(pg_catalog.!~) '[][`*#|~<&]' then
     return null;
   end if;
-  if p_guidance operator(pg_catalog.~) '(?n)^[ \t]*(```|~~~)' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'a code fence (```)'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '(?n)^[ \t]{0,3}#{1,6}[ \t]+[^ \t]' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'a heading (# ...)'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '(?n)^[ \t]*(\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$|^[ \t]*:?-{3,}:?[ \t]*(\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'a table (|---|)'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '(?n)\[[^]]+\]\([^) \t]+\)' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'a link ([text](address))'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '(?n)\*\*[^* \t]([^*]*[^* \t])?\*\*' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'bold (**text**)'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '(?n)(^|[^A-Za-z0-9*\\])\*[^* \t]([^*]*[^* \t])?\*([^A-Za-z0-9*]|$)' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'emphasis (*text*)'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '(?n)`[^`]+`' then
-    v_kinds := v_kinds operator(pg_catalog.||) 'code (`text`)'::text;
-  end if;
-  if p_guidance operator(pg_catalog.~) '[<&]' then
-    v_folded := pg_catalog.translate(p_guidance, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
-    if v_folded operator(pg_catalog.~)
-       '(?n)</?(a|abbr|b|big|blockquote|br|center|code|del|div|em|font|h[1-6]|hr|i|img|ins|li|ol|p|pre|s|small|span|strike|strong|sub|sup|table|tbody|td|th|thead|tr|tt|u|ul)([ \t/][^<>]*)?>' then
-      v_kinds := v_kinds operator(pg_catalog.||) 'HTML tags (<b>, <br>)'::text;
+  -- HTML's names are ASCII: compared with ASCII letters folded, the same in every locale.
+  v_folded := pg_catalog.translate(p_guidance, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz');
+  for v_mark in
+    select m.kind, m.pattern, m.folded
+    from (values
+      (1, 'a code fence (```)', '(?n)^[ \t]*(```|~~~)', false),
+      (2, 'a heading (# ...)', '(?n)^[ \t]{0,3}#{1,6}[ \t]+[^ \t]', false),
+      (3, 'a table (|---|)', '(?n)^[ \t]*(\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$|^[ \t]*:?-{3,}:?[ \t]*(\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*$', false),
+      (4, 'a link ([text](address))', '(?n)\[[^]]+\]\([^) \t]+\)', false),
+      (5, 'bold (**text**)', '(?n)\*\*[^* \t]([^*]*[^* \t])?\*\*', false),
+      (6, 'emphasis (*text*)', '(?n)(^|[^A-Za-z0-9*\\])\*[^* \t]([^*]*[^* \t])?\*([^A-Za-z0-9*]|$)', false),
+      (7, 'code (`text`)', '(?n)`[^`]+`', false),
+      (8, 'HTML tags (<b>, <br>)',
+       '(?n)</?(a|abbr|b|big|blockquote|br|center|code|del|div|em|font|h[1-6]|hr|i|img|ins|li|ol|p|pre|s|small|span|strike|strong|sub|sup|table|tbody|td|th|thead|tr|tt|u|ul)([ \t/][^<>]*)?>',
+       true),
+      (9, 'HTML entities (&amp;)', '&(amp|lt|gt|quot|apos|nbsp|#[0-9]+|#x[0-9a-f]+);', true)
+    ) as m(position, kind, pattern, folded)
+    order by m.position
+  loop
+    if (case when v_mark.folded then v_folded else p_guidance end) operator(pg_catalog.~) v_mark.pattern then
+      v_kinds := v_kinds operator(pg_catalog.||) v_mark.kind;
     end if;
-    if v_folded operator(pg_catalog.~) '&(amp|lt|gt|quot|apos|nbsp|#[0-9]+|#x[0-9a-f]+);' then
-      v_kinds := v_kinds operator(pg_catalog.||) 'HTML entities (&amp;)'::text;
-    end if;
-  end if;
+  end loop;
   if pg_catalog.cardinality(v_kinds) operator(pg_catalog.=) 0 then
     return null;
   end if;
