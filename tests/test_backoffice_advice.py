@@ -144,3 +144,19 @@ def test_the_advice_page_is_for_signed_in_operators(shared_backoffice):
     reply = HttpClient(shared_backoffice.running.url).get("/advice/no_instructions")
     assert reply.status == 303 and reply.location.endswith("/sign-in"), (reply.status, reply.location)
     assert name(DRAFT) not in reply.body
+
+
+def test_a_hostile_name_on_the_advice_pages_is_text(registry, backoffice, database_url, tmp_path):
+    """Names an outsider's catalog chose, on the pages that list records by their advice: escaped, never markup."""
+    hostile = {**WEATHER, "provider": '<script>alert("x")</script>', "method": "<img src=x onerror=alert(1)>", "guidance": "Returns it."}
+    code, report, _ = cli_json(registry, "import", "--json", write_jsonl(tmp_path / "hostile.jsonl", [hostile]))
+    assert code == 0, report
+    client = HttpClient(backoffice.url)
+    session = http_sign_in(client)
+    record = stored(database_url, hostile["provider"], hostile["method"])
+    for path in ("/advice/no_purpose", f"/records/{record['id']}", "/quality"):
+        reply = client.get(path, cookies=session.cookies)
+        assert reply.status == 200, (path, reply.body)
+        assert "<script>alert" not in reply.body and "<img src=x" not in reply.body, path
+    listed = client.get("/advice/no_purpose", cookies=session.cookies).body
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; / &lt;img src=x onerror=alert(1)&gt;" in listed, listed
