@@ -114,7 +114,7 @@ def test_beyond_loopback_the_server_will_not_start_without_tokens(agents_env):
     assert "--token-file FILE" in result.stderr
     # --host and --token-file belong to --http.
     stdio = run_cli(agents_env, "mcp", "--host", ALL_INTERFACES)
-    assert stdio.returncode == 2 and "--host and --token-file go with --http PORT" in stdio.stderr, stdio.stderr
+    assert stdio.returncode == 2 and "--host, --token-file and --max-connections go with --http PORT" in stdio.stderr, stdio.stderr
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_on_loopback_no_token_is_asked_and_a_foreign_host_name_is_refused(agents
         assert server.get("/search?query=Stripe", host=f"localhost:{server.port}")[0] == 200
         for host in (f"evil.example:{server.port}", "evil.example", f"127.0.0.1.evil.example:{server.port}"):
             status, _, body = server.get("/search?query=Stripe", host=host)
-            assert status == 421 and body["detail"] == "this server answers on loopback only: ask it at 127.0.0.1", host
+            assert status == 421 and body["detail"] == f"this server answers on loopback only: ask it at 127.0.0.1:{server.port}", host
     finally:
         server.stop()
 
