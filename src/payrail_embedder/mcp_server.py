@@ -21,7 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 from urllib.parse import parse_qs
 
 # pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
@@ -319,6 +319,14 @@ def serve(
         registry.close()
 
 
+class Refusal(NamedTuple):
+    """A request the gate answers itself: its status, its name in the door's tally, and why."""
+
+    status: int
+    tally: str
+    detail: str
+
+
 class HttpGate:
     """What every connection meets before any route, each refusal answered at once (JSON, the
     connection closed) and counted in the door's tally:
@@ -351,43 +359,42 @@ class HttpGate:
         headers = [(name.lower(), value.decode("latin-1")) for name, value in scope["headers"]]
         refusal = self.refusal(headers)
         if refusal is not None:
-            self.door.count(refusal[1])
-            return await refuse(send, *refusal)
+            self.door.count(refusal.tally)
+            return await refuse(send, refusal)
         if scope["path"] == "/mcp" and scope["method"] == "GET":
-            return await refuse(send, 405, "invalid_request", "this server sends nothing unasked: POST each JSON-RPC message to /mcp")
+            return await refuse(send, Refusal(405, "", "this server sends nothing unasked: POST each JSON-RPC message to /mcp"))
         body = await self.whole_body(headers, receive)
-        if isinstance(body, tuple):
-            if body[0]:
-                self.door.count(body[1])
-                await refuse(send, *body)
-            return None
-        return await self.app(scope, replaying(body, receive), send)
+        if isinstance(body, Refusal):
+            self.door.count(body.tally)
+            return await refuse(send, body)
+        if body is not None:  # else the client went away
+            await self.app(scope, replaying(body, receive), send)
+        return None
 
-    def refusal(self, headers: list[tuple[bytes, str]]) -> tuple[int, str, str] | None:
-        """The status, the tally's name and the detail of a refused request head, or None."""
+    def refusal(self, headers: list[tuple[bytes, str]]) -> Refusal | None:
+        """Why a request's head is refused, or None."""
         if self.tokens is not None:
             presented = [value for name, value in headers if name == b"authorization"]
             scheme, _, token = presented[0].partition(" ") if len(presented) == 1 else ("", "", "")
             if scheme.lower() != "bearer" or self.tokens.agent_of(token.strip()) is None:
-                return 401, "unauthorized", "present an agent's bearer token: Authorization: Bearer TOKEN"
+                return Refusal(401, "unauthorized", "present an agent's bearer token: Authorization: Bearer TOKEN")
             return None
         named = [HOST_HEADER.fullmatch(value) for name, value in headers if name == b"host"]
         if len(named) != 1 or named[0] is None or named[0].group(1).lower() not in self.hosts or int(named[0].group(2) or 80) != self.port:
-            return 421, "wrong_host", f"this server answers on loopback only: ask it at {min(self.hosts)}:{self.port}"
+            return Refusal(421, "wrong_host", f"this server answers on loopback only: ask it at {min(self.hosts)}:{self.port}")
         own_origin = f"http://{named[0].group(0)}".lower()
         origins = [value.lower() for name, value in headers if name == b"origin"]
         fetched_by = [value.lower() for name, value in headers if name == b"sec-fetch-site"]
         if any(origin != own_origin for origin in origins) or any(site not in OWN_FETCHES for site in fetched_by):
-            return 403, "cross_origin", "a web page may not call this server: without tokens it answers programs on this machine only"
+            return Refusal(403, "cross_origin", "a web page may not call this server: without tokens it answers programs on this machine only")
         return None
 
-    async def whole_body(self, headers: list[tuple[bytes, str]], receive):
-        """The request's body as one message; or (status, the tally's name, detail) to refuse it
-        with, status 0 when the client went away."""
+    async def whole_body(self, headers: list[tuple[bytes, str]], receive) -> dict | Refusal | None:
+        """The request's body as one message, why it is refused, or None when the client went away."""
         import anyio
 
         declared = [value for name, value in headers if name == b"content-length"]
-        too_large = (413, "body_too_large", f"the request's body is larger than {MAX_BODY_BYTES // 1024} KB")
+        too_large = Refusal(413, "body_too_large", f"the request's body is larger than {MAX_BODY_BYTES // 1024} KB")
         if declared and declared[0].isdigit() and int(declared[0]) > MAX_BODY_BYTES:
             return too_large
         body = bytearray()
@@ -395,13 +402,13 @@ class HttpGate:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":
-                    return (0, "", "")
+                    return None
                 body += message.get("body", b"")
                 if len(body) > MAX_BODY_BYTES:
                     return too_large
                 if not message.get("more_body", False):
                     return {"type": "http.request", "body": bytes(body), "more_body": False}
-        return (408, "body_too_slow", f"the request's body did not all come within {BODY_TIMEOUT} seconds")
+        return Refusal(408, "body_too_slow", f"the request's body did not all come within {BODY_TIMEOUT} seconds")
 
 
 def replaying(message: dict, receive):
@@ -417,15 +424,17 @@ def replaying(message: dict, receive):
     return replay
 
 
-async def refuse(send, status: int, code: str, detail: str) -> None:
-    """A refusal as JSON; the connection closes after it, so a refused client keeps nothing open."""
-    body = json.dumps({"error": code, "detail": detail}).encode()
+async def refuse(send, refusal: Refusal) -> None:
+    """A refusal as JSON ({"error": "unauthorized" | "invalid_request", "detail"}); the connection
+    closes after it, so a refused client keeps nothing open."""
+    code = "unauthorized" if refusal.status == 401 else "invalid_request"
+    body = json.dumps({"error": code, "detail": refusal.detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
-    if status == 401:
+    if refusal.status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="payrail-agent-search"'))
-    if status == 405:
+    if refusal.status == 405:
         headers.append((b"allow", b"POST"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
