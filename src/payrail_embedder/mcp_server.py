@@ -21,7 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 from urllib.parse import parse_qs
 
 # pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
@@ -32,6 +32,9 @@ from .base.errors import CodedError
 from .base.network import allow_open_files, host_names, is_loopback
 from .registry.agent_path import Registry
 from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, check_query
+
+if TYPE_CHECKING:  # the web stack loads only when --http serves
+    from .base.http_door import Door
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
@@ -341,7 +344,7 @@ class HttpGate:
       read whole, and only then does a route see the request.
     """
 
-    def __init__(self, app, door, tokens: AgentTokens | None, bound: tuple[str, int]) -> None:
+    def __init__(self, app, door: "Door", tokens: AgentTokens | None, bound: tuple[str, int]) -> None:
         self.app = app
         self.door = door
         self.tokens = tokens
@@ -438,7 +441,7 @@ async def refuse(send, refusal: Refusal) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def serve_http(server, sock: socket.socket, door, tokens: AgentTokens | None) -> None:
+def serve_http(server, sock: socket.socket, door: "Door", tokens: AgentTokens | None) -> None:
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 

@@ -37,7 +37,7 @@ MAX_CONNECTIONS = 1000
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="PAYRAIL_MCP_TOKEN_FILE",
-    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600). Read again when it changes: delete a line to revoke.",
+    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600, owned by the server's user). Read again when it changes: delete a line to revoke.",
 )
 @click.option(
     "--max-connections",
@@ -45,7 +45,7 @@ MAX_CONNECTIONS = 1000
     show_default=True,
     type=click.IntRange(1, 1_000_000),
     help="Connections --http holds at once. Past it, a new one takes the place of the one that waited longest for its request; "
-    "when every one is in a request, it is answered 503.",
+    "when every one is in a request, it is answered 503. The server raises its open-files limit to what they need.",
 )
 @click.pass_obj
 def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path | None, max_connections: int):
