@@ -392,6 +392,7 @@ def test_a_librarys_line_repeated_past_ten_a_window_is_counted_and_the_count_wri
     for logger in (uvicorn_error, asyncio_logger):
         logger.addHandler(handler)
         logger.propagate = False
+        logger.setLevel(logging.WARNING)  # whatever level an earlier test's configure() left the root at
     try:
         for attempt in range(25):
             uvicorn_error.warning("Invalid HTTP request received.")

@@ -331,8 +331,8 @@ class Refusal(NamedTuple):
 
 
 class HttpGate:
-    """What every connection meets before any route, each refusal answered at once (JSON, the
-    connection closed) and counted in the door's tally:
+    """What every connection meets before any route, each refusal answered at once (JSON, see
+    refuse) and counted in the door's tally:
 
     - only HTTP requests pass, and the server's own lifespan: a WebSocket, or any other kind;
     - with tokens, a request without one of them (401); without (loopback only), a Host header
@@ -428,11 +428,15 @@ def replaying(message: dict, receive):
 
 
 async def refuse(send, refusal: Refusal) -> None:
-    """A refusal as JSON ({"error": "unauthorized" | "invalid_request", "detail"}); the connection
-    closes after it, so a refused client keeps nothing open."""
+    """A refusal as JSON ({"error": "unauthorized" | "invalid_request", "detail"}). Its connection
+    then waits for a request like any other (the door's deadline, the first to give its place),
+    what is left of a body read and dropped meanwhile: closed at once, a body still arriving would
+    make the kernel reset it, and the client could lose the answer. A body too slow closes it."""
     code = "unauthorized" if refusal.status == 401 else "invalid_request"
     body = json.dumps({"error": code, "detail": refusal.detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if refusal.status == 408:
+        headers.append((b"connection", b"close"))
     if refusal.status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="payrail-agent-search"'))
     if refusal.status == 405:
