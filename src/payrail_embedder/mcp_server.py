@@ -299,7 +299,7 @@ def serve(
         from .base.http_door import Door, http_response
 
         busy = {"error": "search_unavailable", "detail": f"the server holds as many connections as it may ({max_connections:,}), each in a request; try again"}
-        door = Door(max_connections, http_response(503, "Service Unavailable", busy))
+        door = Door(max_connections, http_response(503, "Service Unavailable", "application/json", json.dumps(busy).encode()))
         allow_open_files(door.open_files, f"--max-connections {max_connections:,}")
     sock = bind(host, http_port) if http_port is not None else None
     server = build_server(registry)

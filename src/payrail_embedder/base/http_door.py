@@ -22,7 +22,6 @@ makes sure the process may have them.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter, OrderedDict
 from typing import Any
@@ -46,10 +45,9 @@ OTHER_OPEN_FILES = 256
 TALLY_SECONDS = 60
 
 
-def http_response(status: int, reason: str, body: dict) -> bytes:
+def http_response(status: int, reason: str, content_type: str, content: bytes) -> bytes:
     """A whole HTTP/1.1 response that closes its connection: for a client the application never sees."""
-    content = json.dumps(body).encode()
-    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(content)}\r\nconnection: close\r\n\r\n"
+    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {len(content)}\r\nconnection: close\r\n\r\n"
     return head.encode("ascii") + content
 
 
