@@ -105,9 +105,24 @@ class McpHttpServer:
         finally:
             connection.close()
 
+    def answers(self, queries: list[str]) -> list[dict]:
+        """Each query's answer through the MCP SDK's client on one connection (its structured
+        content, or its error's JSON)."""
+        from mcp.client import Client
+
+        async def main():
+            async with Client(f"http://127.0.0.1:{self.port}/mcp") as client:
+                return [tool_answer(await client.call_tool(TOOL, {"query": query})) for query in queries]
+
+        return anyio.run(main)
+
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(timeout=30)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def call_tool(port: int, token: str | None, query: str):
@@ -121,3 +136,8 @@ def call_tool(port: int, token: str | None, query: str):
             return await client.call_tool(TOOL, {"query": query})
 
     return anyio.run(main)
+
+
+def tool_answer(result) -> dict:
+    """A tool call's structured answer, or its error's JSON."""
+    return json.loads(result.content[0].text) if result.is_error else result.structured_content
