@@ -119,7 +119,9 @@ grant execute on function
   to payrail_operator;
 
 -- Preview: operators see what search would answer with a draft enabled. It runs with their own
--- privileges (they read drafts anyway), so it calls the search helpers as they are.
+-- privileges (they read drafts anyway), so it calls the search helpers as they are, and reads the
+-- bounds agent logins are held to (payrail.agent_logins; only the owner writes them, agents read
+-- nothing of them but through search's own check).
 grant execute on function
   payrail.preview_search(text, text, text, vector, text),
   payrail._search(text, vector, text, bigint),
@@ -132,6 +134,7 @@ grant execute on function
   payrail._milliseconds(text),
   payrail._half_precision_error_bound(integer)
   to payrail_operator;
+grant select on payrail.agent_logins to payrail_operator;
 do $$
 begin
   if pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null then

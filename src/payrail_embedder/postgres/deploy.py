@@ -37,11 +37,13 @@ from ..base.reports import Report
 from . import connection
 from .connection import display_url, one_row, one_value
 
-# The tables a change may lock, in the order a search takes them (payrail._search: the name path's
-# provider_methods, the model, the derived table), then those searches never read, the list
+# The tables a change may lock, in the order a search takes them (payrail._search: its login's
+# bounds, read when a session's first search plans the check, the name path's provider_methods,
+# the model, the derived table), then those searches never read, the list
 # entries first (a save's triggers, which fire in name order, write them after the half vectors),
 # the golden queries last (a record's delete reads them after locking the record).
 LOCK_ORDER = (
+    "payrail.agent_logins",
     "payrail.provider_methods",
     "payrail.embedding_model",
     "payrail.provider_method_half_vectors",
