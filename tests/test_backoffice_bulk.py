@@ -1,14 +1,19 @@
 """The records list's bulk Enable / Disable: in chromium for what an operator does (tick rows, or
-every match of a filter), over plain HTTP for what an outsider may send (no token, another
-origin, ids that are no ids, ten thousand of them, SQL in the filter). Checked in the database."""
+every match of a filter, asked first on a page of its own that does what it showed or nothing
+while another writer changes the registry), over plain HTTP for what an outsider may send (no
+token, another origin, ids that are no ids, ten thousand of them, SQL in the filter, a plan the
+page never showed). Checked in the database."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlencode
 
+import psycopg
 import pytest
 from playwright.sync_api import expect
 
+from payrail_embedder.registry import bulk
 from payrail_test_support.backoffice import ACME, DRAFT, ENABLED, WEATHER, HttpClient, http_sign_in, name, stored
 from payrail_test_support.stored import insert_drafts
 
@@ -38,13 +43,52 @@ def test_two_ticked_records_are_disabled_then_enabled_again_each_a_new_version(p
     expect(page.get_by_text("ada_operator").first).to_be_visible()
 
 
-def test_disable_all_matching_a_filter_keeps_the_filter_and_counts_what_was_a_draft_already(page, database_url):
+def test_disable_all_matching_asks_first_naming_what_agents_lose_and_keeps_the_filter(page, database_url):
     page.get_by_label("Text").fill("acme")
     page.get_by_role("button", name="Filter").click()
     page.get_by_role("button", name="Disable all 2 matching").click()
+    # A question, on a page of its own; nothing is changed yet.
+    expect(page.get_by_role("heading", name="Disable 1 record?")).to_be_visible()
+    expect(page.get_by_text("Agents will no longer find it")).to_be_visible()
+    records = page.get_by_role("region", name="Records it disables")
+    expect(records.get_by_role("link")).to_have_text([name(ENABLED)])
+    assert states(database_url)[name(ENABLED)] == (True, 1)
+    page.get_by_role("link", name="Cancel").click()
+    expect(page.get_by_label("Text")).to_have_value("acme")
+    assert states(database_url)[name(ENABLED)] == (True, 1)
+
+    page.get_by_role("button", name="Disable all 2 matching").click()
+    page.get_by_role("button", name="Disable 1 record").click()
     expect(page.get_by_role("status").first).to_have_text("Disabled 1 record; 1 was a draft already.")
     expect(page.get_by_label("Text")).to_have_value("acme")
     assert states(database_url) == {name(ENABLED): (False, 2), name(DRAFT): (False, 1), name(WEATHER): (True, 1)}
+
+
+def test_a_record_that_comes_to_match_before_the_answer_changes_nothing_and_the_page_asks_again(page, database_url):
+    page.get_by_label("Text").fill("acme")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("button", name="Disable all 2 matching").click()
+    expect(page.get_by_role("heading", name="Disable 1 record?")).to_be_visible()
+    # Another writer, between the question and the answer: WEATHER's URLs come to hold "acme".
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute("update payrail.provider_methods set urls = '{https://acme.example/weather}' where provider = %s", (WEATHER["provider"],))
+    page.get_by_role("button", name="Disable 1 record").click()
+    expect(page.get_by_role("alert")).to_have_text(
+        "Nothing was changed: the records changed since this page was shown (another writer's change). "
+        "It would now disable 2 records, below: confirm again to do that."
+    )
+    expect(page.get_by_role("heading", name="Disable 2 records?")).to_be_visible()
+    expect(page.get_by_role("region", name="Records it disables").get_by_role("link")).to_have_text([name(ENABLED), name(WEATHER)])
+    assert states(database_url) == {name(ENABLED): (True, 1), name(DRAFT): (False, 1), name(WEATHER): (True, 2)}
+    # One that stops matching (disabled meanwhile) refuses it the same way.
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute("update payrail.provider_methods set enabled = false where provider = %s", (WEATHER["provider"],))
+    page.get_by_role("button", name="Disable 2 records").click()
+    expect(page.get_by_role("heading", name="Disable 1 record?")).to_be_visible()
+    assert states(database_url) == {name(ENABLED): (True, 1), name(DRAFT): (False, 1), name(WEATHER): (False, 3)}
+    page.get_by_role("button", name="Disable 1 record").click()
+    expect(page.get_by_role("status").first).to_have_text("Disabled 1 record; 2 were drafts already.")
+    assert states(database_url)[name(ENABLED)] == (False, 2)
 
 
 def test_drafts_without_an_embedding_are_refused_in_words_and_the_others_enabled(page, database_url):
@@ -52,6 +96,8 @@ def test_drafts_without_an_embedding_are_refused_in_words_and_the_others_enabled
     page.get_by_label("State").select_option("Draft")
     page.get_by_role("button", name="Filter").click()
     page.get_by_role("button", name="Enable all 1 matching").click()
+    expect(page.get_by_text("Agents will find it as soon as it is enabled")).to_be_visible()
+    page.get_by_role("button", name="Enable 1 record").click()
     expect(page.get_by_role("status").first).to_have_text("Enabled 1 record.")
 
     page.goto("/records")
@@ -67,6 +113,16 @@ def test_drafts_without_an_embedding_are_refused_in_words_and_the_others_enabled
 
 
 # Over plain HTTP, on the shared backoffice: each refused request changes nothing.
+
+
+# Stands for the plan the confirmation page of "disable every record matching acme" shows
+# (shown_plan), so a refused post would have done something had it been let through.
+PLAN = "as shown"
+
+
+def shown_plan(client: HttpClient, session, query: dict) -> str:
+    page = client.get("/records/bulk?" + urlencode(query), cookies=session.cookies).body
+    return re.search(r'name="plan" value="([0-9a-f]{64})"', page)[1]
 
 
 def bulk_form(session, action: str = "disable", **fields) -> dict:
@@ -108,6 +164,15 @@ def unchanged(shared) -> bool:
         pytest.param({"record": [str(n) for n in range(1, 502)]}, 400, "at most 500 records", id="five-hundred-and-one-ids"),
         pytest.param({"record": [str(n) for n in range(1, 10_001)]}, 400, "Too many fields", id="ten-thousand-ids"),
         pytest.param({"scope": "matching"}, 400, "under a filter only", id="all-matching-without-a-filter"),
+        pytest.param({"scope": "matching", "q": "acme"}, 400, "incomplete", id="all-matching-without-the-plan-it-showed"),
+        pytest.param({"scope": "matching", "q": "acme", "plan": "0" * 64}, 409, "Nothing was changed: the records changed since", id="a-plan-never-shown"),
+        pytest.param({"scope": "matching", "q": "acme", "plan": PLAN, "csrf_token": None}, 403, "security token", id="all-matching-without-a-token"),
+        pytest.param(
+            {"scope": "matching", "q": "acme", "plan": PLAN, "headers": {"Origin": "https://evil.example"}},
+            403,
+            "Refused:",
+            id="all-matching-from-another-origin",
+        ),
         pytest.param({"action": "drop"}, 400, "incomplete", id="an-unknown-action"),
         pytest.param({"scope": "matching", "state": "enabled' or '1'='1"}, 400, "incomplete", id="an-unknown-state"),
     ],
@@ -118,6 +183,8 @@ def test_a_refused_bulk_request_changes_nothing(shared_backoffice, change, statu
     change = dict(change)
     headers = change.pop("headers", None)
     form = bulk_form(session, record=ids(shared_backoffice)) | change
+    if form.get("plan") == PLAN:
+        form["plan"] = shown_plan(client, session, {"action": "disable", "q": form["q"]})
     form = {k: v for k, v in form.items() if v is not None}
     reply = post(client, session, form, headers)
     assert (reply.status, words in reply.body) == (status, True), reply.body
@@ -131,10 +198,30 @@ def test_ids_of_no_record_and_sql_in_the_filter_change_nothing_and_say_so(shared
     assert reply.status == 303
     assert "Disabled 0 records. Not disabled: 2 records named no record" in client.get(reply.location, cookies=session.cookies).body
     injected = "acme'; update payrail.provider_methods set enabled = false; --"
-    reply = post(client, session, bulk_form(session, scope="matching", q=injected))
+    asked = client.get("/records/bulk?" + urlencode({"action": "disable", "q": injected}), cookies=session.cookies)
+    assert asked.status == 200 and "No record matched: nothing would be disabled." in asked.body and 'name="plan"' not in asked.body
+    reply = post(client, session, bulk_form(session, scope="matching", q=injected, plan=bulk.BulkResult(False, (), (), (), ()).digest()))
     assert reply.status == 303 and reply.location.startswith("/records?q=")
     assert "No record matched: nothing was disabled." in client.get(reply.location, cookies=session.cookies).body
     assert unchanged(shared_backoffice)
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "words"),
+    [
+        ({"action": "disable"}, 400, "under a filter only"),
+        ({"action": "drop", "q": "acme"}, 400, "incomplete"),
+        ({"action": "disable", "state": "enabled' or '1'='1"}, 400, "incomplete"),
+        ({"action": "disable", "q": "acme"}, 200, "Disable 1 record?"),
+    ],
+)
+def test_the_question_page_changes_nothing_and_refuses_what_the_list_never_asks(shared_backoffice, query, status, words):
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    asked = client.get("/records/bulk?" + urlencode(query), cookies=session.cookies)
+    assert (asked.status, words in asked.body) == (status, True), asked.body
+    assert unchanged(shared_backoffice)
+    assert client.get("/records/bulk?" + urlencode(query)).status == 303  # without a session: to sign in
 
 
 def test_without_a_session_a_bulk_request_is_sent_to_sign_in(shared_backoffice):

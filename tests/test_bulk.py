@@ -1,14 +1,18 @@
 """Bulk enable and disable (registry.bulk) on real PostgreSQL servers, as an operator's login:
-counts, the rule that an enabled record needs a current vector, one transaction, history."""
+counts, the rule that an enabled record needs a current vector, one transaction, history; and
+what was confirmed is what is done, or nothing, while another operator writes on a second connection."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
 from payrail_embedder.registry import bulk
-from payrail_test_support.backoffice import AGENT, OPERATOR, PASSWORD
+from payrail_test_support.backoffice import AGENT, OPERATOR, OTHER_OPERATOR, PASSWORD
 from payrail_test_support.cli import cli_import, run_cli
 from payrail_test_support.stored import insert_drafts
 
@@ -168,3 +172,112 @@ def test_deleting_keeps_the_records_golden_queries_name_unless_told_and_the_hist
         result = bulk.delete_records(conn, bulk.Selection.matching("acme"), with_golden_queries=True)
     assert result == bulk.BulkDeleteResult((reverse,), (), ())
     assert reverse not in records(database_url) and golden_queries(database_url) == []
+
+
+# A bulk action does what was confirmed: the plan a question showed (its digest), under the
+# records' locks, or nothing. The other writer is a second connection, as another operator.
+
+
+def test_a_record_that_comes_to_match_between_question_and_answer_refuses_the_action_and_changes_nothing(database_url, registry):
+    drafts = bulk.Selection.matching(state="draft")
+    with as_operator(database_url) as conn, as_operator(database_url, OTHER_OPERATOR) as other:
+        question = bulk.set_enabled(conn, drafts, True, preview=True)
+        assert question.in_words() == "Would enable 3 records."
+        # Meanwhile another operator disables the enabled record: a fourth embedded draft matches.
+        bulk.set_enabled(other, bulk.Selection.of_ids([registry["Acme Maps / Geocode an address"]]), False)
+        before, history_before = records(database_url), history(database_url)
+        with pytest.raises(bulk.ChangedSinceAsked) as refused:
+            bulk.set_enabled(conn, drafts, True, confirmed=question.digest())
+    assert (records(database_url), history(database_url)) == (before, history_before)
+    assert str(refused.value) == (
+        "nothing was enabled: the records it would enable changed since you were asked (another writer's change); it would now enable 4 records"
+    )
+    assert refused.value.now.acting_on == tuple(sorted([*question.acting_on, registry["Acme Maps / Geocode an address"]]))
+    assert bulk.moved_since(question, refused.value.now) == {
+        "would be enabled now and were not when you were asked": [registry["Acme Maps / Geocode an address"]],
+        "would not be enabled now (changed, deleted or no longer matching)": [],
+    }
+
+
+def test_a_record_that_stops_matching_refuses_it_too_and_the_plan_asked_again_is_done(database_url, registry):
+    drafts = bulk.Selection.matching(state="draft")
+    weather = registry["Globex Weather / Current conditions"]
+    with as_operator(database_url) as conn, as_operator(database_url, OTHER_OPERATOR) as other:
+        question = bulk.set_enabled(conn, drafts, True, preview=True)
+        bulk.set_enabled(other, bulk.Selection.of_ids([weather]), True)  # enabled meanwhile: no longer a draft
+        before = records(database_url)
+        with pytest.raises(bulk.ChangedSinceAsked) as refused:
+            bulk.set_enabled(conn, drafts, True, confirmed=question.digest())
+        assert records(database_url) == before
+        assert bulk.moved_since(question, refused.value.now)["would not be enabled now (changed, deleted or no longer matching)"] == [weather]
+        # Asked again, the answer does what the new question showed.
+        done = bulk.set_enabled(conn, drafts, True, confirmed=refused.value.now.digest())
+    assert done.changed == refused.value.now.acting_on and len(done.changed) == 2
+    assert all(records(database_url)[record_id]["enabled"] for record_id in done.changed)
+
+
+def test_a_delete_whose_record_golden_queries_came_to_name_refuses_and_deletes_nothing(cli_env, database_url, registry):
+    acme = bulk.Selection.matching("acme")
+    with as_operator(database_url) as conn:
+        question = bulk.delete_records(conn, acme, preview=True)
+        assert len(question.deleted) == 2
+        added = run_cli(cli_env, "golden", "add", "turn coordinates into an address", "--relevant", "Acme Maps / Reverse geocode")
+        assert added.returncode == 0, added.stderr
+        with pytest.raises(bulk.ChangedSinceAsked, match="nothing was deleted: .* it would now delete 1 record$"):
+            bulk.delete_records(conn, acme, confirmed=question.digest())
+    assert set(registry.values()) <= set(records(database_url))
+
+
+def waiting_for_a_lock(database_url: str, pid: int) -> bool:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("select wait_event_type = 'Lock' from pg_stat_activity where pid = %s", (pid,)).fetchone() == (True,)
+
+
+def run_while_locked(database_url: str, conn: psycopg.Connection, work):
+    """work() in a thread, until it waits for a row lock; returns a function that waits for its outcome (a result or the exception)."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = work()
+        except Exception as error:  # the test asserts on it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not waiting_for_a_lock(database_url, conn.info.backend_pid):
+        assert thread.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.02)
+
+    def finish():
+        thread.join(30)
+        return outcome
+
+    return finish
+
+
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirmed", "without-a-question"])
+def test_a_record_another_transaction_takes_out_of_the_filter_while_the_action_waits_for_its_lock_is_left_alone(database_url, registry, confirm):
+    """The lock waits for the other writer's commit, and the filter is read again after it: the
+    record that stopped matching is not changed (and, confirmed, the plan shown is no longer the
+    plan: nothing is)."""
+    weather, reverse = registry["Globex Weather / Current conditions"], registry["Acme Maps / Reverse geocode"]
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute("update payrail.provider_methods set urls = '{https://acme.example/weather}' where id = %s", (weather,))
+    acme = bulk.Selection.matching("acme")
+    with as_operator(database_url) as conn, psycopg.connect(database_url, user=OTHER_OPERATOR, password=PASSWORD) as other:
+        question = bulk.set_enabled(conn, acme, True, preview=True)
+        assert question.changed == tuple(sorted([weather, reverse]))
+        other.execute("update payrail.provider_methods set urls = '{}' where id = %s", (weather,))  # not committed yet
+        finish = run_while_locked(database_url, conn, lambda: bulk.set_enabled(conn, acme, True, confirmed=question.digest() if confirm else None))
+        other.commit()
+        outcome = finish()
+    after = records(database_url)
+    assert after[weather]["enabled"] is False
+    if confirm:
+        assert isinstance(outcome.get("error"), bulk.ChangedSinceAsked) and outcome["error"].now.changed == (reverse,), outcome
+        assert after[reverse]["enabled"] is False
+    else:
+        assert outcome["result"].changed == (reverse,), outcome
+        assert after[reverse]["enabled"] is True
