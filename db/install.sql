@@ -33,6 +33,7 @@ set client_min_messages = warning;
 \ir schema/070-provider_method_states.sql
 \ir schema/080-golden_queries.sql
 \ir schema/082-golden_query_embeddings.sql
+\ir schema/090-bulk_actions.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/104-lookalikes.sql
 \ir functions/110-embedding_model.sql
@@ -44,6 +45,7 @@ set client_min_messages = warning;
 \ir functions/144-plan_provider_method_changes.sql
 \ir functions/150-check_provider_method.sql
 \ir functions/160-golden_queries.sql
+\ir functions/170-bulk_actions.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from payrail_embedder.registry import bulk
-from payrail_test_support.backoffice import ACME, DRAFT, ENABLED, WEATHER, HttpClient, http_sign_in, name, stored
+from payrail_test_support.backoffice import ACME, DRAFT, ENABLED, OTHER_OPERATOR, PASSWORD, WEATHER, HttpClient, http_sign_in, name, stored
 from payrail_test_support.stored import insert_drafts
 
 WEATHER_KEY = (WEATHER["provider"], WEATHER["method"])
@@ -129,10 +129,10 @@ def bulk_form(session, action: str = "disable", **fields) -> dict:
     return {"csrf_token": session.token, "action": action, "scope": "selected", **fields}
 
 
-def post(client: HttpClient, session, form: dict | list, headers: dict | None = None):
+def post(client: HttpClient, session, form: dict | list, headers: dict | None = None, path: str = "/records/bulk"):
     return client.request(
         "POST",
-        "/records/bulk",
+        path,
         body=_encoded(form),
         headers={"Origin": client.origin, "Content-Type": "application/x-www-form-urlencoded", **(headers or {})},
         cookies=session.cookies,
@@ -180,15 +180,18 @@ def unchanged(shared) -> bool:
 def test_a_refused_bulk_request_changes_nothing(shared_backoffice, change, status, words):
     client = shared_backoffice.client
     session = http_sign_in(client)
-    change = dict(change)
-    headers = change.pop("headers", None)
-    form = bulk_form(session, record=ids(shared_backoffice)) | change
-    if form.get("plan") == PLAN:
-        form["plan"] = shown_plan(client, session, {"action": "disable", "q": form["q"]})
-    form = {k: v for k, v in form.items() if v is not None}
-    reply = post(client, session, form, headers)
+    if change.get("plan") == PLAN:
+        change = change | {"plan": shown_plan(client, session, {"action": "disable", "q": change["q"]})}
+    reply = post_changed(client, session, bulk_form(session, record=ids(shared_backoffice)), change)
     assert (reply.status, words in reply.body) == (status, True), reply.body
     assert unchanged(shared_backoffice)
+
+
+def post_changed(client: HttpClient, session, form: dict, change: dict, path: str = "/records/bulk"):
+    """form with change's fields (None: left out) posted, with change's "headers" if it has them."""
+    change = dict(change)
+    headers = change.pop("headers", None)
+    return post(client, session, {k: v for k, v in (form | change).items() if v is not None}, headers, path)
 
 
 def test_ids_of_no_record_and_sql_in_the_filter_change_nothing_and_say_so(shared_backoffice):
@@ -230,3 +233,87 @@ def test_without_a_session_a_bulk_request_is_sent_to_sign_in(shared_backoffice):
     reply = client.post("/records/bulk", bulk_form(session, record=ids(shared_backoffice)), headers={"Origin": client.origin})
     assert reply.status == 303 and reply.location.startswith("/sign-in")
     assert unchanged(shared_backoffice)
+
+
+# The last bulk action is undone in one step, from the records list.
+
+
+def test_the_last_bulk_action_is_undone_in_one_step_and_the_history_shows_both_as_actions(page, database_url):
+    page.get_by_label("Text").fill("acme")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("button", name="Disable all 2 matching").click()
+    page.get_by_role("button", name="Disable 1 record").click()
+    last = page.get_by_role("region", name="Your last bulk action")
+    expect(last).to_contain_text('you disabled 1 record (text "acme")')
+    expect(last.get_by_role("button", name="Undo")).to_have_accessible_description(
+        "Enable this record again, each with a new version in its history; nothing is changed if any of them changed since."
+    )
+    last.get_by_role("button", name="Undo").click()
+    expect(page.get_by_role("status").first).to_contain_text("Enabled 1 record again: bulk action ")
+    expect(page.get_by_label("Text")).to_have_value("acme")
+    expect(page.get_by_role("region", name="Your last bulk action")).to_have_count(0)  # an undo is not undone
+    assert states(database_url)[name(ENABLED)] == (True, 3)
+    page.get_by_role("link", name=name(ENABLED), exact=True).click()
+    versions = page.get_by_role("region", name="History").get_by_role("listitem")
+    expect(versions.filter(has=page.get_by_role("heading", name="Version 3 (current)"))).to_contain_text("in bulk action 2 (undid bulk action 1 (1 record))")
+    expect(versions.filter(has=page.get_by_role("heading", name="Version 2"))).to_contain_text('in bulk action 1 (disabled 1 record (text "acme"))')
+
+
+def test_an_undo_after_another_writers_change_changes_nothing_and_says_which(page, database_url):
+    page.get_by_role("checkbox", name=f"Select {name(ENABLED)}").check()
+    page.get_by_role("checkbox", name=f"Select {name(WEATHER)}").check()
+    page.get_by_role("button", name="Disable selected").click()
+    with psycopg.connect(database_url, autocommit=True) as other:
+        other.execute("update payrail.provider_methods set urls = '{https://globex.example/v2}' where provider = %s", (WEATHER["provider"],))
+    page.get_by_role("region", name="Your last bulk action").get_by_role("button", name="Undo").click()
+    expect(page.get_by_role("alert")).to_have_text(
+        f"Not undone: {name(WEATHER)} was saved since (version 3 now; the action left version 2). Nothing was changed."
+    )
+    assert states(database_url) == {name(ENABLED): (False, 2), name(DRAFT): (False, 1), name(WEATHER): (False, 3)}
+
+
+def undo_form(session, bulk_action: str) -> dict:
+    return {"csrf_token": session.token, "bulk_action": bulk_action}
+
+
+UNDO = "/records/bulk/undo"
+
+
+def others_bulk_action(shared) -> str:
+    """A bulk action of another operator's (it changed nothing), committed."""
+    with psycopg.connect(shared.database_url, user=OTHER_OPERATOR, password=PASSWORD, autocommit=True) as other:
+        return str(other.execute("select payrail.begin_bulk_action('disable', 'text \"acme\"')").fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "words"),
+    [
+        pytest.param({"csrf_token": None}, 403, "security token", id="no-token"),
+        pytest.param({"headers": {"Origin": "https://evil.example"}}, 403, "Refused:", id="another-origin"),
+        pytest.param({"bulk_action": "1 or 1=1"}, 400, "incomplete", id="sql-for-an-id"),
+        pytest.param({"bulk_action": "9" * 19}, 400, "incomplete", id="beyond-bigint"),
+        pytest.param({"bulk_action": None}, 400, "incomplete", id="no-id"),
+    ],
+)
+def test_a_refused_undo_request_changes_nothing(shared_backoffice, change, status, words):
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    reply = post_changed(client, session, undo_form(session, others_bulk_action(shared_backoffice)), change, UNDO)
+    assert (reply.status, words in reply.body) == (status, True), reply.body
+    assert unchanged(shared_backoffice)
+
+
+def test_an_undo_of_another_operators_action_or_of_none_changes_nothing_and_says_why(shared_backoffice):
+    client = shared_backoffice.client
+    session = http_sign_in(client)
+    others = others_bulk_action(shared_backoffice)
+    for bulk_action, words in (
+        (others, f"Not undone: bulk action {others} is not your last bulk action"),
+        ("987654", "Not undone: there is no bulk action 987654."),
+    ):
+        reply = post(client, session, undo_form(session, bulk_action), path=UNDO)
+        assert reply.status == 303, reply.body
+        assert words in client.get(reply.location, cookies=session.cookies).body
+    assert unchanged(shared_backoffice)
+    reply = client.post(UNDO, undo_form(session, others), headers={"Origin": client.origin})  # no session cookie
+    assert reply.status == 303 and reply.location.startswith("/sign-in")

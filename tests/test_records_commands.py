@@ -208,3 +208,41 @@ def test_sync_says_what_agents_can_find_when_drafts_remain(registry, database_ur
     assert f"agents can find {len(CATALOG) - 1} of {len(CATALOG)} records; 1 is a draft: 1 not enabled" in synced.stdout, synced.stdout
     code, report, _ = cli_json(registry, "sync", "--json")
     assert code == 0 and report["registry"]["draftsNeedingEmbedding"] == 0, report
+
+
+def test_undo_sets_the_last_bulk_action_back_in_one_step_and_the_history_shows_it_as_one_action(registry, database_url):
+    nothing = run_cli(registry, "undo", "--yes")
+    assert nothing.returncode == 2 and "you have no bulk action to undo" in nothing.stderr, nothing.stderr
+    before = states(database_url)
+    code, disabled, _ = cli_json(registry, "disable", "--text", "stripe", "--yes", "--json")
+    assert code == 0 and len(disabled["changed"]) == 2 and disabled["bulkAction"], disabled
+    action = disabled["bulkAction"]
+    code, history, _ = cli_json(registry, "history", "Stripe / Create a refund", "--json")
+    assert history["history"][0]["bulkAction"]["bulkAction"] == action and history["record"]["bulkAction"]["operation"] == "disable", history
+    shown = run_cli(registry, "history", "Stripe / Create a refund").stdout
+    assert f"  saved in bulk action {action}: " in shown and 'disabled 2 records (text "stripe") at ' in shown, shown
+    assert f"(session postgres), in bulk action {action}: " in shown, shown
+
+    # Off a terminal, more than one record needs --yes.
+    asked = run_cli_subprocess(registry, "undo")
+    assert asked.returncode == 2 and "this would enable 2 records: add --yes" in asked.stderr, asked.stderr
+    code, undone, _ = cli_json(registry, "undo", "--yes", "--json")
+    assert code == 0 and undone["applied"] and sorted(undone["records"]) == sorted(disabled["changed"]) and undone["undone"]["bulkAction"] == action, undone
+    assert states(database_url) == {**before, "Stripe / Create a PaymentIntent": (True, 3), "Stripe / Create a refund": (True, 3)}
+    again = run_cli(registry, "undo", "--yes")
+    assert again.returncode == 2 and f"was the undo of bulk action {action}; an undo is not undone" in again.stdout, again.stdout
+
+
+def test_undo_of_a_delete_asks_on_a_terminal_and_brings_the_records_back(registry, database_url):
+    deleted = run_cli(registry, "delete", "--text", "stripe", "--yes")
+    assert deleted.returncode == 0 and "Stripe / Create a refund" not in states(database_url), deleted.stdout
+    asked = OnATerminal(registry, "undo", answering=True)
+    shown = asked.wait_for("restore these 2 deleted records? [y/N]")
+    assert "  Stripe / Create a PaymentIntent\n  Stripe / Create a refund\n" in shown, shown
+    asked.type("y\n")
+    done = asked.finish()
+    assert done.returncode == 0 and done.stdout.startswith("Restored 2 records that bulk action "), done
+    assert {name: state for name, state in states(database_url).items() if name.startswith("Stripe")} == {
+        "Stripe / Create a PaymentIntent": (True, 1),
+        "Stripe / Create a refund": (True, 1),
+    }

@@ -264,6 +264,17 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
     return back
 
 
+@signed_in_form
+async def undo_bulk(request: Request, session: Session, form: FormData) -> Response:
+    """Undo of the operator's last bulk action: the one the list showed (its id in the form), or nothing."""
+    action_id = _record_ids([form.get("bulk_action")])
+    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
+    if not action_id or (state is not None and state not in STATES):
+        return _incomplete(request)
+    session.messages.append(await work(request, session, actions.undo_last, _embedder(request), action_id[0]))
+    return redirect(_list_url(text, state))
+
+
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
     """The record page: the form (what the operator typed, or the record), what saving it changes
     (after a preview), Try a query, golden queries, history."""
@@ -588,6 +599,7 @@ ROUTES = [
     Route("/records", records),
     Route("/records/bulk", confirm_bulk, methods=["GET"]),
     Route("/records/bulk", bulk_enable, methods=["POST"]),
+    Route("/records/bulk/undo", undo_bulk, methods=["POST"]),
     Route("/records/new", new_record, methods=["GET"]),
     Route("/records/new", create_record, methods=["POST"]),
     Route("/records/{record_id:int}", record, methods=["GET"]),

@@ -1,4 +1,4 @@
-"""Records by name or by filter: `show` one, `enable`, `disable` or `delete` many at once."""
+"""Records by name or by filter: `show` one, `enable`, `disable` or `delete` many at once, and `undo` the last of those."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import click
 from ..base.reports import emit
 from ..base.safe_text import escape_controls
 from ..registry import bulk, stored
+from ..registry import undo as undo_module
 from ..settings import Settings
 from .common import JSON_OPTION, Failure, log_change
 
@@ -61,7 +62,9 @@ def selection_of(conn, names: tuple[str, ...], text: str, state: str | None, eve
 NAMES_SHOWN = 20
 
 
-def confirmed(conn, preview: bulk.BulkResult | bulk.BulkDeleteResult, verb: str) -> bool:
+def confirmed(
+    conn, preview: bulk.BulkResult | bulk.BulkDeleteResult | undo_module.UndoResult, verb: str, question: str | None = None, names: dict[int, str] | None = None
+) -> bool:
     """Whether to go on without --yes: at once for one record; else the preview said, with the
     records it names, then asked on a terminal."""
     acting_on = preview.acting_on
@@ -70,12 +73,12 @@ def confirmed(conn, preview: bulk.BulkResult | bulk.BulkDeleteResult, verb: str)
     if not sys.stdin.isatty():
         raise Failure("invalid_input", f"this would {verb} {len(acting_on):,} records: add --yes to do it without asking (standard input is not a terminal)")
     click.echo(preview.in_words(), err=True)
-    names = bulk.names(conn, acting_on[:NAMES_SHOWN])
+    names = names or bulk.names(conn, acting_on[:NAMES_SHOWN])
     for record_id in acting_on[:NAMES_SHOWN]:
         click.echo(f"  {escape_controls(names.get(record_id, f'record {record_id}'))}", err=True)
     if len(acting_on) > NAMES_SHOWN:
         click.echo(f"  ... and {len(acting_on) - NAMES_SHOWN:,} more", err=True)
-    return click.confirm(f"{verb.capitalize()} these {len(acting_on):,} records?", err=True)
+    return click.confirm(question or f"{verb.capitalize()} these {len(acting_on):,} records?", err=True)
 
 
 def changed_since(conn, shown: bulk.BulkResult | bulk.BulkDeleteResult, error: bulk.ChangedSinceAsked) -> Failure:
@@ -170,7 +173,54 @@ def delete(settings: Settings, names, text, state, every, yes, as_json, with_gol
                 result = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries, confirmed=preview.digest())
             except bulk.ChangedSinceAsked as error:
                 raise changed_since(conn, preview, error) from None
-        log_change("bulk_delete", conn, started, failed=bool(result.refusals()), deleted=len(result.deleted), kept=len(result.named_by_golden_queries) or None)
+        log_change(
+            "bulk_delete",
+            conn,
+            started,
+            failed=bool(result.refusals()),
+            deleted=len(result.deleted),
+            kept=len(result.named_by_golden_queries) or None,
+            bulk_action=result.bulk_action,
+        )
     emit(result, as_json)
     if result.refusals():
+        sys.exit(2)
+
+
+@click.command("undo")
+@click.option("--yes", "-y", is_flag=True, help="Undo it without asking (for scripts); without it, asks on the terminal when it changes more than one record.")
+@JSON_OPTION
+@click.pass_obj
+def undo(settings: Settings, yes, as_json):
+    """Undo your last bulk action (`enable`, `disable`, `delete`, or the backoffice's bulk buttons), in one step.
+
+    The undo of an enable disables the same records again, the undo of a disable enables them
+    again, each with a new version in its history; the undo of a delete brings the deleted
+    records back from the history as new records (their content embedded first, those that were
+    enabled enabled again), but not golden queries deleted with them. Yours: the last one the
+    history names you as the author of. Refused, changing nothing, when any of its records
+    changed since (saved, enabled, disabled or deleted, or its name taken), when it was undone
+    already, or when it is an undo itself (exit 2). Asks first on a terminal, naming the records,
+    when it changes more than one (--yes: does not).
+    """
+    started = time.monotonic()
+    with settings.connect() as conn:
+        last = undo_module.last_action(conn)
+        if last is None:
+            raise Failure("invalid_input", "you have no bulk action to undo: `enable`, `disable` and `delete` (and the backoffice's bulk buttons) make them")
+        result = None
+        if not yes:
+            # The question names the action and its records; the answer undoes that action or nothing.
+            preview = undo_module.undo(conn, settings.embedder, last.id, preview=True)
+            verb = undo_module.UNDOING.get(last.operation, "undo")
+            if preview.refusals:
+                result = preview
+            elif not confirmed(conn, preview, verb, f"Undo bulk action {last.id}: {last.undo_in_words}?", preview.names):
+                click.echo("nothing changed", err=True)
+                return
+        if result is None:
+            result = undo_module.undo(conn, settings.embedder, last.id)
+        log_change("bulk_undo", conn, started, **result.log_fields())
+    emit(result, as_json)
+    if result.refusals:
         sys.exit(2)

@@ -15,6 +15,9 @@ embeddings. Anything else that fails (the database, a lock that kept deadlocking
 delete_records is the same shape for payrail.delete_provider_method: records golden queries name
 are kept and counted (unless with_golden_queries), the others deleted.
 
+Each action that changes something is one bulk action of the registry (payrail.begin_bulk_action,
+in its transaction): the history shows its versions as one action, and undo.py undoes it.
+
 A bulk action does what was confirmed. Its plan (which records it changes) is what a question
 shows: a preview's result, whose digest() a confirmation carries. Given that digest (`confirmed`),
 the action locks the records its selection names now, reads the selection again under those
@@ -37,9 +40,13 @@ from psycopg import sql
 
 from ..base.errors import CodedError
 from ..base.reports import Report
+from ..base.safe_text import json_text
 from . import stored
 from .write import TransientFailure, retry_transient
 
+# What a bulk action keeps of its selection, in words: the first ids, the filter's first characters.
+SELECTION_IDS_SHOWN = 20
+SELECTION_TEXT_SHOWN = 200
 # How often a bulk action locks its selection again when records came to match it between the
 # lock and the read under it (each time, another writer's commit landed in between).
 LOCK_ATTEMPTS = 3
@@ -76,6 +83,17 @@ class Selection:
             )
         return sql.SQL("select pm.id from payrail.provider_methods as pm where {} order by pm.id").format(where)
 
+    def describe(self) -> str:
+        """What it names, in words, as the bulk action keeps it (payrail.bulk_actions.selection)."""
+        if self.record_ids is not None:
+            shown = ", ".join(map(str, self.record_ids[:SELECTION_IDS_SHOWN]))
+            more = len(self.record_ids) - SELECTION_IDS_SHOWN
+            return f"record{'s' if len(self.record_ids) != 1 else ''} {shown}" + (f" and {more:,} more" if more > 0 else "")
+        text = self.text.replace("\x00", "")
+        words = [f"text {json_text(text[:SELECTION_TEXT_SHOWN] + ('…' if len(text) > SELECTION_TEXT_SHOWN else ''))}" if text else ""]
+        words.append(f"state {self.state}" if self.state else "")
+        return ", ".join(filter(None, words)) or "every record"
+
 
 @dataclass(frozen=True)
 class BulkResult(Report):
@@ -91,6 +109,8 @@ class BulkResult(Report):
     missing: tuple[int, ...]
     # False for a preview: nothing was written.
     applied: bool = True
+    # The bulk action it was (payrail.bulk_actions.id); None when nothing was changed.
+    bulk_action: int | None = None
 
     @property
     def selected(self) -> int:
@@ -146,6 +166,7 @@ class BulkResult(Report):
             "already": len(self.already),
             "needing_embedding": len(self.needing_embedding) or None,
             "missing": len(self.missing) or None,
+            "bulk_action": self.bulk_action,
         }
 
     def to_json(self) -> dict:
@@ -157,6 +178,7 @@ class BulkResult(Report):
             "needingEmbedding": list(self.needing_embedding),
             "missing": list(self.missing),
             "refusals": self.refusals(),
+            "bulkAction": self.bulk_action,
         }
 
 
@@ -238,11 +260,21 @@ def set_enabled(conn: psycopg.Connection, selection: Selection, enabled: bool, *
             changed = tuple(record_id for record_id, is_enabled, current in states if is_enabled != enabled and (current or not enabled))
             plan = BulkResult(enabled, changed, already, needing, _not_found(selection, ids), applied=False)
             _check_confirmed(plan, confirmed)
+            action = None
             if changed and not preview:
+                action = begin(conn, plan.verb, selection.describe())
                 conn.execute("update payrail.provider_methods as pm set enabled = %s where pm.id = any(%s)", (enabled, list(changed)))
-        return BulkResult(enabled, changed, already, needing, plan.missing, applied=not preview)
+        return BulkResult(enabled, changed, already, needing, plan.missing, applied=not preview, bulk_action=action)
 
     return retry_transient(once)
+
+
+def begin(conn: psycopg.Connection, operation: str, selection: str, *, undoes: int | None = None, with_golden_queries: bool = False) -> int:
+    """Begins a bulk action in conn's transaction (payrail.begin_bulk_action): every record it then
+    changes is written down as part of it. Its id."""
+    row = conn.execute("select payrail.begin_bulk_action(%s, %s, %s, %s)", (operation, selection, undoes, with_golden_queries)).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def _check_confirmed(plan: BulkResult | BulkDeleteResult, confirmed: str | None) -> None:
@@ -283,6 +315,8 @@ class BulkDeleteResult(Report):
     named_by_golden_queries: tuple[int, ...]
     missing: tuple[int, ...]
     applied: bool = True
+    # The bulk action it was (payrail.bulk_actions.id); None when nothing was deleted.
+    bulk_action: int | None = None
 
     def refusals(self) -> list[str]:
         """Why some named records were not deleted, in words; empty when none was refused."""
@@ -325,6 +359,7 @@ class BulkDeleteResult(Report):
             "namedByGoldenQueries": list(self.named_by_golden_queries),
             "missing": list(self.missing),
             "refusals": self.refusals(),
+            "bulkAction": self.bulk_action,
         }
 
 
@@ -351,11 +386,13 @@ def delete_records(
             deleted = sorted(set(ids) - set(named))
             plan = BulkDeleteResult(tuple(deleted), tuple(sorted(named)), _not_found(selection, ids), applied=False)
             _check_confirmed(plan, confirmed)
+            action = None
             if deleted and not preview:
+                action = begin(conn, "delete", selection.describe(), with_golden_queries=with_golden_queries)
                 conn.execute(
                     "select payrail.delete_provider_method(d.id, null, %s) from pg_catalog.unnest(%s::bigint[]) with ordinality as d(id, n) order by d.n",
                     (with_golden_queries, deleted),
                 )
-        return BulkDeleteResult(plan.deleted, plan.named_by_golden_queries, plan.missing, applied=not preview)
+        return BulkDeleteResult(plan.deleted, plan.named_by_golden_queries, plan.missing, applied=not preview, bulk_action=action)
 
     return retry_transient(once)
