@@ -153,6 +153,15 @@ def test_add_refuses_in_words_and_adds_nothing(registry, database_url, args, cod
     assert stored_golden(database_url) == before
 
 
+def test_a_repeated_golden_query_says_how_to_remove_it_from_the_command_line_and_the_backoffice(registry, database_url):
+    assert run_cli(registry, "golden", "add", "charge a card", "--relevant", "Stripe / Create a PaymentIntent").returncode == 0
+
+    _, failure, _ = cli_json(registry, "golden", "add", "--json", "Charge a card", "--relevant", "Twilio / Send an SMS")
+
+    assert 'To label it anew, remove it first (`payrail-embedder golden remove "Charge a card"`, or the Remove button' in failure["detail"], failure
+    assert "payrail.remove_golden_query" not in failure["detail"], failure
+
+
 def test_add_reads_the_query_from_standard_input(registry, database_url):
     query = 'a "quoted" question\nover two lines'
     result = run_cli(registry, "golden", "add", "-", "--relevant", "Twilio / Send an SMS", input=query + "\n")

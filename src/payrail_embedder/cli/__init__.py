@@ -86,6 +86,7 @@ for command in (
     bulk.enable,
     bulk.disable,
     bulk.delete,
+    bulk.undo,
     records.sync,
     search.search,
     golden.eval_,

@@ -38,15 +38,6 @@ def count_lines(inputs: list[input_files.InputFile]) -> int:
     return total
 
 
-def registry_held(conn: psycopg.Connection) -> dict | None:
-    """What agents can find after a change (stored.counts), so drafts are never a surprise; None
-    when the database cannot say (the change's own report says why)."""
-    try:
-        return stored.counts(conn)
-    except psycopg.Error:
-        return None
-
-
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path))
 @click.option("--skip-invalid", is_flag=True, help="Save the valid lines even when some are refused.")
@@ -81,7 +72,7 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
         with settings.connect() as conn:
             with progress("import", total) as advance:
                 report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
-            report = dataclasses.replace(report, registry=registry_held(conn))
+            report = dataclasses.replace(report, registry=stored.registry_held(conn))
             log_change(
                 "import",
                 conn,
@@ -148,7 +139,7 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             return
         with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
-        report = dataclasses.replace(report, registry=registry_held(conn))
+        report = dataclasses.replace(report, registry=stored.registry_held(conn))
         log_change(
             "sync",
             conn,

@@ -177,6 +177,13 @@ def add_golden_query(
         try:
             (golden_id,) = one_row(conn.execute("select payrail.add_golden_query(%s, %s)", (query, record_ids)))
         except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as error:
+            if error.diag.constraint_name == "golden_queries_query_key":
+                # The database's hint names its SQL function, for psql; these are the faces' ways.
+                raise GoldenRefused(
+                    f"{error.diag.message_primary} ({SAME_QUERY}). To label it anew, remove it first "
+                    f"(`payrail-embedder golden remove {json_text(query)}`, or the Remove button beside it on its record's page in the backoffice), "
+                    "then add it again"
+                ) from None
             raise GoldenRefused(database_reason(error)) from None
         vectors.store(conn, [(golden_id, query)])
         (added,) = _golden_queries(conn, "where g.id = %s", (golden_id,))
