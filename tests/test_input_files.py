@@ -28,6 +28,7 @@ from payrail_embedder.embedders import record_text
 from payrail_embedder.registry.records import RECORD_LINE
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_json, run_cli, without_registry, write_jsonl
+from payrail_test_support.devices import fill, small_device
 from payrail_test_support.stored import assert_whole_or_nothing, rows
 
 LIMIT_WORDS = f"the line is longer than {RECORD_LINE.bytes:,} bytes, more than any record can take"
@@ -302,6 +303,24 @@ def test_a_pipe_is_read_at_most_to_its_bound(tmp_path):
     assert not writer.is_alive()
     assert str(refused.value) == (f"{fifo} holds more than 10,000 bytes, the most read from a pipe or standard input: write it to a file and name the file")
     assert MAX_SPOOLED_BYTES == 1_000_000_000  # docs/operators.md says 1 GB
+
+
+def test_a_pipe_spooled_onto_a_full_disk_says_the_disk_is_full_and_saves_nothing(cli_env, database_url, tmp_path):
+    """A pipe is copied into $TMPDIR first: a full one was `<stdin> cannot be read: No space left
+    on device`, as if the pipe had failed. (A page is left free: Python takes a $TMPDIR where it
+    cannot write a few bytes for none, and goes on to /tmp.)"""
+    with small_device(tmp_path / "tmp", 1) as tmp:
+        fill(tmp, leave=4096)
+        write_jsonl(tmp_path / "catalog.jsonl", [record(n) for n in range(100)])  # 18 kB
+
+        result = shell({**cli_env, "TMPDIR": str(tmp)}, f"cat {tmp_path / 'catalog.jsonl'} | payrail-embedder import -")
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        f"Error: unavailable: the disk is full: no space left on the device that holds {tmp}; "
+        "set TMPDIR to a directory with room, or write the input to a file and name the file"
+    ) in result.stderr
+    assert saved_providers(database_url) == []
 
 
 # --- eval reads its labelled queries with the same reader -----------------------------------------

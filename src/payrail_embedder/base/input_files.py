@@ -10,7 +10,8 @@ What may be named:
 - a pipe, a FIFO or standard input (`-`, /dev/stdin) is read once, into a private temporary file
   (unnamed in $TMPDIR: it goes when the command ends, however it ends) of at most
   MAX_SPOOLED_BYTES, which every pass then reads; the line bound applies while it is copied, so
-  `cat /dev/zero | payrail-embedder import -` stops at the first line;
+  `cat /dev/zero | payrail-embedder import -` stops at the first line; a full $TMPDIR is
+  output_files.DiskFull naming it;
 - anything else is refused in words before a byte is read: a directory, a socket, a device
   (/dev/zero, /dev/urandom, a terminal as standard input).
 
@@ -23,6 +24,7 @@ not what the operator meant, and its lines after that are not worth reading into
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import sys
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import CodedError
+from .output_files import writing_to
 
 # JSON's own white space: a line of nothing else is blank; any other character is content.
 JSON_WHITE_SPACE = " \t\r\n"
@@ -129,10 +132,11 @@ def open_input(name: str | Path, *, line_limit: LineLimit, max_spooled: int = MA
         if regular:
             yield InputFile(source, file, line_limit, start=file.tell())
             return
-        spool = closing.enter_context(tempfile.TemporaryFile(prefix="payrail-input-"))
+        # Unbuffered: a write the disk refuses leaves nothing in a buffer to fail again at close.
+        spool = closing.enter_context(tempfile.TemporaryFile(prefix="payrail-input-", buffering=0))
         _copy_lines(file, spool, source, line_limit, max_spooled)
         close()  # the writer learns at once that nothing more is read (SIGPIPE, or EPIPE)
-        yield InputFile(source, spool, line_limit)
+        yield InputFile(source, io.BufferedReader(spool), line_limit)
 
 
 def _open_readable(name: str | Path, source: str) -> tuple[BinaryIO, bool]:
@@ -186,19 +190,22 @@ def _refuse_unless_readable_kind(mode: int, source: str) -> None:
     raise InputRefused(f"{source} is {kind}, not a file: name a file, a FIFO, or - for standard input")
 
 
-def _copy_lines(source_file: BinaryIO, spool: BinaryIO, source: str, limit: LineLimit, max_spooled: int) -> None:
+def _copy_lines(source_file: BinaryIO, spool: io.FileIO, source: str, limit: LineLimit, max_spooled: int) -> None:
     """Copies source_file into spool a line at a time, up to its first line over the limit (the
     part json_lines needs to refuse it), never more than max_spooled bytes."""
     copied = 0
     try:
-        while raw := source_file.readline(limit.bytes + 1):
-            copied += len(raw)
-            if copied > max_spooled:
-                raise InputRefused(
-                    f"{source} holds more than {max_spooled:,} bytes, the most read from a pipe or standard input: write it to a file and name the file"
-                )
-            spool.write(raw)
-            if len(raw) > limit.bytes:
-                break
+        with writing_to(tempfile.gettempdir(), "set TMPDIR to a directory with room, or write the input to a file and name the file"):
+            while raw := source_file.readline(limit.bytes + 1):
+                copied += len(raw)
+                if copied > max_spooled:
+                    raise InputRefused(
+                        f"{source} holds more than {max_spooled:,} bytes, the most read from a pipe or standard input: write it to a file and name the file"
+                    )
+                unwritten = memoryview(raw)
+                while unwritten:
+                    unwritten = unwritten[spool.write(unwritten) :]
+                if len(raw) > limit.bytes:
+                    break
     except OSError as error:
         raise InputRefused(f"{source} cannot be read: {error.strerror or error}") from error

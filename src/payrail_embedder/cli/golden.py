@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ..base.errors import EXIT_STATUS
+from ..base.output_files import output_file
 from ..base.reports import emit
 from ..model import evaluation
 from ..registry import golden as golden_module
@@ -202,12 +203,10 @@ def golden_export(settings: Settings, file):
 
     In the order they were added; each line {"query", "relevant"} in that order, the records in
     the order they were given, each by the names it has now. `golden import` of the file into a
-    registry holding the same records, then `golden export`, gives the same bytes.
+    registry holding the same records, then `golden export`, gives the same bytes. FILE is written
+    whole or not at all (renamed into place once written).
     """
     with settings.connect() as conn:
         data = "".join(line + "\n" for line in golden_module.export_lines(conn)).encode("utf-8")
-    if file is None or str(file) == "-":
-        with click.open_file("-", "wb") as stdout:
-            stdout.write(data)
-    else:
-        file.write_bytes(data)
+    with output_file(file or "-") as written:
+        written.write(data)
