@@ -596,13 +596,15 @@ def tunable_model(conn: psycopg.Connection, embedder: Embedder, models_dir: Path
     )
 
 
-def tune_data(conn: psycopg.Connection, golden_path: Path | None, options: TuneOptions) -> tuple[TuneData, list[dict], str]:
-    """What tune trains on, the label warnings eval gives, and the SHA-256 of the golden queries
-    as `golden export` writes them (for the manifest); CannotTune when it cannot train or decide."""
-    if golden_path is None:
-        queries, source = golden_module.labelled_queries(conn), "the registry's golden queries"
+def tune_data(conn: psycopg.Connection, golden_file: tuple[Path, list[LabelledQuery]] | None, options: TuneOptions) -> tuple[TuneData, list[dict], str]:
+    """What tune trains on (golden_file: a file and its queries; None: the registry's golden
+    queries), the label warnings eval gives, and the SHA-256 of the golden queries as `golden
+    export` writes them (for the manifest); CannotTune when it cannot train or decide."""
+    if golden_file is None:
+        golden_path, queries, source = None, golden_module.labelled_queries(conn), "the registry's golden queries"
     else:
-        queries, source = read_labelled_queries(golden_path), golden_path.name
+        golden_path, queries = golden_file
+        source = golden_path.name
     digest = hashlib.sha256("".join(query.file_line() + "\n" for query in queries).encode("utf-8")).hexdigest()
     usable, warnings = golden_queries(conn, queries)
     if not usable and not options.uses_record_pairs(len(queries)):
@@ -661,8 +663,10 @@ def tune(
     on queries tune never saw). The registry is read, never changed: `model switch NAME` makes the
     tuned model the registry's."""
     started = time.perf_counter()
+    # A file is read first: one it refuses is refused before the model is loaded.
+    golden_file = (golden_path, read_labelled_queries(golden_path)) if golden_path is not None else None
     current, source = tunable_model(conn, embedder, models_dir)
-    data, warnings, golden_digest = tune_data(conn, golden_path, options)
+    data, warnings, golden_digest = tune_data(conn, golden_file, options)
     before = evaluate(conn, lambda: current, data.validation)
 
     pairs, final_pairs = data.deciding_pairs(), data.final_pairs()
