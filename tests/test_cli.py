@@ -608,7 +608,31 @@ def test_db_status_never_prints_the_password_of_the_url(cli_env):
         assert urlsplit(wrong).path.lstrip("/") in result.stdout, result
 
 
-# --- full disks ------------------------------------------------------------------------------------
+# --- numbers and full disks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        (("model", "tune", "--validation-fraction", "nan"), {}),
+        (("model", "tune", "--learning-rate", "nan"), {}),
+        (("model", "tune", "--learning-rate", "inf"), {}),
+        (("--embedding-timeout", "nan", "search", "hotel"), {}),
+        (("--embedding-timeout", "inf", "search", "hotel"), {}),
+        (("search", "hotel"), {"PAYRAIL_EMBEDDING_TIMEOUT": "nan"}),
+        (("db", "apply", "--lock-timeout", "nan"), {}),
+        (("db", "apply", "--lock-timeout", "inf"), {}),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else " ".join(f"{k}={v}" for k, v in value.items()),
+)
+def test_a_number_option_refuses_nan_and_infinity_before_anything_runs(args, env, tmp_path):
+    """nan passes every click.FloatRange and an infinity one open on its side: a deadline of inf
+    seconds is none, a learning rate of nan trains garbage."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    # Never connected to: the option is refused first.
+    result = run_cli_in_process({**base, "PAYRAIL_DATABASE_URL": "postgresql:///unused", **env}, *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "is not a finite number" in result.stderr or "is not in the range" in result.stderr, result.stderr
 
 
 def test_an_export_onto_a_full_disk_says_so_with_its_path_and_leaves_the_file_as_it_was(cli_env, tmp_path):

@@ -17,7 +17,7 @@ from ..registry import golden as golden_module
 from ..registry import labelled_queries
 from ..registry.embedding_model import registry_model
 from ..registry.search import check_query
-from ..settings import Settings
+from ..settings import FiniteRange, Settings
 from .common import JSON_OPTION, QUERY_ARGUMENT, Failure, connect_for_search, log_change, read_query
 
 # eval's exit status when a metric is below its floor (--min-hit-at-3, --min-mrr): the report is
@@ -29,7 +29,7 @@ BELOW_FLOOR = 3
 def floor_option(name: str, metric: str):
     return click.option(
         name,
-        type=click.FloatRange(0, 1),
+        type=FiniteRange(0, 1),
         help=f"Exit {BELOW_FLOOR} when {metric} is below this (0 to 1): a deployment pipeline refuses a change that makes search worse.",
     )
 

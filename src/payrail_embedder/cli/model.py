@@ -17,7 +17,7 @@ from ..base.progress import progress
 from ..base.reports import emit
 from ..embedders import tuned_models
 from ..model import switch, tuning
-from ..settings import Settings
+from ..settings import FiniteRange, Settings
 from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change
 
 
@@ -76,7 +76,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
 @click.argument("golden_file", metavar="[GOLDEN.jsonl]", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--validation-fraction",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteRange(0, 1, min_open=True, max_open=True),
     default=tuning.TuneOptions.validation_fraction,
     show_default=True,
     help="Keep about this share of the queries aside to decide, split by provider: no training query names a validation query's providers.",
@@ -98,7 +98,7 @@ def model_switch_command(settings: Settings, new_model, batch_size, as_json):
 )
 @click.option(
     "--learning-rate",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteRange(0, 1, min_open=True),
     default=tuning.TuneOptions.learning_rate,
     show_default=True,
     help="Peak learning rate (AdamW, linear decay after a 10% warm-up).",
