@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -25,7 +26,7 @@ import pytest
 from payrail_embedder.embedders import local_model, tuned_models
 from payrail_embedder.embedders.tuned_models import INSTALL_LOCK, MAX_ENTRIES, MAX_FILE_BYTES, MAX_TOTAL_BYTES, STAGING_PREFIX
 from payrail_test_support import CLI
-from payrail_test_support.cli import cli_json
+from payrail_test_support.cli import cli_json, run_cli_subprocess
 from payrail_test_support.waiting import wait_until
 
 BASE = "all-MiniLM-L6-v2"
@@ -199,3 +200,100 @@ def test_an_install_killed_while_it_copies_leaves_nothing_the_next_one_trips_ove
     assert (models / source.name / "onnx" / "model.onnx").is_file()
     tuned_models.check_content(models / source.name, source.name)
     print(f"killed after copying {copied:,} of {(bundled / 'model.safetensors').stat().st_size:,} bytes of the weights")
+
+
+# --- model list: tuning.json is a file from elsewhere ------------------------------------------------
+# tuning.json is no part of a model's content (its name does not cover it), so a copy from another
+# machine may carry any file there, and `model install` copies it as it is.
+
+GOOD_TUNING = {
+    "tunedFrom": "all-MiniLM-L6-v2",
+    "created": "2026-01-02T03:04:05+00:00",
+    "validation": {"queries": 4, "before": {"mrr@3": 0.25}, "after": {"mrr@3": 0.5}},
+    "final": {"trainedOn": {"queries": 12, "before": {"mrr@3": 0.5}, "after": {"mrr@3": 0.75}}},
+}
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202eevil\u2028"
+
+
+def tuning_json(text: str | bytes):
+    return lambda path: path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
+
+def nested(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+MANIFESTS = {
+    "good": (tuning_json(json.dumps(GOOD_TUNING)), None),
+    "terminal-escapes": (tuning_json(json.dumps({**GOOD_TUNING, "tunedFrom": ESCAPES, "created": ESCAPES})), None),
+    "wrong-types": (
+        tuning_json(
+            json.dumps(
+                {
+                    "tunedFrom": 5,
+                    "created": ["x"],
+                    "validation": "high",
+                    "final": {"trainedOn": {"queries": "all", "before": {"mrr@3": "0.5"}, "after": {"mrr@3": 7}}},
+                }
+            )
+        ),
+        None,
+    ),
+    "no-file": (lambda path: None, None),
+    "a-list": (tuning_json("[1, 2]"), "tuning.json holds a JSON list, not the object model tune writes"),
+    "nested-deep": (tuning_json("[" * 100_000), "tuning.json is nested more than 16 deep"),
+    "nested-17": (tuning_json(nested(17)), "tuning.json is nested more than 16 deep"),
+    "nan": (tuning_json('{"tunedFrom": NaN}'), "tuning.json holds NaN, which is not a number JSON allows"),
+    "infinity": (tuning_json('{"x": -Infinity}'), "tuning.json holds -Infinity, which is not a number JSON allows"),
+    "overflow": (tuning_json('{"x": 1e999}'), "tuning.json holds 1e999, a number beyond floating point"),
+    "long-integer": (tuning_json('{"x": ' + "9" * 5_000 + "}"), "tuning.json holds an integer of 5,000 digits"),
+    "lone-surrogate": (tuning_json('{"tunedFrom": "\\ud800"}'), "tuning.json holds text that is not Unicode (a lone surrogate)"),
+    "not-utf8": (tuning_json(b'{"tunedFrom": "caf\xe9"}'), "tuning.json is not UTF-8 (byte 19)"),
+    "malformed": (tuning_json('{"tunedFrom": '), "tuning.json is not JSON: Expecting value: line 1 column 15 (char 14)"),
+    "huge": (
+        lambda path: sparse(path, tuned_models.MAX_MANIFEST_BYTES + 1),
+        f"tuning.json holds {tuned_models.MAX_MANIFEST_BYTES + 1:,} bytes, more than the {tuned_models.MAX_MANIFEST_BYTES:,} model list reads",
+    ),
+    "symlink-to-passwd": (lambda path: path.symlink_to("/etc/passwd"), "tuning.json is a symbolic link, not a file"),
+    "symlink-to-zero": (lambda path: path.symlink_to("/dev/zero"), "tuning.json is a symbolic link, not a file"),
+    "fifo": (lambda path: os.mkfifo(path), "tuning.json is a FIFO, not a file"),
+    "directory": (lambda path: path.mkdir(), "tuning.json is a directory, not a file"),
+}
+
+
+def test_model_list_shows_any_tuning_json_escaped_or_says_why_not_and_never_fails(tmp_path):
+    """Before: a FIFO or a link to /dev/zero hung `model list`, nesting, NaN and wrong types ended in
+    a traceback, and terminal escapes and bidirectional controls reached the terminal raw."""
+    models = tmp_path / "data" / "models"
+    for n, (kind, (plant, _)) in enumerate(MANIFESTS.items()):
+        model_dir = models / f"{BASE}-tuned-{n:012x}"
+        model_dir.mkdir(parents=True)
+        (model_dir / "modules.json").write_text("[]")
+        plant(model_dir / "tuning.json")
+    names = {kind: f"{BASE}-tuned-{n:012x}" for n, kind in enumerate(MANIFESTS)}
+
+    # A process of its own with a deadline: reading a FIFO would wait forever, /dev/zero never end.
+    text = run_cli_subprocess(env_for(tmp_path / "data"), "model", "list", timeout=60)
+    listed = run_cli_subprocess(env_for(tmp_path / "data"), "model", "list", "--json", timeout=60)
+
+    assert (text.returncode, text.stderr, listed.returncode, listed.stderr) == (0, "", 0, "")
+    lines = dict(zip(names.values(), text.stdout.splitlines(), strict=True))
+    answer = {model["name"]: model for model in json.loads(listed.stdout)["models"]}
+    for kind, (_, problem) in MANIFESTS.items():
+        name, path = names[kind], models / names[kind]
+        assert answer[name]["tuningProblem"] == problem, kind
+        if problem is not None:
+            assert lines[name] == f"{name} ({problem}): {path}" and answer[name]["tuning"] is None, kind
+    assert lines[names["good"]] == (
+        f"{names['good']} (tuned from all-MiniLM-L6-v2 2026-01-02T03:04:05+00:00, validation MRR@3 0.250 -> 0.500, "
+        f"on its 12 training queries (optimistic) MRR@3 0.500 -> 0.750): {models / names['good']}"
+    )
+    assert answer[names["good"]]["tuning"] == GOOD_TUNING
+    assert lines[names["wrong-types"]] == f"{names['wrong-types']} (tuned from an unknown model): {models / names['wrong-types']}"
+    assert lines[names["no-file"]] == f"{names['no-file']}: {models / names['no-file']}"
+    shown = "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202eevil\\u2028"
+    assert lines[names["terminal-escapes"]].startswith(f"{names['terminal-escapes']} (tuned from {shown} {shown}, validation MRR@3 0.250")
+    # The escapes reach neither a terminal nor a JSON reader raw, and JSON gives them back as they were.
+    for output in (text.stdout, listed.stdout):
+        assert not set(output) & {"\x1b", "\x07", "\x9b", "\u202e", "\u2028"}
+    assert answer[names["terminal-escapes"]]["tuning"]["tunedFrom"] == ESCAPES

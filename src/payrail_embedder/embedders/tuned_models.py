@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -287,14 +288,98 @@ def install(source: Path, directory: Path) -> Path:
 
 
 def installed(directory: Path) -> list[dict]:
-    """The tuned models of this installation, by name, with what their tuning.json says."""
+    """The tuned models of this installation, by name, with what their tuning.json says
+    (read_manifest): "tuning" the manifest or None, "tuningProblem" why it is not shown, or None."""
     models = []
     for model_dir in sorted(directory.glob("*-tuned-*")):
         if not (model_dir.is_dir() and is_tuned_name(model_dir.name)):
             continue
-        try:
-            manifest = json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            manifest = None
-        models.append({"name": model_dir.name, "path": str(model_dir), "exported": (model_dir / GRAPH_DIR).is_dir(), "tuning": manifest})
+        manifest, problem = read_manifest(model_dir)
+        models.append(
+            {"name": model_dir.name, "path": str(model_dir), "exported": (model_dir / GRAPH_DIR).is_dir(), "tuning": manifest, "tuningProblem": problem}
+        )
     return models
+
+
+# tuning.json as `model tune` writes it: a few kB, nested 4 deep, more by 100 bytes for each label
+# warning it lists. Not part of a model's content, so a copy from elsewhere may carry any file
+# there, which `model install` copies as it is: it is read within these bounds, as text from elsewhere.
+MAX_MANIFEST_BYTES = 4 * 2**20
+MAX_MANIFEST_DEPTH = 16
+# Its integers are counts, and the seed (which may be any integer, of far fewer digits than this).
+MAX_MANIFEST_DIGITS = 100
+LONE_SURROGATE = re.compile("[\\ud800-\\udfff]")
+
+
+class ManifestRefused(ValueError):
+    """tuning.json is not what `model tune` writes, in words."""
+
+
+def read_manifest(model_dir: Path) -> tuple[dict | None, str | None]:
+    """(tuning.json of model_dir, None), or (None, why it is not shown), or (None, None) when
+    there is none. Shown: a regular file (no link followed, no FIFO waited for) of at most
+    MAX_MANIFEST_BYTES, UTF-8 JSON of an object nested at most MAX_MANIFEST_DEPTH deep, holding
+    finite numbers and text without lone surrogates (which no UTF-8 output can carry)."""
+    path = model_dir / MANIFEST
+    try:
+        status = path.lstat()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"{MANIFEST} cannot be read: {error.strerror}"
+    kind = next((words for is_kind, words in ODD_KINDS if is_kind(status.st_mode)), None)
+    if kind is not None or not stat.S_ISREG(status.st_mode):
+        return None, f"{MANIFEST} is {kind or 'a directory'}, not a file"
+    if status.st_size > MAX_MANIFEST_BYTES:
+        return None, f"{MANIFEST} holds {status.st_size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} model list reads"
+    try:
+        data = b"".join(read_chunks(path, status.st_size))
+        manifest = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_short_int)
+        _check_manifest(manifest)
+    except TunedModelError as error:
+        return None, str(error)
+    except UnicodeDecodeError as error:
+        return None, f"{MANIFEST} is not UTF-8 (byte {error.start + 1})"
+    except RecursionError:
+        return None, f"{MANIFEST} is nested more than {MAX_MANIFEST_DEPTH} deep"
+    except ManifestRefused as error:
+        return None, f"{MANIFEST} {error}"
+    except ValueError as error:  # json.JSONDecodeError, or an integer too long to convert
+        return None, f"{MANIFEST} is not JSON: {error}"
+    return manifest, None
+
+
+def _refuse_constant(name: str):
+    raise ManifestRefused(f"holds {name}, which is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ManifestRefused(f"holds {text[:40]}, a number beyond floating point")
+    return number
+
+
+def _short_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_MANIFEST_DIGITS:
+        raise ManifestRefused(f"holds an integer of {len(text.lstrip('-')):,} digits")
+    return int(text)
+
+
+def _check_manifest(manifest: object) -> None:
+    """ManifestRefused unless manifest is a JSON object within MAX_MANIFEST_DEPTH whose text
+    (keys too) holds no lone surrogate; walked without recursion."""
+    if not isinstance(manifest, dict):
+        raise ManifestRefused(f"holds a JSON {type(manifest).__name__}, not the object model tune writes")
+    pending: list[tuple[object, int]] = [(manifest, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_MANIFEST_DEPTH:
+            raise ManifestRefused(f"is nested more than {MAX_MANIFEST_DEPTH} deep")
+        if isinstance(value, dict):
+            pending += [(key, depth) for key in value]
+            pending += [(item, depth + 1) for item in value.values()]
+        elif isinstance(value, list):
+            pending += [(item, depth + 1) for item in value]
+        elif isinstance(value, str) and LONE_SURROGATE.search(value):
+            raise ManifestRefused("holds text that is not Unicode (a lone surrogate)")

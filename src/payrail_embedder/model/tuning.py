@@ -48,6 +48,7 @@ import psycopg
 
 from ..base.errors import CodedError
 from ..base.reports import Report, duration
+from ..base.safe_text import escape_controls
 from ..embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, record_text, tuned_models
 from ..embedders.local_model import load_sentence_transformer
 from ..embedders.openai import OPENAI_MODEL_DIMENSIONS
@@ -557,18 +558,55 @@ class TunedModels(Report):
         return {"modelsDirectory": str(self.directory), "models": self.models}
 
     def describe(self) -> list[str]:
+        """A line a model: its name, how it was tuned as far as its tuning.json says (a file from
+        elsewhere: any field may be missing or of another type, and its text is escaped), its path."""
         lines = [] if self.models else [f"no tuned models in {self.directory}"]
         for item in self.models:
-            tuning_report = item["tuning"] or {}
-            measured, final = tuning_report.get("validation"), (tuning_report.get("final") or {}).get("trainedOn")
-            scores = "".join(
-                f", {label} MRR@3 {figures['before'][DECIDING_METRIC]:.3f} -> {figures['after'][DECIDING_METRIC]:.3f}"
-                for label, figures in (("validation", measured), (f"on its {final and final['queries']} training queries (optimistic)", final))
-                if figures
-            )
-            origin = f" (tuned from {tuning_report['tunedFrom']} {tuning_report.get('created', '')}{scores})" if tuning_report else ""
-            lines.append(f"{item['name']}{origin}: {item['path']}")
+            if item["tuningProblem"]:
+                origin = f" ({item['tuningProblem']})"
+            elif item["tuning"] is not None:
+                origin = f" ({tuning_summary(item['tuning'])})"
+            else:
+                origin = ""
+            lines.append(escape_controls(f"{item['name']}{origin}: {item['path']}"))
         return lines
+
+
+# The most characters of a text of tuning.json that `model list` shows (a model's name is under 80).
+SHOWN_CHARACTERS = 200
+
+
+def tuning_summary(manifest: dict) -> str:
+    """What tuning.json says of how a model was tuned, in words: the model it was tuned from, when,
+    and MRR@3 before and after on validation and on its training queries; what is missing or not of
+    the type model tune writes is left out."""
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    def field(value: object, *keys: str) -> object:
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def mrr_change(figures: object) -> str | None:
+        before, after = field(figures, "before", DECIDING_METRIC), field(figures, "after", DECIDING_METRIC)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1 for v in (before, after)):
+            return None  # a metric is a fraction
+        return f"MRR@3 {before:.3f} -> {after:.3f}"
+
+    trained_on = field(manifest, "final", "trainedOn")
+    queries = field(trained_on, "queries")
+    scores = [
+        f"{label} {change}"
+        for label, figures in (
+            ("validation", field(manifest, "validation")),
+            (f"on its {queries if isinstance(queries, int) else '?'} training queries (optimistic)", trained_on),
+        )
+        if (change := mrr_change(figures)) is not None
+    ]
+    made = " ".join(part[:SHOWN_CHARACTERS] for part in (text(manifest.get("tunedFrom")), text(manifest.get("created"))) if part)
+    return ", ".join(["tuned from " + (made or "an unknown model"), *scores])
 
 
 def tunable_model(conn: psycopg.Connection, embedder: Embedder, models_dir: Path) -> tuple[LocalEmbedder, Path]:
