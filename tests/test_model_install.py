@@ -27,6 +27,7 @@ from payrail_embedder.embedders import local_model, tuned_models
 from payrail_embedder.embedders.tuned_models import INSTALL_LOCK, MAX_ENTRIES, MAX_FILE_BYTES, MAX_TOTAL_BYTES, STAGING_PREFIX
 from payrail_test_support import CLI
 from payrail_test_support.cli import cli_json, run_cli_subprocess
+from payrail_test_support.devices import fill, small_device
 from payrail_test_support.waiting import wait_until
 
 BASE = "all-MiniLM-L6-v2"
@@ -132,32 +133,64 @@ def test_a_file_swapped_after_the_check_is_refused_while_copying(swap, tmp_path)
     assert str(weights) in str(refused.value) and ("changed" in str(refused.value) or "cannot be read" in str(refused.value))
 
 
-def test_an_install_running_keeps_another_out_and_the_leftovers_of_a_killed_one_go(tmp_path):
-    models = tmp_path / "models"
-    models.mkdir()
-    # An install killed while it held the lock and its staging directory: a process of its own, SIGKILLed.
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            (
-                "import sys, time; from pathlib import Path; from payrail_embedder.embedders import tuned_models\n"
-                "with tuned_models.staging_directory(Path(sys.argv[1])) as scratch:\n"
-                "    (scratch / 'partial.safetensors').write_bytes(b'half')\n    print(scratch, flush=True)\n    time.sleep(600)\n"
-            ),
-            str(models),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+# A process holding a scratch directory of the prefix argv[2] (INSTALLING: an install's, its lock
+# held too), with a partial file in it, as a tune or an install does while it runs.
+INSTALLING = "install"
+HOLDER = (
+    "import sys, time; from pathlib import Path; from payrail_embedder.embedders import tuned_models\n"
+    "models, prefix = Path(sys.argv[1]), sys.argv[2]\n"
+    f"held = tuned_models.staging_directory(models) if prefix == {INSTALLING!r} else tuned_models.scratch_directory(models, prefix)\n"
+    "with held as scratch:\n"
+    "    (scratch / 'partial.safetensors').write_bytes(b'half')\n    print(scratch, flush=True)\n    time.sleep(600)\n"
+)
+
+
+@contextlib.contextmanager
+def scratch_holder(models: Path, prefix: str):
+    """A process holding a scratch directory (HOLDER); yields (the process, its directory); killed at the end."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(models), prefix], stdout=subprocess.PIPE, text=True)
     try:
-        leftover = Path(holder.stdout.readline().strip())
-        code, failure, _ = cli_json(env_for(tmp_path), "model", "install", "--json", hand_made_model(tmp_path / "copied"))
-        assert (code, failure) == (1, {"error": "unavailable", "detail": f"another `model install` is running in {models}; run this one once it has finished"})
+        yield holder, Path(holder.stdout.readline().strip())
     finally:
-        holder.send_signal(signal.SIGKILL)
+        holder.kill()
         holder.wait()
         holder.stdout.close()
+
+
+def killed_holder(models: Path, prefix: str) -> Path:
+    """The scratch directory of a process SIGKILLed while it held it: left behind, its lock free."""
+    with scratch_holder(models, prefix) as (holder, scratch):
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (scratch / "partial.safetensors").exists()
+    return scratch
+
+
+def test_a_new_scratch_directory_removes_those_of_killed_processes_and_no_running_ones(tmp_path):
+    """kill -9 leaves a tune's or an install's scratch (hundreds of MB each); the next tune or
+    install removes it, but never the scratch of a tune or install still running beside it."""
+    models = tmp_path / "models"
+    killed = [killed_holder(models, tuned_models.TUNING_PREFIX), killed_holder(models, STAGING_PREFIX)]
+    with scratch_holder(models, tuned_models.TUNING_PREFIX) as (running, theirs):
+        with tuned_models.scratch_directory(models, tuned_models.TUNING_PREFIX) as ours:
+            assert sorted(models.iterdir()) == sorted([theirs, ours])
+            assert not any(path.exists() for path in killed)
+            with tuned_models.scratch_directory(models, STAGING_PREFIX) as another:  # ours is in use too
+                assert sorted(models.iterdir()) == sorted([theirs, ours, another])
+        assert list(models.iterdir()) == [theirs] and (theirs / "partial.safetensors").exists()
+        assert running.poll() is None
+    # Its process is gone now: the next one removes it.
+    with tuned_models.scratch_directory(models, tuned_models.TUNING_PREFIX) as ours:
+        assert list(models.iterdir()) == [ours]
+    assert list(models.iterdir()) == []
+
+
+def test_an_install_running_keeps_another_out_and_the_leftovers_of_a_killed_one_go(tmp_path):
+    models = tmp_path / "models"
+    # An install killed while it held the lock and its staging directory: a process of its own, SIGKILLed.
+    with scratch_holder(models, INSTALLING) as (_, leftover):
+        code, failure, _ = cli_json(env_for(tmp_path), "model", "install", "--json", hand_made_model(tmp_path / "copied"))
+        assert (code, failure) == (1, {"error": "unavailable", "detail": f"another `model install` is running in {models}; run this one once it has finished"})
 
     assert leftover.name.startswith(STAGING_PREFIX) and (leftover / "partial.safetensors").exists()
     with tuned_models.staging_directory(models) as scratch:
@@ -169,9 +202,11 @@ def test_an_install_running_keeps_another_out_and_the_leftovers_of_a_killed_one_
 
 
 @pytest.mark.local_model
-def test_an_install_killed_while_it_copies_leaves_nothing_the_next_one_trips_over(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=lambda stop: stop.name)
+def test_an_install_killed_while_it_copies_leaves_nothing_the_next_one_trips_over(stop, tmp_path):
     """SIGKILL once the weights' copy has begun (the staging directory holds a part of them, or
-    they are being exported), then the same install again: it removes the leftover and installs."""
+    they are being exported), then the same install again: it removes the leftover, and a killed
+    tune's, keeps a running tune's, and installs. SIGTERM leaves no leftover at all."""
     bundled = local_model.bundled_model_dir()
     source = tmp_path / "copied" / "model"
     shutil.copytree(bundled, source, ignore=shutil.ignore_patterns(".gitattributes"))
@@ -186,17 +221,26 @@ def test_an_install_killed_while_it_copies_leaves_nothing_the_next_one_trips_ove
         return staged if staged is not None and staged.stat().st_size > 0 else None
 
     staged = wait_until(weights_copying, "the weights' copy to begin", timeout=120, interval=0.001)
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    killed.send_signal(stop)
+    assert killed.wait(timeout=60) == -stop
+    stderr = killed.stderr.read().decode()
     killed.stderr.close()
-    copied = staged.stat().st_size
-    assert staged.exists() and not (models / source.name).exists()
+    if stop == signal.SIGTERM:
+        assert stderr.endswith(f"Aborted! (stopped by SIGTERM; removed {staged.parent.parent})\n"), stderr
+        assert [p.name for p in models.iterdir()] == [INSTALL_LOCK]
+    else:
+        assert staged.exists() and not (models / source.name).exists()
+    copied = staged.stat().st_size if staged.exists() else 0
+    # And a tune killed there earlier, beside one running now.
+    killed_tune = killed_holder(models, tuned_models.TUNING_PREFIX)
 
-    code, installed, stderr = cli_json(env, "model", "install", "--json", source)
+    with scratch_holder(models, tuned_models.TUNING_PREFIX) as (_, running_tune):
+        code, installed, stderr = cli_json(env, "model", "install", "--json", source)
+        assert sorted(p.name for p in models.iterdir()) == sorted([INSTALL_LOCK, source.name, running_tune.name]), "a killed process's scratch is left"
 
     assert code == 0, (installed, stderr)
     assert installed == {"model": source.name, "path": str(models / source.name)}
-    assert sorted(p.name for p in models.iterdir()) == sorted([INSTALL_LOCK, source.name]), "the killed install's copy is left"
+    assert not killed_tune.exists()
     assert (models / source.name / "onnx" / "model.onnx").is_file()
     tuned_models.check_content(models / source.name, source.name)
     print(f"killed after copying {copied:,} of {(bundled / 'model.safetensors').stat().st_size:,} bytes of the weights")
@@ -297,3 +341,24 @@ def test_model_list_shows_any_tuning_json_escaped_or_says_why_not_and_never_fail
     for output in (text.stdout, listed.stdout):
         assert not set(output) & {"\x1b", "\x07", "\x9b", "\u202e", "\u2028"}
     assert answer[names["terminal-escapes"]]["tuning"]["tunedFrom"] == ESCAPES
+
+
+def test_an_install_onto_a_full_disk_says_so_and_leaves_nothing(tmp_path):
+    """Before: OSError: [Errno 28] in a traceback, its staging directory left to the next install."""
+    source = hand_made_model(tmp_path / "copied")
+    with small_device(tmp_path / "disk", 1) as disk:
+        (disk / "data" / "models").mkdir(parents=True)
+        fill(disk)
+
+        code, failure, _ = cli_json(env_for(disk / "data"), "model", "install", "--json", source)
+
+        models = disk / "data" / "models"
+        assert (code, failure) == (
+            1,
+            {
+                "error": "unavailable",
+                "detail": f"the disk is full: no space left on the device that holds {models}; "
+                "free some space there, or set PAYRAIL_DATA_DIR to a directory on a disk with room",
+            },
+        )
+        assert [p.name for p in models.iterdir()] == [INSTALL_LOCK]

@@ -18,7 +18,7 @@ from ..base.reports import emit
 from ..embedders import tuned_models
 from ..model import switch, tuning
 from ..settings import FiniteRange, Settings
-from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change
+from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change, scratch_removed_on_signals
 
 
 @click.group()
@@ -131,7 +131,7 @@ def model_tune(settings: Settings, golden_file, validation_fraction, seed, epoch
     local backend only: OpenAI's models cannot be tuned.
     """
     options = tuning.TuneOptions(validation_fraction, seed, epochs, batch_size, learning_rate, threads, force, record_pairs)
-    with settings.connect() as conn, contextlib.ExitStack() as training:
+    with scratch_removed_on_signals(), settings.connect() as conn, contextlib.ExitStack() as training:
         advance: Callable[[int], None] | None = None
         done = 0
 
@@ -173,7 +173,9 @@ def model_install(settings: Settings, source, as_json):
     Install it on every machine that searches or saves (replicas, every backoffice host) before
     `model switch`.
     """
-    emit(tuning.InstalledModel(tuned_models.install(source, settings.models_dir)), as_json)
+    with scratch_removed_on_signals():
+        installed = tuned_models.install(source, settings.models_dir)
+    emit(tuning.InstalledModel(installed), as_json)
 
 
 @model.command("list")

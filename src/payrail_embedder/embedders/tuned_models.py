@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..base.errors import CodedError
+from ..base.output_files import writing_to
 from ..base.paths import default_data_dir
 from . import local_model
 from .protocol import EmbeddingUnavailable
@@ -42,6 +43,8 @@ MANIFEST = "tuning.json"
 NOT_CONTENT = frozenset({GRAPH_DIR, MANIFEST, "README.md"})
 # Pickled weights run code when they are loaded; a tuned model carries safetensors only.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+UNWRITABLE_HINT = "Make the models directory writable, or set PAYRAIL_DATA_DIR"
+FULL_HINT = "free some space there, or set PAYRAIL_DATA_DIR to a directory on a disk with room"
 COPY_HINT = "copy it from the machine that tuned it and run `payrail-embedder model install DIRECTORY` (docs/embeddings.md, Tuning the local model)"
 
 
@@ -201,7 +204,7 @@ def load_encoder(name: str, directory: Path):
             check_content(model_dir, name)
         except TunedModelError as error:
             raise EmbeddingUnavailable(str(error)) from error
-        local_model.export(model_dir, graph, unwritable_hint="Make the models directory writable, or set PAYRAIL_DATA_DIR")
+        local_model.export(model_dir, graph, unwritable_hint=UNWRITABLE_HINT)
     return local_model.OnnxSentenceEncoder(model_dir, graph)
 
 
@@ -224,27 +227,93 @@ class InstallRunning(CodedError):
     code = "unavailable"
 
 
-# Installs stage their copy in a directory of this prefix inside the models directory, while they
-# hold INSTALL_LOCK (flock): one found while holding the lock was left by an install that was
-# killed (the kernel releases a dead process's lock), and is removed.
+# `model tune` and `model install` work in private scratch directories inside the models directory,
+# named by these prefixes. Each process holds a lock (flock) on its own scratch directory while it
+# lives, and the kernel drops a dead process's lock, so a scratch directory whose lock is free was
+# left by a process killed where nothing could clean up (kill -9, a power cut). Every tune and install
+# removes those before it makes its own: both while holding the models directory's lock (briefly),
+# so a sweep never takes a scratch directory being made, nor one whose process still runs (two
+# tunes at once, a tune beside an install).
+TUNING_PREFIX = ".tuning-"
 STAGING_PREFIX = ".installing-"
+SCRATCH_PREFIXES = (TUNING_PREFIX, STAGING_PREFIX)
+# One install at a time in a models directory: it holds this file's lock while it runs.
 INSTALL_LOCK = ".install.lock"
 
 
 @contextlib.contextmanager
+def _locked_directory(path: Path, flags: int = fcntl.LOCK_EX) -> Iterator[int]:
+    """path, a directory, opened and locked (flock with flags) while the block runs."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, flags)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+# The scratch directories this process holds now: what remove_held_scratch removes when a signal
+# ends the process (the command line's handler), since no block unwinds then.
+_held: set[Path] = set()
+
+
+@contextlib.contextmanager
+def scratch_directory(directory: Path, prefix: str) -> Iterator[Path]:
+    """A private directory in the models directory (prefix: one of SCRATCH_PREFIXES), locked while
+    the block runs and removed afterwards, however the block ends; the scratch directories of
+    processes that were killed are removed first (remove_abandoned)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked_directory(directory):
+        remove_abandoned(directory)
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
+        _held.add(scratch)
+        owned = contextlib.ExitStack()
+        owned.enter_context(_locked_directory(scratch))
+    with owned:
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            _held.discard(scratch)
+
+
+def remove_held_scratch() -> list[Path]:
+    """Removes the scratch directories this process holds, for a signal that ends it; returns them."""
+    held = sorted(_held)
+    for scratch in held:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return held
+
+
+def remove_abandoned(directory: Path) -> list[Path]:
+    """Removes the scratch directories in directory whose lock is free: their process is gone.
+    Called holding directory's lock, so none of them is being made. Returns those removed."""
+    removed = []
+    for scratch in sorted(directory.iterdir()):
+        if not (scratch.name.startswith(SCRATCH_PREFIXES) and scratch.is_dir() and not scratch.is_symlink()):
+            continue
+        try:
+            with _locked_directory(scratch, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                shutil.rmtree(scratch, ignore_errors=True)
+                removed.append(scratch)
+        except BlockingIOError:
+            continue  # its process runs
+    return removed
+
+
+@contextlib.contextmanager
 def staging_directory(directory: Path) -> Iterator[Path]:
-    """A private directory in the models directory to copy and export into, removed afterwards,
-    while no other install runs there; killed installs' leftovers are removed first."""
+    """A scratch directory in the models directory to copy and export into, removed afterwards,
+    while no other install runs there; killed tunes' and installs' leftovers are removed first."""
+    directory.mkdir(parents=True, exist_ok=True)
     lock = os.open(directory / INSTALL_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise InstallRunning(f"another `model install` is running in {directory}; run this one once it has finished") from None
-        for leftover in directory.glob(STAGING_PREFIX + "*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix=STAGING_PREFIX, dir=directory) as scratch:
-            yield Path(scratch)
+        with scratch_directory(directory, STAGING_PREFIX) as scratch:
+            yield scratch
     finally:
         os.close(lock)
 
@@ -276,14 +345,14 @@ def install(source: Path, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / name / "modules.json").is_file():
         return directory / name
-    with staging_directory(directory) as scratch:
+    with writing_to(directory, FULL_HINT), staging_directory(directory) as scratch:
         if (directory / name / "modules.json").is_file():  # installed by an install that ended since the check above
             return directory / name
         staged = scratch / name
         copy_entries(source, entries(source), staged)
         # Checked again as copied: the source may have changed since it was checked.
         check_content(staged, name)
-        local_model.export(staged, staged / GRAPH_DIR, unwritable_hint="Make the models directory writable, or set PAYRAIL_DATA_DIR")
+        local_model.export(staged, staged / GRAPH_DIR, unwritable_hint=UNWRITABLE_HINT)
         return keep(staged, directory)
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 import psycopg
 
 from ..base.errors import CodedError
+from ..base.output_files import writing_to
 from ..base.reports import Report, duration
 from ..base.safe_text import escape_controls
 from ..embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, record_text, tuned_models
@@ -731,14 +732,13 @@ def tune(
     )
     announce(plan)
 
-    models_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".tuning-", dir=models_dir) as scratch:
-        training_seconds, candidate = train_candidate(training, current, Path(scratch) / "deciding", lambda step, steps: progress("tune", step, steps))
+    with writing_to(models_dir, tuned_models.FULL_HINT), tuned_models.scratch_directory(models_dir, tuned_models.TUNING_PREFIX) as scratch:
+        training_seconds, candidate = train_candidate(training, current, scratch / "deciding", lambda step, steps: progress("tune", step, steps))
         measure("tune", candidate)
         report = TuneReport(plan, options, warnings, before, evaluate_candidate(conn, candidate, data.validation), training_seconds=training_seconds)
         if report.better or options.force:
             final = Training(source, final_pairs, options)
-            seconds, kept = train_candidate(final, current, Path(scratch) / "final", lambda step, steps: progress("tune_final", step, steps))
+            seconds, kept = train_candidate(final, current, scratch / "final", lambda step, steps: progress("tune_final", step, steps))
             measure("tune_final", kept)
             trained_on = [query.labelled for query in data.all_queries]
             report.final = FinalModel(
@@ -761,7 +761,7 @@ def train_candidate(training: Training, current: LocalEmbedder, directory: Path,
     seconds = training.run(weights, progress)
     name = tuned_models.tuned_name(tuned_models.base_model(current.model_name), weights)
     staged = weights.rename(directory / name)
-    local_model.export(staged, staged / tuned_models.GRAPH_DIR)
+    local_model.export(staged, staged / tuned_models.GRAPH_DIR, unwritable_hint=tuned_models.UNWRITABLE_HINT)
     return seconds, LocalEmbedder(name, models_dir=directory)
 
 
