@@ -101,6 +101,7 @@ COMMANDS = {
     'payrail-embedder show "Acme Maps / Geocode an address"': RUN,
     "payrail-embedder enable --state draft --yes": RUN,
     'payrail-embedder disable --text "acme maps" --yes': RUN,
+    "payrail-embedder undo --yes": RUN,
     # Advice on the editorial template (docs/operators.md), on the walkthrough's registry.
     "payrail-embedder advise --summary": RUN,
     "payrail-embedder advise --code vague_purpose": RUN,
@@ -299,6 +300,8 @@ def test_many_records_at_once_as_printed(fresh_env):
     ok(fresh_env, "payrail-embedder enable --state draft --yes")
     assert ok(fresh_env, 'payrail-embedder disable --text "acme maps" --yes') == "Disabled 1 record.\n"
     assert "draft: agents cannot find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
+    assert re.fullmatch(r"Enabled 1 record again: bulk action \d+ is undone \(as bulk action \d+\)\.\n", ok(fresh_env, "payrail-embedder undo --yes"))
+    assert "enabled: agents can find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
 
 
 def test_advice_on_the_editorial_template_as_printed(fresh_env):

@@ -13,7 +13,7 @@ create table if not exists payrail.golden_queries (
   added_by text not null,
   added_at timestamptz not null,
   -- The language the question is in, as eval's files tag it ("en", "de", "zh-Hant"): eval
-  -- reports its figures by language. Last: a registry from before it gets it from upgrade 010.
+  -- reports its figures by language. Last: a registry from before it gets it from upgrade 011.
   language text,
   constraint golden_queries_pkey primary key (id)
 );

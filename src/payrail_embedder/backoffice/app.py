@@ -201,18 +201,57 @@ def _refused(request: Request, text: str) -> Response:
     return render(request, "message.html", 400, title="Refused", text=f"Refused: {text} Nothing was changed.")
 
 
+def _bulk_request(params) -> tuple[str, str, str | None] | None:
+    """The action ("enable" or "disable"), filter text and state a bulk request names, or None when one is not one of the list's."""
+    action, text, state = params.get("action"), str(params.get("q", "")).replace("\x00", ""), str(params.get("state", "")) or None
+    if action not in ("enable", "disable") or (state is not None and state not in STATES):
+        return None
+    return action, text, state
+
+
+def _list_url(text: str, state: str | None) -> str:
+    """The records list under this filter."""
+    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
+    return f"/records?{urlencode(kept)}" if kept else "/records"
+
+
+def _bulk_page(request: Request, question: actions.BulkQuestion, action: str, text: str, state: str | None, status_code: int = 200) -> Response:
+    return render(request, "bulk.html", status_code, question=question, action=action, text=text, state=state, back=_list_url(text, state))
+
+
+# “All matching” acts under a filter only: every record is no slip of a click.
+ALL_MATCHING_UNFILTERED = "“all matching” acts under a filter only: filter the list first."
+
+
+@signed_in
+async def confirm_bulk(request: Request, session: Session) -> Response:
+    """The question before Enable / Disable of every record the list's filter matches: how many,
+    which, what agents gain or lose. Its form carries the plan it shows."""
+    asked = _bulk_request(request.query_params)
+    if asked is None:
+        return _incomplete(request)
+    action, text, state = asked
+    if not (text or state):
+        return _refused(request, ALL_MATCHING_UNFILTERED)
+    question = await work(request, session, actions.bulk_question, bulk.Selection.matching(text, state), action == "enable")
+    return _bulk_page(request, question, action, text, state)
+
+
 @signed_in_form
 async def bulk_enable(request: Request, session: Session, form: FormData) -> Response:
-    """Enable or Disable for the records ticked on the list, or for every record its filter matches."""
-    action, scope = form.get("action"), form.get("scope")
-    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
-    if action not in ("enable", "disable") or scope not in ("selected", "matching") or (state is not None and state not in STATES):
+    """Enable or Disable for the records ticked on the list, or, confirmed, for every record its filter matches."""
+    asked, scope = _bulk_request(form), form.get("scope")
+    if asked is None or scope not in ("selected", "matching"):
         return _incomplete(request)
-    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
-    back = redirect(f"/records?{urlencode(kept)}" if kept else "/records")
+    action, text, state = asked
+    back = redirect(_list_url(text, state))
+    confirmed = None
     if scope == "matching":
-        if not kept:  # the list offers "all matching" only under a filter: every record is no slip of a click
-            return _refused(request, "“all matching” acts under a filter only: filter the list first.")
+        if not (text or state):
+            return _refused(request, ALL_MATCHING_UNFILTERED)
+        confirmed = form.get("plan")
+        if not isinstance(confirmed, str) or not confirmed:
+            return _incomplete(request)
         selection = bulk.Selection.matching(text, state)
     else:
         ids = _record_ids(form.getlist("record"))
@@ -224,8 +263,22 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
             session.messages.append(("error", "Nothing was changed: tick the records first."))
             return back
         selection = bulk.Selection.of_ids(ids)
-    session.messages.append(await work(request, session, actions.set_enabled, selection, action == "enable"))
+    outcome = await work(request, session, actions.set_enabled, selection, action == "enable", confirmed)
+    if outcome.asked_again is not None:
+        return _bulk_page(request, outcome.asked_again, action, text, state, 409)
+    session.messages.append((outcome.kind, outcome.text))
     return back
+
+
+@signed_in_form
+async def undo_bulk(request: Request, session: Session, form: FormData) -> Response:
+    """Undo of the operator's last bulk action: the one the list showed (its id in the form), or nothing."""
+    action_id = _record_ids([form.get("bulk_action")])
+    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
+    if not action_id or (state is not None and state not in STATES):
+        return _incomplete(request)
+    session.messages.append(await work(request, session, actions.undo_last, _embedder(request), action_id[0]))
+    return redirect(_list_url(text, state))
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
@@ -567,7 +620,9 @@ ROUTES = [
     Route("/sessions/end", end_session, methods=["POST"]),
     Route("/sessions/end-others", end_other_sessions, methods=["POST"]),
     Route("/records", records),
+    Route("/records/bulk", confirm_bulk, methods=["GET"]),
     Route("/records/bulk", bulk_enable, methods=["POST"]),
+    Route("/records/bulk/undo", undo_bulk, methods=["POST"]),
     Route("/records/new", new_record, methods=["GET"]),
     Route("/records/new", create_record, methods=["POST"]),
     Route("/records/{record_id:int}", record, methods=["GET"]),

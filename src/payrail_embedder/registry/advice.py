@@ -2,7 +2,7 @@
 (a Purpose line that says what the method does, Instructions, Notes, plain text, a docs URL).
 
 Advice, never a rule: it refuses no save and changes no search, and agents never see it. The
-database holds every rule (db/functions/170-template_advice.sql), so psql, `show`, `advise`,
+database holds every rule (db/functions/180-template_advice.sql), so psql, `show`, `advise`,
 `import`'s summary and the backoffice give the same answer; this module only asks it.
 """
 

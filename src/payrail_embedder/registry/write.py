@@ -347,18 +347,27 @@ def _replanned(conn: psycopg.Connection, plans: Sequence[_Plan]) -> list[_Plan]:
     return fresh_plans
 
 
-def _save_all(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], plans: list[_Plan], all_or_nothing: bool) -> None:
+def _save_all(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    plans: list[_Plan],
+    all_or_nothing: bool,
+    in_transaction: Callable[[psycopg.Connection], None] | None = None,
+) -> None:
     """Saves every plan without an outcome in one transaction.
 
     The registry's model is locked first, then the records, in id order (the lock order of every
     writer), and each change is planned again under those locks, so another writer's save since
     the first plan is seen, not overwritten (content that changed meanwhile is embedded now). A
     deadlock redoes the whole transaction, its locks released; vectors made are kept.
+    in_transaction(conn) runs first in that transaction (each time it is redone).
     """
     pending = sorted((i for i, plan in enumerate(plans) if plan.outcome is None), key=lambda i: _lock_order(plans[i]))
 
     def save_once(one_batch: bool) -> None:
         with conn.transaction():
+            if in_transaction is not None:
+                in_transaction(conn)
             with_vector = [embedding for i in pending if (embedding := plans[i].embedding) is not None]
             if with_vector:
                 _adopt(conn, with_vector[0])
@@ -487,6 +496,7 @@ def save_changes(
     seen: dict[bytes, int] | None = None,
     positions: Sequence[int] | None = None,
     progress: Callable[[int], None] = lambda done: None,
+    in_transaction: Callable[[psycopg.Connection], None] | None = None,
 ) -> list[Outcome | None]:
     """Saves changes through payrail.save_provider_method, embedding changed content first; one outcome per change, in order.
 
@@ -494,7 +504,9 @@ def save_changes(
     refuses it), and the changes nothing refused have no outcome (None); otherwise the others
     are saved. checked: check_changes already passed these changes (the rules still hold at the
     save, which refuses what changed meanwhile); seen and positions as for check_changes.
-    progress is called with the number of changes each embedding request covered. conn must be in autocommit mode: the checks,
+    progress is called with the number of changes each embedding request covered.
+    in_transaction(conn) runs first in the transaction that saves, so what it writes commits or
+    rolls back with the changes (bulk.undo begins its bulk action there). conn must be in autocommit mode: the checks,
     the embedding and the save are separate steps. Raises EmbeddingUnavailable and
     RegistryModelMismatch (nothing saved), TransientFailure, and psycopg errors that are not a
     refusal of a change (the database went away).
@@ -509,7 +521,7 @@ def save_changes(
         _check_rules(conn, plans, seen, positions, in_database=any(p.needs_embedding for p in plans))
     if not (all_or_nothing and any(p.outcome is not None for p in plans)):
         _embed(conn, embedder_factory, [p for p in plans if p.outcome is None], progress)
-        _save_all(conn, embedder_factory, plans, all_or_nothing)
+        _save_all(conn, embedder_factory, plans, all_or_nothing, in_transaction)
     if all_or_nothing and not all(isinstance(p.outcome, Saved) for p in plans):
         # Nothing was saved; a change no rule refused has no outcome of its own.
         return [None if p.outcome is None or isinstance(p.outcome, Saved) else p.outcome for p in plans]

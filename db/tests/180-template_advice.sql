@@ -1,4 +1,4 @@
--- Advice on the editorial template (db/functions/170-template_advice.sql): every rule as
+-- Advice on the editorial template (db/functions/180-template_advice.sql): every rule as
 -- docs/operators.md states it, what is not advice, advice over stored records and its counts,
 -- who may read it, and that it never refuses a save nor reaches search.
 begin;

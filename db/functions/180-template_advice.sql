@@ -8,7 +8,7 @@ do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(),
 -- none of them (its functions name none). Operators read it (psql, the backoffice, `payrail-embedder
 -- advise`, `show`, `import`'s summary); agents cannot (900-grants.sql). Every face asks these
 -- functions: the rules have no other copy. docs/operators.md, "Advice on the editorial template",
--- states each rule; db/tests/170-template_advice.sql holds them to it.
+-- states each rule; db/tests/180-template_advice.sql holds them to it.
 
 create or replace function payrail.get_template_advice_kinds()
 returns table (code text, summary text, fix text)
