@@ -178,7 +178,7 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (tune_report(), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd", "all-MiniLM-L6-v2", 40, 100]),
     (tuning.InstalledModel(Path("/models/all-MiniLM-L6-v2-tuned-0123abcd")), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd"]),
     (
-        tuning.TunedModels(Path("/models"), [{"name": "m-tuned-1", "path": "/models/m-tuned-1", "exported": True, "tuning": None}]),
+        tuning.TunedModels(Path("/models"), [{"name": "m-tuned-1", "path": "/models/m-tuned-1", "exported": True, "tuning": None, "tuningProblem": None}]),
         ["m-tuned-1", "/models/m-tuned-1"],
     ),
 ]
