@@ -314,7 +314,17 @@ def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
 def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
     applied = shell(fresh_env, "payrail-embedder db apply")
     assert applied.returncode == 0, applied.stderr
-    assert ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n").startswith("created login booking_agent")
+    added = ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n")
+    assert added.startswith("created login booking_agent"), added
+    # The URL it prints is the embedded default's socket, and psql connects with it as the login,
+    # the password given apart; with another password PostgreSQL refuses it.
+    url = re.search(r"^agents connect with (\S+) \(the password apart", added, flags=re.M).group(1)
+    assert re.fullmatch(r"postgresql://booking_agent@/payrail\?host=/\S+/postgresql-18&port=\d+", url), url
+    assert url.split("host=")[1].startswith(fresh_env["HOME"]) and "passphrase" not in url
+    login = 'psql -X -w -At -c "select current_user" "$URL"'
+    assert shell({**fresh_env, "URL": url, "PGPASSWORD": "a long passphrase"}, login).stdout == "booking_agent\n"
+    refused = shell({**fresh_env, "URL": url, "PGPASSWORD": "another passphrase"}, login)
+    assert refused.returncode != 0 and "password authentication failed" in refused.stderr, refused.stderr
     tokens = REPO / "agent-tokens"
     port = unused_port()
     try:

@@ -9,7 +9,7 @@ import json
 import os
 import pwd
 import subprocess
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import anyio
 import jsonschema
@@ -17,11 +17,16 @@ import psycopg
 import pytest
 
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.postgres.local_server import use_hba_rules
 from payrail_test_support import CLI
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches
 from payrail_test_support.cli import run_cli, run_cli_subprocess
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.pgbouncer import PASSWORD as PGBOUNCER_PASSWORD
+from payrail_test_support.pgbouncer import start_pgbouncer
 from payrail_test_support.ports import unused_port
 from payrail_test_support.remote_agents import TOOL, McpHttpServer, bearer, call_tool, write_tokens
+from payrail_test_support.servers import embedded_bin
 
 ALL_INTERFACES = "0.0.0.0"
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -260,12 +265,6 @@ def test_on_loopback_no_token_is_asked_and_a_foreign_host_name_is_refused(agents
         server.stop()
 
 
-def login_url(database_url: str, name: str) -> str:
-    with connect(database_url) as conn:
-        info = conn.info
-        return psycopg.conninfo.make_conninfo(host=info.host, port=info.port, dbname=info.dbname, user=name)
-
-
 def role(database_url: str, name: str) -> dict | None:
     with connect(database_url) as conn:
         row = conn.execute(
@@ -288,13 +287,15 @@ def test_agent_add_makes_a_login_that_can_search_and_read_nothing(agents_env, da
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("created login booking_agent with a password, granted payrail_agent only, at most 20 connections"), result.stdout
+    url = printed_url(result.stdout)
     assert role(database_url, "booking_agent") == {
         "limit": 20,
         "settings": ["idle_in_transaction_session_timeout=10s", "statement_timeout=2s"],
         "grants": ["payrail_agent"],
         "password": True,
     }
-    with psycopg.connect(login_url(database_url, "booking_agent"), password="a long passphrase") as conn:
+    with psycopg.connect(url, password="a long passphrase") as conn:
+        assert conn.execute("select current_user").fetchone() == ("booking_agent",)
         assert conn.execute("select provider from payrail.search_provider_methods('Stripe')").fetchall()
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("select * from payrail.provider_methods")
@@ -304,6 +305,7 @@ def test_agent_add_makes_a_login_that_can_search_and_read_nothing(agents_env, da
     assert json.loads(again.stdout) == {
         "login": "booking_agent",
         "created": False,
+        "url": url,
         "grants": ["payrail_agent"],
         "otherRoles": [],
         "connectionLimit": 5,
@@ -350,3 +352,75 @@ def test_agent_add_never_makes_an_agent_of_a_role_that_reads_more_and_changes_no
     assert role(database_url, hostile)["grants"] == ["payrail_agent"]
     with connect(database_url) as conn:
         assert conn.execute("select count(*) from payrail.provider_methods").fetchone()[0] == len(CATALOG)
+
+
+def printed_url(stdout: str) -> str:
+    """The URL agent add's text names for the login."""
+    line = stdout.splitlines()[1]
+    assert line.startswith("agents connect with postgresql://"), stdout
+    return line.split()[3]
+
+
+@pytest.fixture
+def scram_registry(own_server, registry_url) -> str:
+    """A registry on a server of the module's own (18 and 16) that asks every login but postgres for
+    its password (scram-sha-256), as the embedded default does."""
+    use_hba_rules(own_server.handle.get_uri("postgres"), "local all postgres trust\nlocal all all scram-sha-256\n")
+    return registry_url
+
+
+def test_the_url_agent_add_prints_connects_as_the_login_with_its_password_given_apart(scram_registry, openai_fake, tmp_path):
+    """Over the server's Unix socket: postgresql://NAME@/DATABASE?host=DIRECTORY&port=PORT, every
+    part percent-encoded, which psql and psycopg read alike; PostgreSQL checks the password."""
+    env = cli_environment(scram_registry, openai_fake, tmp_path)
+    name, password = "booking agent/é", "a long passphrase"
+    made = run_cli(env, "agent", "add", name, "--password-stdin", input=password + "\n")
+    assert made.returncode == 0, made.stderr
+    url = printed_url(made.stdout)
+    assert made.stdout.splitlines()[1].endswith(f"{url} (the password apart: in PGPASSWORD or ~/.pgpass)"), made.stdout
+    with psycopg.connect(scram_registry) as conn:
+        socket_dir, port, database = conn.info.host, conn.info.port, conn.info.dbname
+    assert url == f"postgresql://booking%20agent%2F%C3%A9@/{database}?host={socket_dir}&port={port}", url
+    as_json = run_cli(env, "agent", "add", name, "--password-stdin", "--json", input=password + "\n")
+    assert json.loads(as_json.stdout)["url"] == url and password not in made.stdout + as_json.stdout
+    assert "password" not in psycopg.conninfo.conninfo_to_dict(url)
+
+    psql = embedded_bin(18) / "psql"
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
+    for given, answered in ((password, True), ("another passphrase", False), (None, False)):
+        result = subprocess.run(
+            [str(psql), "-X", "-w", "-At", "-c", "select current_user, current_database()", url],
+            env=clean | ({"PGPASSWORD": given} if given else {}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (result.returncode == 0) == answered, (given, result.stderr)
+        if answered:
+            assert result.stdout == f"{name}|{database}\n", result.stdout
+        else:
+            assert "password" in result.stderr, result.stderr
+    with psycopg.connect(url, password=password) as conn:
+        assert conn.execute("select current_user").fetchone() == (name,)
+        assert conn.execute("select payrail.query_takes_name_path('Stripe')").fetchone() == (False,)  # an empty registry
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("select * from payrail.provider_methods")
+
+
+def test_through_a_network_address_the_url_names_its_host_port_and_sslmode(server, database_url, openai_fake, tmp_path):
+    """Over TCP (here PgBouncer on 127.0.0.1, which checks the password): postgresql://NAME@HOST:PORT/DATABASE,
+    and the sslmode the command's own connection asked for."""
+    bouncer = start_pgbouncer(server.admin_url)
+    try:
+        env = cli_environment(bouncer.through(database_url) + "?sslmode=disable", openai_fake, tmp_path)
+        made = run_cli(env, "agent", "add", "tcp_agent", "--password-stdin", "--json", input=PGBOUNCER_PASSWORD + "\n")
+        assert made.returncode == 0, made.stderr
+        url = json.loads(made.stdout)["url"]
+        assert url == f"postgresql://tcp_agent@127.0.0.1:{bouncer.port}{urlsplit(database_url).path}?sslmode=disable", url
+        bouncer.allow("tcp_agent")
+        with psycopg.connect(url, password=PGBOUNCER_PASSWORD) as conn:
+            assert conn.execute("select current_user").fetchone() == ("tcp_agent",)
+        with pytest.raises(psycopg.OperationalError, match="authentication failed"):
+            psycopg.connect(url, password="another passphrase").close()
+    finally:
+        bouncer.stop()

@@ -124,7 +124,9 @@ def agent():
 def agent_add(settings: Settings, name, password_stdin, no_password, connection_limit, statement_timeout, idle_in_transaction_timeout, as_json):
     """Create the login NAME granted payrail_agent only, with a connection limit and timeouts.
 
-    The login can call the search functions and read nothing else (docs/security.md); search
+    Prints the URL the login connects with (the server and database this command connected to,
+    the embedded default's socket included), never the password. The login can call the search
+    functions and read nothing else (docs/security.md); search
     holds its sessions to the timeouts given here, which the registry keeps (payrail.agent_logins:
     the login cannot lift them; run it as the registry's owner). Asks for the password twice (or
     reads it with --password-stdin; --no-password for peer or certificate authentication); the
