@@ -339,6 +339,18 @@ def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
             searched = shell(fresh_env, 'payrail-embedder search "send an SMS" --json')
             assert answer == json.loads(searched.stdout) and len(answer["matches"]) == 3, answer
             assert json.loads(shell({**fresh_env, "TOKEN": "wrong" * 8}, curl).stdout)["error"] == "unauthorized"
+            # docs/agents.md's Python client, as printed, at this server: a good token gets the
+            # matches search answers; a wrong one, the 401 in words and a non-zero exit.
+            block = next(block for block in code_blocks(read(DOCS / "agents.md"), "python") if "PAYRAIL_AGENT_TOKEN" in block)
+            client = {**fresh_env, "BLOCK": block, "PAYRAIL_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
+            printed = shell({**client, "PAYRAIL_AGENT_TOKEN": token}, 'python -c "$BLOCK"')
+            sms = json.loads(ok(fresh_env, 'payrail-embedder search "send an SMS to a customer" --json'))["matches"]
+            assert printed.returncode == 0 and printed.stdout.splitlines() == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms], printed
+            refused = shell({**client, "PAYRAIL_AGENT_TOKEN": "wrong" * 8}, 'python -c "$BLOCK"')
+            assert refused.returncode == 1 and refused.stdout == "", refused
+            assert refused.stderr == (
+                "cannot search the registry: 401 unauthorized: the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)\n"
+            ), refused.stderr
     finally:
         tokens.unlink(missing_ok=True)
 

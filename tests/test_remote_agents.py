@@ -77,27 +77,39 @@ def test_every_request_needs_an_agents_token_and_nothing_else_passes(served, tok
     ok_status, _, answer = served.get("/search?query=Stripe", bearer(token))
     assert ok_status == 200 and answer == {"matches": [as_match(r) for r in CATALOG[:2]]}, answer
 
+    # Each refusal says what was wrong, in RFC 6750's challenge too (no error for a request that presented no token).
+    none = ("", "present an agent's token in an Authorization header: Bearer TOKEN")
+    wrong = (', error="invalid_token"', "the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)")
     refusals = {
-        "no header": {},
-        "a wrong token": bearer("x" * 64),
-        "another scheme": {"Authorization": f"Basic {token}"},
-        "a token one character short": bearer(token[:-1]),
-        "a token and more": bearer(token + "0"),
-        "two headers, one right": [("Authorization", f"Bearer {token}"), ("Authorization", "Bearer " + "y" * 64)],
-        "bytes that are not ASCII": {"Authorization": "Bearer " + "\u00e9" * 64},
-        "a header of 40 KB": bearer("z" * 40_000),
+        "no header": ({}, none),
+        "a wrong token": (bearer("x" * 64), wrong),
+        "another scheme": ({"Authorization": f"Basic {token}"}, none),
+        "a token one character short": (bearer(token[:-1]), wrong),
+        "a token and more": (bearer(token + "0"), wrong),
+        "two headers, one right": (
+            [("Authorization", f"Bearer {token}"), ("Authorization", "Bearer " + "y" * 64)],
+            (', error="invalid_request"', "give one Authorization header, not several: Bearer TOKEN"),
+        ),
+        "bytes that are not ASCII": ({"Authorization": "Bearer " + "\u00e9" * 64}, wrong),
+        "a header of 40 KB": (bearer("z" * 40_000), wrong),
     }
-    for attack, headers in refusals.items():
+    for attack, (headers, (challenge, detail)) in refusals.items():
         status, response_headers, body = served.get("/search?query=Stripe", headers)
         assert status == 401, (attack, status, body)
-        assert response_headers["www-authenticate"] == 'Bearer realm="payrail-agent-search"', attack
-        assert body == {"error": "unauthorized", "detail": "present an agent's bearer token: Authorization: Bearer TOKEN"}, attack
+        assert response_headers["www-authenticate"] == 'Bearer realm="payrail-agent-search"' + challenge, attack
+        assert body == {"error": "unauthorized", "detail": detail}, attack
     # A token in the URL is never read; the MCP endpoint and the OpenAPI document are guarded alike.
     assert served.get(f"/search?query=Stripe&access_token={token}")[0] == 401
     assert served.get("/openapi.json")[0] == 401
     assert served.get("/mcp")[0] == 401
-    with pytest.raises(Exception, match="unhandled errors"):  # the SDK's client, refused at its first request
+    # The SDK's client, refused at its first request, says so in the server's words (its handshake's
+    # error comes wrapped in the SDK's task groups), and carries the one shape as the error's data.
+    with pytest.raises(ExceptionGroup) as refused:
         call_tool(served.port, None, "Stripe")
+    error = refused.value
+    while isinstance(error, ExceptionGroup):
+        error = error.exceptions[0]
+    assert str(error) == f"401 unauthorized: {none[1]}" and error.error.data == {"error": "unauthorized", "detail": none[1]}, error
     # A header far past any real one is refused by the HTTP layer; the server lives on.
     try:
         oversized = served.get("/search?query=Stripe", bearer("z" * 200_000))[0]
@@ -145,6 +157,16 @@ def test_the_openapi_document_describes_what_search_answers(served, tokens, open
     assert operation["operationId"] == TOOL
     assert [(p["name"], p["in"], p["required"], p["schema"]["maxLength"]) for p in operation["parameters"]] == [("query", "query", True, 2000)]
     assert document["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    # servers: the URL the request reached, by the address or the name it was asked at; https where
+    # a reverse proxy on this machine says so. A Host that names no server is never echoed.
+    assert document["servers"] == [{"url": f"http://127.0.0.1:{served.port}"}]
+    assert list(document)[:3] == ["openapi", "info", "servers"]
+    by_name = served.get("/openapi.json", bearer(token), host=f"localhost:{served.port}")[2]
+    assert by_name["servers"] == [{"url": f"http://localhost:{served.port}"}]
+    proxied = served.get("/openapi.json", {**bearer(token), "X-Forwarded-Proto": "https"}, host="registry.example.com")[2]
+    assert proxied["servers"] == [{"url": "https://registry.example.com"}]
+    for host in ('evil"><script>', "a b", "registry.example.com/path", "user@registry.example.com"):
+        assert served.get("/openapi.json", bearer(token), host=host)[2]["servers"] == [{"url": f"http://127.0.0.1:{served.port}"}], host
     # Real answers and errors validate against the schemas it gives for their status.
     registry = {"$id": "urn:payrail-openapi", **document}
 
@@ -212,6 +234,7 @@ def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clie
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
 
     booking, travel = tokens["booking-agent"], tokens["travel-agent"]
 
@@ -220,13 +243,15 @@ def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clie
         async with http, Client(streamable_http_client(f"http://127.0.0.1:{served.port}/mcp", http_client=http)) as client:
             answered = await client.call_tool(TOOL, {"query": "Stripe"})
             write_tokens(token_file, [f"travel-agent {travel}"])
-            with pytest.raises(Exception) as refused:
+            with pytest.raises(MCPError) as refused:
                 await client.call_tool(TOOL, {"query": "Stripe"})
             return answered, refused.value
 
     answered, refused = anyio.run(main)
     assert answered.structured_content == {"matches": [as_match(r) for r in CATALOG[:2]]}
-    assert "error response" in str(refused), refused
+    # The SDK raises the refusal in the server's words (an MCPError, its data the one shape).
+    assert str(refused) == "401 unauthorized: the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)", refused
+    assert refused.error.data["error"] == "unauthorized", refused
     assert "event=http_refused unauthorized=1" in served.text()  # refused at the gate, its first refusal
     # No session ID is ever given, and no stream is held open for server-sent messages.
     initialize = {
@@ -238,7 +263,7 @@ def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clie
     status, headers, _ = served.post("/mcp", initialize, bearer(travel))
     assert status == 200 and "mcp-session-id" not in headers, headers
     status, headers, body = served.get("/mcp", {**bearer(travel), "Accept": "text/event-stream"})
-    assert status == 405 and headers["allow"] == "POST" and body["error"] == "invalid_request", body
+    assert status == 405 and headers["allow"] == "POST" and body["error"]["data"]["error"] == "invalid_request", body
 
 
 @pytest.mark.parametrize("encoded", ["%FF", "caf%E9", "%C3%28", "%ED%A0%80", "Stripe%80"])
