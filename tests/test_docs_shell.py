@@ -332,7 +332,17 @@ def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
 def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
     applied = shell(fresh_env, "payrail-embedder db apply")
     assert applied.returncode == 0, applied.stderr
-    assert ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n").startswith("created login booking_agent")
+    added = ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n")
+    assert added.startswith("created login booking_agent"), added
+    # The URL it prints is the embedded default's socket, and psql connects with it as the login,
+    # the password given apart; with another password PostgreSQL refuses it.
+    url = re.search(r"^agents connect with (\S+) \(the password apart", added, flags=re.M).group(1)
+    assert re.fullmatch(r"postgresql://booking_agent@/payrail\?host=/\S+/postgresql-18&port=\d+", url), url
+    assert url.split("host=")[1].startswith(fresh_env["HOME"]) and "passphrase" not in url
+    login = 'psql -X -w -At -c "select current_user" "$URL"'
+    assert shell({**fresh_env, "URL": url, "PGPASSWORD": "a long passphrase"}, login).stdout == "booking_agent\n"
+    refused = shell({**fresh_env, "URL": url, "PGPASSWORD": "another passphrase"}, login)
+    assert refused.returncode != 0 and "password authentication failed" in refused.stderr, refused.stderr
     tokens = REPO / "agent-tokens"
     port = unused_port()
     try:
@@ -347,6 +357,18 @@ def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
             searched = shell(fresh_env, 'payrail-embedder search "send an SMS" --json')
             assert answer == json.loads(searched.stdout) and len(answer["matches"]) == 3, answer
             assert json.loads(shell({**fresh_env, "TOKEN": "wrong" * 8}, curl).stdout)["error"] == "unauthorized"
+            # docs/agents.md's Python client, as printed, at this server: a good token gets the
+            # matches search answers; a wrong one, the 401 in words and a non-zero exit.
+            block = next(block for block in code_blocks(read(DOCS / "agents.md"), "python") if "PAYRAIL_AGENT_TOKEN" in block)
+            client = {**fresh_env, "BLOCK": block, "PAYRAIL_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
+            printed = shell({**client, "PAYRAIL_AGENT_TOKEN": token}, 'python -c "$BLOCK"')
+            sms = json.loads(ok(fresh_env, 'payrail-embedder search "send an SMS to a customer" --json'))["matches"]
+            assert printed.returncode == 0 and printed.stdout.splitlines() == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms], printed
+            refused = shell({**client, "PAYRAIL_AGENT_TOKEN": "wrong" * 8}, 'python -c "$BLOCK"')
+            assert refused.returncode == 1 and refused.stdout == "", refused
+            assert refused.stderr == (
+                "cannot search the registry: 401 unauthorized: the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)\n"
+            ), refused.stderr
     finally:
         tokens.unlink(missing_ok=True)
 

@@ -87,7 +87,10 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (deploy.ApplyResult("postgresql://registry@db/payrail", True, "shared", 31, ["003"], seconds=2.5), ["postgresql://registry@db/payrail", 31, "003"]),
     (deploy.Roles(["payrail_agent"], ["payrail_operator"]), ["payrail_agent", "payrail_operator"]),
     (logins.OperatorAdded("alice", True), ["alice"]),
-    (logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False, ("hba_agents",)), ["booking_agent", 7, "2s", "10s", "hba_agents"]),
+    (
+        logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False, "postgresql://booking_agent@db:5432/registry", ("hba_agents",)),
+        ["booking_agent", 7, "2s", "10s", "hba_agents", "postgresql://booking_agent@db:5432/registry"],
+    ),
     (
         stored.ShownRecord({**STORED, "enabled": False, "embedded": False, "saved_by": "bob"}, (NO_DOCS,)),
         [7, "draft needing an embedding", "bob", "Purpose: refunds a charge", "no_docs_url", "The record has no docs URL."],
