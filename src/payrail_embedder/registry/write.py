@@ -28,7 +28,7 @@ from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors, made_once
 from ..postgres import connection
 from ..postgres.connection import SelfPinned
-from . import refusals
+from . import refusals, stored
 from .changes import AnyChange, AsStored, Change, Conflict, Embedding, Outcome, Refused, Saved, as_json, saved_of, unsaved_of
 from .embedding_model import EmbeddingModel, embedder_for, refuse_another_model, refuse_other_dimensions
 from .records import unstorable_fields, with_ascii_hosts
@@ -42,7 +42,13 @@ M_co = TypeVar("M_co", covariant=True)
 MOST_CALLS = 5
 
 SAVE = SelfPinned("select * from payrail.save_provider_methods(payrail.provider_method_changes(%s, %s), %s)")
-DELETE = SelfPinned("select payrail.delete_provider_method(%s, %s, %s)")
+# The record read and deleted in one statement: by the snapshot the statement starts with, then
+# through payrail.delete_provider_method, which locks it and refuses another version.
+DELETE = SelfPinned(
+    f"""select {stored.RECORD_COLUMNS}, payrail.delete_provider_method(pm.id, %s, %s)
+        from {stored.RECORDS} as pm where pm.id operator(pg_catalog.=) %s"""
+)
+DELETE_ALONE = SelfPinned("select payrail.delete_provider_method(%s, %s, %s)")
 
 
 class TransientFailure(CodedError):
@@ -207,7 +213,7 @@ def _key_digest(key: tuple) -> bytes:
     return hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int, *, with_golden_queries: bool = False) -> Conflict | Refused | None:
+def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int | None, *, with_golden_queries: bool = False) -> Conflict | Refused | None:
     """Deletes the record through payrail.delete_provider_method if it is still at the version
     the caller read; a Conflict otherwise. Refused, naming them, while golden queries name it,
     unless with_golden_queries: then it leaves them, and those it alone answered go too.
@@ -215,15 +221,25 @@ def delete_record(conn: psycopg.Connection, record_id: int, expected_version: in
     The history keeps the deleted version (tg_provider_methods__record_history), so it can be
     restored as a new draft; it keeps no golden query.
     """
+    return deleted_record(conn, record_id, expected_version, with_golden_queries=with_golden_queries)[1]
+
+
+def deleted_record(
+    conn: psycopg.Connection, record_id: int, expected_version: int | None, *, with_golden_queries: bool = False
+) -> tuple[dict | None, Conflict | Refused | None]:
+    """delete_record, in one statement that also reads the record it deletes: (the record as it
+    was, as stored.get reads it, None), or (None, why it was not deleted)."""
     try:
-        conn.execute(DELETE, (record_id, expected_version, with_golden_queries))
+        row = conn.cursor(row_factory=dict_row).execute(DELETE, (expected_version, with_golden_queries, record_id)).fetchone()
+        if row is None:  # deleted meanwhile: the delete says so in its words
+            conn.execute(DELETE_ALONE, (record_id, expected_version, with_golden_queries))
     except psycopg.Error as error:
         if error.sqlstate == errcodes.FOREIGN_KEY_VIOLATION:
-            return Refused(database_reason(error))
+            return None, Refused(database_reason(error))
         if error.sqlstate != errcodes.RECORD_CHANGED:
             raise
-        return Conflict(error.diag.message_primary or str(error))
-    return None
+        return None, Conflict(error.diag.message_primary or str(error))
+    return row, None
 
 
 class Measure(Protocol[M_co]):
