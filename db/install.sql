@@ -41,6 +41,7 @@ set client_min_messages = warning;
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql
 \ir functions/132-provider_method_list_entries.sql
+\ir functions/134-list_provider_methods.sql
 \ir functions/140-save_provider_method.sql
 \ir functions/142-delete_provider_method.sql
 \ir functions/146-save_provider_methods.sql

@@ -74,6 +74,7 @@ grant execute on function
 
 -- Operators: the public fields and enabled; never the vector columns. The records list reads the
 -- list entries (counts, filters); only the trigger tg_provider_methods__keep_list_entry writes them.
+grant execute on function payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean) to payrail_operator, payrail_embedder;
 grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
                 payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_operator;
 grant insert (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),

@@ -45,7 +45,7 @@ class Selection:
     @classmethod
     def matching(cls, text: str = "", state: str | None = None) -> Selection:
         """ValueError for an unknown state (one of stored.STATES or None)."""
-        stored.filter_conditions(text, state)
+        stored.check_state(state)
         return cls(text=text, state=state)
 
     def _ids(self) -> sql.Composable:
@@ -53,10 +53,9 @@ class Selection:
         if self.record_ids is not None:
             where = sql.SQL("pm.id = any({}::bigint[])").format(sql.Literal(list(self.record_ids)))
         else:
-            # The filter as the list applies it, on the narrow list entries.
-            conditions = stored.filter_conditions(self.text, self.state) or [sql.SQL("true")]
-            where = sql.SQL("pm.id in (select e.provider_method_id from {} as e where {})").format(
-                sql.SQL(stored.LIST_ENTRIES), sql.SQL(" and ").join(conditions)
+            # The records the list shows for the filter (payrail.list_provider_methods).
+            where = sql.SQL("pm.id = any(select l.id from payrail.list_provider_methods({}, {}) as l)").format(
+                sql.Literal(self.text.replace("\x00", "") or None), sql.Literal(self.state)
             )
         return sql.SQL("select pm.id from payrail.provider_methods as pm where {} order by pm.id").format(where)
 
