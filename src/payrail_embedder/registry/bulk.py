@@ -1,16 +1,17 @@
 """Enable, disable or delete many records at once: those named by id, or every one the records list's filter matches.
 
 The backoffice's bulk actions (and the command line's `enable` / `disable`) call set_enabled. It
-changes only `enabled`, with one UPDATE in one transaction, so the table's triggers do what they
-do for a single save: a new version of each record changed, saved_by the acting role, the
-history keeping the version before. The rule that decides is the database's: an enabled record
-needs a vector of its current content by the registry's model (provider_methods_enabled_needs_
-embedding_check, asked through payrail.provider_method_states). A draft without one is left a
-draft and counted as refused: the others are enabled all the same, since an operator who enables
-"every draft" after an import wants what can be found enabled now, and the rest named with what
-to do. Unlike a single save, a bulk enable embeds nothing: `payrail-embedder sync` embeds every
-draft that needs it, outside any transaction, and a web request never waits for thousands of
-embeddings. Anything else that fails (the database, a lock that kept deadlocking) changes nothing.
+saves each record as stored with its new `enabled` through the write path's statement
+(payrail.save_provider_methods), in one transaction, so the table's triggers do what they do for
+a single save: a new version of each record changed, saved_by the acting role, the history
+keeping the version before. The rule that decides is the database's: an enabled record needs a
+vector of its current content by the registry's model, and the statement answers which drafts
+have none (needs_embedding). Such a draft is left a draft and counted as refused: the others are
+enabled all the same, since an operator who enables "every draft" after an import wants what can
+be found enabled now, and the rest named with what to do. Unlike a single save, a bulk enable
+embeds nothing: `payrail-embedder sync` embeds every draft that needs it, outside any
+transaction, and a web request never waits for thousands of embeddings. Anything else that fails
+(the database, a lock that kept deadlocking) changes nothing.
 
 delete_records is the same shape for payrail.delete_provider_method: records golden queries name
 are kept and counted (unless with_golden_queries), the others deleted.
@@ -26,7 +27,8 @@ from psycopg import sql
 
 from ..base.reports import Report
 from . import stored
-from .write import retry_transient
+from .changes import AsStored
+from .write import answered, retry_transient
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Selection:
         stored.check_state(state)
         return cls(text=text, state=state)
 
-    def _ids(self) -> sql.Composable:
+    def _ids(self) -> sql.Composed:
         """A statement selecting the ids of the records it names, in id order (_locked adds the lock)."""
         if self.record_ids is not None:
             where = sql.SQL("pm.id = any({}::bigint[])").format(sql.Literal(list(self.record_ids)))
@@ -147,33 +149,45 @@ def count(conn: psycopg.Connection, selection: Selection) -> int:
 
 def set_enabled(conn: psycopg.Connection, selection: Selection, enabled: bool, *, preview: bool = False) -> BulkResult:
     """Sets enabled on every record of the selection that the rules allow, in one transaction;
-    preview: says what it would do, writing nothing.
+    preview: the same, rolled back, to say what it would do.
 
     Enabling leaves a draft without a current vector a draft (BulkResult.needing_embedding, its
     reason in refusals()); the rest are enabled all the same. Disabling is never refused. Each
     record changed gets a new version and a history entry, saved by the acting role, as a single
-    save makes; a record already so is left alone (no new version). Records are locked in id order
-    (every writer's lock order), so a concurrent save waits or is waited for, never overwritten
-    half-way. A deadlock redoes the transaction (TransientFailure when it keeps happening); any other
-    failure raises and changes nothing. conn may be in autocommit mode or in a transaction (then a
-    savepoint is used, and the caller's commit decides).
+    save makes; a record already so is left alone (no new version). The write path's statement
+    locks the records in id order (every writer's lock order), so a concurrent save waits or is
+    waited for, never overwritten half-way. A deadlock redoes the transaction (TransientFailure
+    when it keeps happening); any other failure raises and changes nothing. conn may be in
+    autocommit mode or in a transaction (then a savepoint is used, and the caller's commit decides).
     """
 
     def once() -> BulkResult:
-        with conn.transaction():
-            ids = _locked(conn, selection)
-            states = conn.execute(
-                f"select pm.id, pm.enabled, pm.has_current_vector from {stored.RECORDS} as pm where pm.id = any(%s) order by pm.id",
-                (ids,),
-            ).fetchall()
-            already = tuple(record_id for record_id, is_enabled, _ in states if is_enabled == enabled)
-            needing = tuple(record_id for record_id, is_enabled, current in states if enabled and not is_enabled and not current)
-            changed = tuple(record_id for record_id, is_enabled, current in states if is_enabled != enabled and (current or not enabled))
-            if changed and not preview:
-                conn.execute("update payrail.provider_methods as pm set enabled = %s where pm.id = any(%s)", (enabled, list(changed)))
-        return BulkResult(enabled, changed, already, needing, _not_found(selection, ids), applied=not preview)
+        with conn.transaction(force_rollback=preview):
+            ids = [row[0] for row in conn.execute(selection._ids())]
+            outcomes = dict(zip(ids, _saved_as_stored(conn, ids, enabled)))
+            # The save is all or nothing: the drafts that need a vector, and records deleted
+            # meanwhile, are left out, and the others saved.
+            kept = [record_id for record_id in ids if outcomes[record_id] == "ready"]
+            if kept:
+                outcomes |= dict(zip(kept, _saved_as_stored(conn, kept, enabled)))
+        found = [record_id for record_id in ids if outcomes[record_id] != "conflict"]
+        return BulkResult(
+            enabled,
+            tuple(record_id for record_id in found if outcomes[record_id] == "updated"),
+            tuple(record_id for record_id in found if outcomes[record_id] == "unchanged"),
+            tuple(record_id for record_id in found if outcomes[record_id] == "needs_embedding"),
+            _not_found(selection, found),
+            applied=not preview,
+        )
 
     return retry_transient(once)
+
+
+def _saved_as_stored(conn: psycopg.Connection, ids: list[int], enabled: bool) -> list[str]:
+    """Each record as stored, with enabled, through payrail.save_provider_methods: each one's outcome."""
+    if not ids:
+        return []
+    return [answer["outcome"] for answer in answered(conn, [AsStored(record_id, enabled) for record_id in ids], [None] * len(ids), embed_drafts=False)]
 
 
 def _locked(conn: psycopg.Connection, selection: Selection) -> list[int]:
