@@ -316,7 +316,8 @@ def decode_cursor(cursor: str) -> tuple[str, str, int]:
         raise ValueError("not a page cursor") from None
     if not (isinstance(key, list) and len(key) == 3 and isinstance(key[0], str) and isinstance(key[1], str)):
         raise ValueError("not a page cursor")
-    if type(key[2]) is not int or "\x00" in key[0] + key[1]:
+    # A record id is a bigint: another number is no row's key.
+    if type(key[2]) is not int or not -(2**63) <= key[2] < 2**63 or "\x00" in key[0] + key[1]:
         raise ValueError("not a page cursor")
     return key[0], key[1], key[2]
 
