@@ -199,7 +199,8 @@ $$payrail._broken_rules' rules in one line: "docs_url: must be ... Write ... (pr
 
 create or replace function payrail.save_provider_methods(
   p_changes payrail.provider_method_change[],
-  p_embed_drafts boolean default true
+  p_embed_drafts boolean default true,
+  p_checked boolean default false
 )
 returns setof payrail.provider_method_outcome
 language plpgsql
@@ -437,8 +438,9 @@ begin
   -- Not saved. Every change whose fields stand to be judged is written as a draft, in a block that
   -- is always undone: at once first (nearly always nothing refuses), then, if something did, one at
   -- a time, each in a block of its own, asking the rules' words for each that fails; later
-  -- changes see the earlier ones, so two changes that collide are told so.
-  for v_pass in 1 .. 2 loop
+  -- changes see the earlier ones, so two changes that collide are told so. Changes the caller
+  -- checked already (p_checked) are not judged again for a vector they need.
+  for v_pass in 1 .. case when v_blocked and p_checked then 0 else 2 end loop
     v_failed := false;
     begin
       foreach i in array v_order loop
@@ -492,7 +494,7 @@ begin
 end
 $$;
 
-comment on function payrail.save_provider_methods(payrail.provider_method_change[], boolean) is
+comment on function payrail.save_provider_methods(payrail.provider_method_change[], boolean, boolean) is
 $$Saves a batch of changes in one statement, all or nothing, or answers why not: one row per change (payrail.provider_method_outcome).
 
 The write path of import, edit, sync, restore, the bulk actions and the backoffice, and of psql.
@@ -503,8 +505,9 @@ change is judged against the records as locked: an edit of another version than 
 change breaks is named in words (rules), as payrail.check_provider_method gives them, not only the
 first; a change that needs a vector (new or changed content, or a record enabled without a current
 vector; with p_embed_drafts false, only a record that will be enabled) and brings none of that
-content is answered needs_embedding, with the text to embed and the registry's model. Nothing is
-saved then: embed each embedding_text, and call again with the vectors (embedding, embedding_model,
+content is answered needs_embedding, with the text to embed and the registry's model (p_checked:
+the changes were checked already, in a transaction rolled back, so they are not judged again to
+be answered so). Nothing is saved then: embed each embedding_text, and call again with the vectors (embedding, embedding_model,
 and the embedding_content_hash answered with the text: a vector of other content is stale and
 never saved). When nothing stands in the way, every change is saved (created, updated or
 unchanged). The triggers and constraints still judge every write, as they do an UPDATE in psql.

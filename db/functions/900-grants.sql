@@ -98,7 +98,7 @@ grant execute on function payrail.set_embedding_model(text, integer) to payrail_
 -- the embedder a record's vector as stored (sync), a login holding both content with its vector
 -- (import, edit and the backoffice need both roles).
 grant execute on function
-  payrail.save_provider_methods(payrail.provider_method_change[], boolean),
+  payrail.save_provider_methods(payrail.provider_method_change[], boolean, boolean),
   payrail.provider_method_changes(jsonb, vector[]),
   payrail._write_provider_method_change(payrail.provider_method_change, bigint, integer, boolean),
   payrail._embedding_text(text, text, text),

@@ -61,11 +61,11 @@ select function_privs_are('payrail', '_name_path_matches', array['text', 'bigint
   '_name_path_matches: agents may not call it directly');
 
 -- The batch entry point: operators and the embedder (each with its own privileges), never agents.
-select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean'], 'payrail_operator', array['EXECUTE'],
+select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean', 'boolean'], 'payrail_operator', array['EXECUTE'],
   'save_provider_methods: operators may save');
-select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean'], 'payrail_embedder', array['EXECUTE'],
+select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean', 'boolean'], 'payrail_embedder', array['EXECUTE'],
   'save_provider_methods: the embedder may call it (to write vectors of records as stored)');
-select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean'], 'payrail_agent', array[]::text[],
+select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean', 'boolean'], 'payrail_agent', array[]::text[],
   'save_provider_methods: agents may not');
 select function_privs_are('payrail', 'provider_method_changes', array['jsonb', 'vector[]'], 'payrail_agent', array[]::text[],
   'provider_method_changes: agents may not');

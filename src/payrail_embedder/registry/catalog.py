@@ -135,6 +135,9 @@ class _ImportRun:
         self.sources: list[str] = []
         self.source_number: dict[str, int] = {}
         self.seen: dict[bytes, int] = {}
+        # Every line checked already (check_all passed, or save checks each batch first): the save's
+        # first call of a batch does not judge it again.
+        self.checked = skip_invalid
 
     def position(self, line: Line) -> int:
         number = self.source_number.setdefault(line.source, len(self.source_number))
@@ -166,7 +169,14 @@ class _ImportRun:
         earlier batch too is refused) and its other lines saved."""
         outcomes: list[Outcome | None] = list(self.check(changes, positions)) if self.skip_invalid else [None] * len(changes)
         valid = [i for i, outcome in enumerate(outcomes) if outcome is None]
-        saved = save_changes(self.conn, self.embedder_factory, [changes[i] for i in valid], all_or_nothing=not self.skip_invalid, progress=self.progress)
+        saved = save_changes(
+            self.conn,
+            self.embedder_factory,
+            [changes[i] for i in valid],
+            all_or_nothing=not self.skip_invalid,
+            checked=self.checked,
+            progress=self.progress,
+        )
         for i, outcome in zip(valid, saved):
             if isinstance(outcome, Refused) and outcome.same_as is not None:
                 # A change of the same record as another of the batch: named by that one's position.
@@ -188,6 +198,7 @@ class _ImportRun:
             self.report.not_imported = valid
             return False
         self.seen.clear()  # every line was checked; the save checks none again
+        self.checked = True
         return True
 
     def save_all(self, batches: Iterable[list[Line | Refusal]]) -> ImportReport:

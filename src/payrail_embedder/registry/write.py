@@ -41,7 +41,7 @@ M_co = TypeVar("M_co", covariant=True)
 # again while it was embedded; then the save gives up (TransientFailure).
 MOST_CALLS = 5
 
-SAVE = SelfPinned("select * from payrail.save_provider_methods(payrail.provider_method_changes(%s, %s), %s)")
+SAVE = SelfPinned("select * from payrail.save_provider_methods(payrail.provider_method_changes(%s, %b), %s, %s)")
 # The record read and deleted in one statement: by the snapshot the statement starts with, then
 # through payrail.delete_provider_method, which locks it and refuses another version.
 DELETE = SelfPinned(
@@ -67,13 +67,15 @@ def retry_transient(transaction: Callable[[], T]) -> T:
         raise TransientFailure(f"other transactions kept getting in the way ({database_reason(error)}); nothing was saved, run it again") from error
 
 
-def answered(conn: psycopg.Connection, changes: Sequence[AnyChange], embeddings: Sequence[Embedding | None], embed_drafts: bool = True) -> list[dict]:
+def answered(
+    conn: psycopg.Connection, changes: Sequence[AnyChange], embeddings: Sequence[Embedding | None], embed_drafts: bool = True, checked: bool = False
+) -> list[dict]:
     """One call of payrail.save_provider_methods: its answer, one row per change, in order (the vectors
     go beside the JSON, in binary). The write path's one step, for a caller that decides itself what to
     do with each answer (sync)."""
     vectors = [e.vector if e is not None else None for e in embeddings] if any(e is not None for e in embeddings) else None
     try:
-        cursor = conn.cursor(row_factory=dict_row).execute(SAVE, (Jsonb([as_json(c, e) for c, e in zip(changes, embeddings)]), vectors, embed_drafts))
+        cursor = conn.cursor(row_factory=dict_row).execute(SAVE, (Jsonb([as_json(c, e) for c, e in zip(changes, embeddings)]), vectors, embed_drafts, checked))
     except psycopg.Error as error:
         if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE and error.diag.column_name == "embedding":
             # The database refused the vector the model returned (its length: payrail._is_storable_vector_length).
@@ -119,6 +121,7 @@ def save_changes(
     all_or_nothing: bool = True,
     embeddings: Sequence[Embedding | None] | None = None,
     embed_drafts: bool = True,
+    checked: bool = False,
     progress: Callable[[int], None] = lambda done: None,
 ) -> list[Outcome | None]:
     """Saves changes through payrail.save_provider_methods, embedding what it asks for first; one outcome per change, in order.
@@ -127,6 +130,8 @@ def save_changes(
     refuses it), and the changes nothing refused have no outcome (None); otherwise the others are
     saved. embeddings: vectors made for the changes before (a preview's), used while their content
     is the change's. embed_drafts False: a draft is saved without a vector (sync embeds it later).
+    checked: check_changes passed these changes already, so the first call does not judge their
+    fields again before it asks for vectors (the save still refuses what changed meanwhile).
     Refused.same_as is the position in changes. progress is called with the number of changes each
     embedding request covered. conn must be in autocommit mode. Raises EmbeddingUnavailable and
     RegistryModelMismatch (nothing saved), TransientFailure, and psycopg errors that are not a
@@ -144,7 +149,7 @@ def save_changes(
     for _ in range(MOST_CALLS):
         if not todo:
             return outcomes
-        answers = retry_transient(lambda: answered(conn, [sent[i] for i in todo], [made[i] for i in todo], embed_drafts))
+        answers = retry_transient(lambda: answered(conn, [sent[i] for i in todo], [made[i] for i in todo], embed_drafts, checked))
         unsaved = {i: unsaved_of(a, todo) for i, a in zip(todo, answers) if a["outcome"] in ("refused", "conflict")}
         if unsaved:
             for i, outcome in unsaved.items():
