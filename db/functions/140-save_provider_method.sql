@@ -31,7 +31,7 @@ $$Why an edit of a record read at p_expected_version conflicts (PYE03), in words
 p_id: the record the caller read (NULL: found by name); p_current: that record as stored now
 (all NULL: there is none). Deleted since it was read, or at another version now (p_expected_version
 NULL: no version to compare). The one statement of the edit-conflict rule: saves and deletes raise
-it (payrail._refuse_edit_conflict), the write plan reports it (payrail.plan_provider_method_changes).$$;
+it (payrail._refuse_edit_conflict), the batch answers it in its words (payrail.save_provider_methods).$$;
 
 create or replace function payrail._refuse_edit_conflict(
   p_id bigint,

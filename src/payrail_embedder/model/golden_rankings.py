@@ -51,7 +51,7 @@ READ_CHUNK = 20_000
 ROW_BLOCK = 4_096
 # At most this many similarities (records x queries) in memory at once: 64 MB of float32.
 MAX_DISTANCES = 16_000_000
-# Records whose distances decide which golden queries an edit leaves alone (effect_of).
+# Records whose distances decide which golden queries an edit leaves alone (EditEffect).
 SAMPLE_ROWS = 1_024
 TOP = 3
 

@@ -1,15 +1,13 @@
 """The write path: save records' public fields and enabled state, embedding changed content first.
 
-Writes take search's shape. One statement, payrail.save_provider_methods (db/functions/146), takes
-a batch of changes: it locks their records in a stable order, judges edit conflicts and every
-rule in the database, and either saves the whole batch or saves nothing and answers why, each
-change refused (every rule it breaks, in words), in conflict, or needing a vector, with the text to
-embed and the registry's model. This module calls it on a connection in autocommit mode, embeds
-what it named holding nothing (no transaction is open while the embedding service works), and
-calls again with the vectors; a vector made from content that changed meanwhile is stale, never
-saved, and asked for again. A content save is two statements, a URL-only save one. Import, edit,
-sync, restore, the bulk actions and the backoffice all save through save_changes; an edit's
-preview saves in a transaction it measures, then commits or rolls back (save_measured).
+Writes take search's shape (db/WRITES.md). One statement, payrail.save_provider_methods, takes a
+batch of changes, judges conflicts and every rule in the database, and saves the whole batch, or
+nothing and answers why: each change refused (every rule, in words), in conflict, or needing a
+vector, with the text to embed and the registry's model. This module calls it in autocommit mode,
+embeds what it named holding nothing (no transaction is open while the service works), and calls
+again with the vectors (one whose content changed meanwhile is stale, asked for again). Import,
+edit, sync, restore, the bulk actions and the backoffice save so; a preview saves in a transaction
+it measures, then commits or rolls back (save_measured).
 """
 
 from __future__ import annotations
@@ -41,12 +39,12 @@ M_co = TypeVar("M_co", covariant=True)
 # again while it was embedded; then the save gives up (TransientFailure).
 MOST_CALLS = 5
 
+# What an answer says of a change the batch saved.
+SAVED = ("created", "updated", "unchanged")
 SAVE = SelfPinned("select * from payrail.save_provider_methods(payrail.provider_method_changes(%s, %b), %s, %s)")
-# The record read and deleted in one statement: by the snapshot the statement starts with, then
-# through payrail.delete_provider_method, which locks it and refuses another version.
+# The record read (by the statement's snapshot) and deleted (locked, its version checked) in one statement.
 DELETE = SelfPinned(
-    f"""select {stored.RECORD_COLUMNS}, payrail.delete_provider_method(pm.id, %s, %s)
-        from {stored.RECORDS} as pm where pm.id operator(pg_catalog.=) %s"""
+    f"select {stored.RECORD_COLUMNS}, payrail.delete_provider_method(pm.id, %s, %s) from {stored.RECORDS} as pm where pm.id operator(pg_catalog.=) %s"
 )
 DELETE_ALONE = SelfPinned("select payrail.delete_provider_method(%s, %s, %s)")
 
@@ -204,8 +202,9 @@ def check_changes(
         if answer["outcome"] in ("refused", "conflict"):
             outcomes[i] = unsaved_of(answer, [positions[j] for j in todo])
             continue
-        change = sent[i]
-        key = _key_digest(("id", change.record_id) if change.record_id is not None else ("name", answer["name_key"]))
+        record = ("id", sent[i].record_id) if sent[i].record_id is not None else ("name", answer["name_key"])
+        # A fixed-size stand-in for the record: a streamed import remembers one per line.
+        key = hashlib.blake2b(repr(record).encode("utf-8", "surrogatepass"), digest_size=16).digest()
         if key in first_of_key:
             outcomes[i] = Refused("the same record as an earlier change", ("provider", "method"), first_of_key[key])
         else:
@@ -213,19 +212,11 @@ def check_changes(
     return outcomes
 
 
-def _key_digest(key: tuple) -> bytes:
-    """A fixed-size stand-in for a change's record: a streamed import remembers one per line."""
-    return hashlib.blake2b(repr(key).encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
 def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int | None, *, with_golden_queries: bool = False) -> Conflict | Refused | None:
     """Deletes the record through payrail.delete_provider_method if it is still at the version
     the caller read; a Conflict otherwise. Refused, naming them, while golden queries name it,
-    unless with_golden_queries: then it leaves them, and those it alone answered go too.
-
-    The history keeps the deleted version (tg_provider_methods__record_history), so it can be
-    restored as a new draft; it keeps no golden query.
-    """
+    unless with_golden_queries: then it leaves them, and those it alone answered go too. The
+    history keeps the deleted version (restore brings it back as a new draft), no golden query."""
     return deleted_record(conn, record_id, expected_version, with_golden_queries=with_golden_queries)[1]
 
 
@@ -291,19 +282,18 @@ def save_measured(
         measure.prepare(conn, embedding)
 
         def once() -> tuple[dict, M | None, bool]:
-            result: tuple[dict, M | None, bool] = ({}, None, False)
             with conn.transaction() as transaction:
                 measure.before(conn)
-                (answer,) = answered(conn, [sent], [embedding], True)
-                measured = measure.after(conn, saved_of(answer, embedding)) if answer["outcome"] in ("created", "updated", "unchanged") else None
-                result = (answer, measured, measured is not None and keep(measured))
-                if not result[2]:
-                    raise psycopg.Rollback(transaction)
-            return result
+                (answer,) = answered(conn, [sent], [embedding])
+                measured = measure.after(conn, saved_of(answer, embedding)) if answer["outcome"] in SAVED else None
+                kept = measured is not None and keep(measured)
+                if not kept:
+                    raise psycopg.Rollback(transaction)  # the block ends here, rolled back
+            return answer, measured, kept
 
         answer, measured, committed = retry_transient(once)
         if answer["outcome"] != "needs_embedding":
-            saved = answer["outcome"] in ("created", "updated", "unchanged")
-            return Measured(saved_of(answer, embedding) if saved else unsaved_of(answer, [0]), measured, committed, embedding)
+            outcome = saved_of(answer, embedding) if answer["outcome"] in SAVED else unsaved_of(answer, [0])
+            return Measured(outcome, measured, committed, embedding)
         (embedding,) = _embedded(embedder_factory, [answer], lambda done: None)
     raise TransientFailure("the record kept changing while it was embedded and saved; nothing was saved, run it again")
