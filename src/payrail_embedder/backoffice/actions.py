@@ -22,7 +22,7 @@ from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Sa
 from ..registry.embedding_model import RegistryModelMismatch
 from ..registry.records import FIELD_LABELS, ProviderMethod, catalog_lines
 from ..registry.search import InvalidQuery, SearchError, check_query, holding, search_provider_methods
-from ..registry.write import TransientFailure, deleted_record, save_change
+from ..registry.write import TransientFailure, delete_record, save_change
 from . import views
 
 EmbedderFactory = Callable[[], Embedder]
@@ -324,7 +324,7 @@ def delete(conn: psycopg.Connection, record_id: int, version: int, with_golden_q
     """Deletes the record if it is still at version: (the record as it was, None), else (the record
     as it is now or None, the Conflict, or the refusal while golden queries name it, unless
     with_golden_queries: then it leaves them, and those that named it alone go with it)."""
-    row, problem = deleted_record(conn, record_id, version, with_golden_queries=with_golden_queries)
+    row, problem = delete_record(conn, record_id, version, with_golden_queries=with_golden_queries)
     outcome = "deleted" if problem is None else "conflict" if isinstance(problem, Conflict) else "refused"
     _log(
         "delete",

@@ -212,19 +212,14 @@ def check_changes(
     return outcomes
 
 
-def delete_record(conn: psycopg.Connection, record_id: int, expected_version: int | None, *, with_golden_queries: bool = False) -> Conflict | Refused | None:
-    """Deletes the record through payrail.delete_provider_method if it is still at the version
-    the caller read; a Conflict otherwise. Refused, naming them, while golden queries name it,
-    unless with_golden_queries: then it leaves them, and those it alone answered go too. The
-    history keeps the deleted version (restore brings it back as a new draft), no golden query."""
-    return deleted_record(conn, record_id, expected_version, with_golden_queries=with_golden_queries)[1]
-
-
-def deleted_record(
+def delete_record(
     conn: psycopg.Connection, record_id: int, expected_version: int | None, *, with_golden_queries: bool = False
 ) -> tuple[dict | None, Conflict | Refused | None]:
-    """delete_record, in one statement that also reads the record it deletes: (the record as it
-    was, as stored.get reads it, None), or (None, why it was not deleted)."""
+    """Deletes the record through payrail.delete_provider_method if it is still at the version
+    the caller read, reading it in the same statement: (the record as it was, as stored.get reads
+    it, None); else (None, a Conflict, or the refusal naming the golden queries that name it, unless
+    with_golden_queries: then it leaves them, and those it alone answered go too). The history
+    keeps the deleted version (restore brings it back as a new draft), no golden query."""
     try:
         row = conn.cursor(row_factory=dict_row).execute(DELETE, (expected_version, with_golden_queries, record_id)).fetchone()
         if row is None:  # deleted meanwhile: the delete says so in its words
