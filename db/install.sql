@@ -19,7 +19,8 @@ set client_min_messages = warning;
 \ir upgrades/007-lookalikes.sql
 \ir upgrades/008-delete_provider_method_golden_queries.sql
 \ir upgrades/009-run_upgrade_step.sql
-\ir upgrades/010-drop_plan_provider_method_changes.sql
+\ir upgrades/010-agent_logins.sql
+\ir upgrades/011-drop_plan_provider_method_changes.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql
@@ -34,7 +35,9 @@ set client_min_messages = warning;
 \ir schema/070-provider_method_states.sql
 \ir schema/080-golden_queries.sql
 \ir schema/082-golden_query_embeddings.sql
-\ir schema/090-provider_method_change.sql
+\ir schema/090-agent_logins.sql
+\ir schema/092-bulk_actions.sql
+\ir schema/094-provider_method_change.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/104-lookalikes.sql
 \ir functions/110-embedding_model.sql
@@ -47,6 +50,7 @@ set client_min_messages = warning;
 \ir functions/146-save_provider_methods.sql
 \ir functions/150-check_provider_method.sql
 \ir functions/160-golden_queries.sql
+\ir functions/170-bulk_actions.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

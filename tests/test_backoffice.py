@@ -19,6 +19,7 @@ from playwright.sync_api import expect
 
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry.stored import counts
 from payrail_test_support import REPO
 from payrail_test_support.backoffice import (
     ACME,
@@ -435,7 +436,10 @@ def test_restore_brings_back_an_earlier_version_of_an_enabled_record_embedded_in
 
     first = version_item(page, "Version 1")
     expect(first).to_contain_text("when it was created")
-    first.get_by_role("button", name="Restore").click()
+    # Each version's button has a name of its own: a screen reader (or a script) can tell them apart.
+    expect(page.get_by_role("button", name="Restore version 1", exact=True)).to_have_count(1)
+    expect(page.get_by_role("button", name="Restore", exact=True)).to_have_count(0)
+    page.get_by_role("button", name="Restore version 1", exact=True).click()
     expect(page.get_by_role("status")).to_have_text(
         f'Restored version 1 into "{name(ENABLED)}" as version 3: enabled, its content was embedded before it was saved.'
     )
@@ -484,6 +488,14 @@ def test_import_reports_every_refused_line_and_export_downloads_what_the_cli_exp
     page.get_by_role("button", name="Import").click()
     expect(report.get_by_role("status")).to_have_text("1 created, 0 updated, 0 unchanged, 2 refused: saved")
     assert stored(database_url, WEATHER["provider"], "Forecast")["current_vector"]
+    # As the command line does, it says what agents can find and why the drafts are drafts, with a link to them.
+    with connect(database_url) as conn:
+        held = counts(conn)
+    assert held["drafts"] and not held["draftsNeedingEmbedding"], held
+    expect(report).to_contain_text(f"Agents can find {held['enabled']} of {held['records']} records; {held['drafts']} ")
+    report.get_by_role("link", name=f"{held['drafts']} not enabled").click()
+    expect(page.get_by_role("status")).to_contain_text(f"{held['drafts']} of {held['records']} records match")
+    expect(page.get_by_role("link", name=name(DRAFT))).to_be_visible()
 
     with page.expect_download() as download:
         page.get_by_role("link", name="Export").click()

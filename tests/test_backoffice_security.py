@@ -402,9 +402,13 @@ def test_on_the_embedded_default_an_operator_login_signs_in_postgres_does_not_an
         expect(page.get_by_text("Records: 0.")).to_be_visible()
         page.context.close()
 
-        # Stopped, the embedded server is named with the command that starts it again.
+        # Stopped, the embedded server is named with the command that starts it again: on the
+        # sign-in page before anyone signs in, and after a sign-in tried.
         assert run_cli(env, "db", "stop").returncode == 0
         page = new_page(browser, running)
+        assert page.goto("/sign-in").status == 503
+        expect(page.get_by_role("alert")).to_contain_text("The embedded PostgreSQL is not running")
+        expect(page.get_by_role("button", name="Sign in")).to_be_visible()
         sign_in(page, "ada", PASSWORD)
         alert = page.get_by_role("alert")
         expect(alert).to_contain_text("The embedded PostgreSQL is not running")

@@ -72,6 +72,9 @@ def test_an_operator_lists_the_roles_sessions_signs_one_out_then_every_other(bro
         take_screenshot(laptop, tmp_path, "backoffice-sessions.png")
         assert connections_of(database_url, OPERATOR, settles_at=3) == 3
 
+        # Each row's button says whose session it signs out.
+        for where in ("desk", "phone"):
+            expect(laptop.get_by_role("button", name=re.compile(rf"^Sign out the session started .* in Payrail test browser on the {where}$"))).to_have_count(1)
         rows.filter(has_text="on the desk").get_by_role("button", name="Sign out").click()
         expect(laptop.get_by_role("status")).to_contain_text("Signed out that session")
         expect(rows).to_have_count(2)

@@ -1,16 +1,23 @@
 """Bulk enable and disable (registry.bulk) on real PostgreSQL servers, as an operator's login:
-counts, the rule that an enabled record needs a current vector, one transaction, history."""
+counts, the rule that an enabled record needs a current vector, one transaction, history; and
+what was confirmed is what is done, or nothing, while another operator writes on a second connection."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from payrail_embedder.registry import bulk
-from payrail_test_support.backoffice import AGENT, OPERATOR, PASSWORD
+from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.postgres.connection import connect
+from payrail_embedder.registry import bulk, undo
+from payrail_test_support.backoffice import AGENT, OPERATOR, OTHER_OPERATOR, PASSWORD
 from payrail_test_support.cli import cli_import, run_cli
-from payrail_test_support.stored import insert_drafts
+from payrail_test_support.openai_fake import FAKE_MODEL
+from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
+from payrail_test_support.waiting import wait_until, waits_for_a_lock
 
 
 def rec(provider: str, method: str, *, enabled: bool) -> dict:
@@ -36,7 +43,8 @@ def registry(cli_env, operator_logins, tmp_path, database_url) -> dict[str, int]
 
 
 def as_operator(database_url: str, role: str = OPERATOR) -> psycopg.Connection:
-    return psycopg.connect(database_url, user=role, password=PASSWORD, autocommit=True)
+    """A connection as the package opens one (its search path, pgvector's types), as role."""
+    return connect(database_url, user=role, password=PASSWORD, autocommit=True)
 
 
 def records(database_url: str) -> dict[int, dict]:
@@ -156,7 +164,7 @@ def test_deleting_keeps_the_records_golden_queries_name_unless_told_and_the_hist
         assert records(database_url) == before
         result = bulk.delete_records(conn, bulk.Selection.of_ids([geocode, reverse, 987654]))
     assert previewed == bulk.BulkDeleteResult((geocode,), (reverse,), (), applied=False)
-    assert result == bulk.BulkDeleteResult((geocode,), (reverse,), (987654,))
+    assert result == bulk.BulkDeleteResult((geocode,), (reverse,), (987654,), bulk_action=result.bulk_action) and result.bulk_action is not None
     assert result.in_words() == (
         "Deleted 1 record (the history keeps the last version of each). Not deleted: golden queries name 1 record, which search is measured on: "
         "remove it from those queries first, or delete with the golden queries too. Not deleted: 1 record named no record (deleted meanwhile, or never there)."
@@ -166,5 +174,207 @@ def test_deleting_keeps_the_records_golden_queries_name_unless_told_and_the_hist
 
     with as_operator(database_url) as conn:
         result = bulk.delete_records(conn, bulk.Selection.matching("acme"), with_golden_queries=True)
-    assert result == bulk.BulkDeleteResult((reverse,), (), ())
+    assert result == bulk.BulkDeleteResult((reverse,), (), (), bulk_action=result.bulk_action)
     assert reverse not in records(database_url) and golden_queries(database_url) == []
+
+
+# A bulk action does what was confirmed: the plan a question showed (its digest), under the
+# records' locks, or nothing. The other writer is a second connection, as another operator.
+
+
+def test_a_record_that_comes_to_match_between_question_and_answer_refuses_the_action_and_changes_nothing(database_url, registry):
+    drafts = bulk.Selection.matching(state="draft")
+    with as_operator(database_url) as conn, as_operator(database_url, OTHER_OPERATOR) as other:
+        question = bulk.set_enabled(conn, drafts, True, preview=True)
+        assert question.in_words() == "Would enable 3 records."
+        # Meanwhile another operator disables the enabled record: a fourth embedded draft matches.
+        bulk.set_enabled(other, bulk.Selection.of_ids([registry["Acme Maps / Geocode an address"]]), False)
+        before, history_before = records(database_url), history(database_url)
+        with pytest.raises(bulk.ChangedSinceAsked) as refused:
+            bulk.set_enabled(conn, drafts, True, confirmed=question.digest())
+    assert (records(database_url), history(database_url)) == (before, history_before)
+    assert str(refused.value) == (
+        "nothing was enabled: the records it would enable changed since you were asked (another writer's change); it would now enable 4 records"
+    )
+    assert refused.value.now.acting_on == tuple(sorted([*question.acting_on, registry["Acme Maps / Geocode an address"]]))
+    assert bulk.moved_since(question, refused.value.now) == {
+        "would be enabled now and were not when you were asked": [registry["Acme Maps / Geocode an address"]],
+        "would not be enabled now (changed, deleted or no longer matching)": [],
+    }
+
+
+def test_a_record_that_stops_matching_refuses_it_too_and_the_plan_asked_again_is_done(database_url, registry):
+    drafts = bulk.Selection.matching(state="draft")
+    weather = registry["Globex Weather / Current conditions"]
+    with as_operator(database_url) as conn, as_operator(database_url, OTHER_OPERATOR) as other:
+        question = bulk.set_enabled(conn, drafts, True, preview=True)
+        bulk.set_enabled(other, bulk.Selection.of_ids([weather]), True)  # enabled meanwhile: no longer a draft
+        before = records(database_url)
+        with pytest.raises(bulk.ChangedSinceAsked) as refused:
+            bulk.set_enabled(conn, drafts, True, confirmed=question.digest())
+        assert records(database_url) == before
+        assert bulk.moved_since(question, refused.value.now)["would not be enabled now (changed, deleted or no longer matching)"] == [weather]
+        # Asked again, the answer does what the new question showed.
+        done = bulk.set_enabled(conn, drafts, True, confirmed=refused.value.now.digest())
+    assert done.changed == refused.value.now.acting_on and len(done.changed) == 2
+    assert all(records(database_url)[record_id]["enabled"] for record_id in done.changed)
+
+
+def test_a_delete_whose_record_golden_queries_came_to_name_refuses_and_deletes_nothing(cli_env, database_url, registry):
+    acme = bulk.Selection.matching("acme")
+    with as_operator(database_url) as conn:
+        question = bulk.delete_records(conn, acme, preview=True)
+        assert len(question.deleted) == 2
+        added = run_cli(cli_env, "golden", "add", "turn coordinates into an address", "--relevant", "Acme Maps / Reverse geocode")
+        assert added.returncode == 0, added.stderr
+        with pytest.raises(bulk.ChangedSinceAsked, match="nothing was deleted: .* it would now delete 1 record$"):
+            bulk.delete_records(conn, acme, confirmed=question.digest())
+    assert set(registry.values()) <= set(records(database_url))
+
+
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirmed", "without-a-question"])
+def test_a_record_another_transaction_takes_out_of_the_filter_while_the_action_waits_for_its_lock_is_left_alone(database_url, registry, confirm):
+    """The lock waits for the other writer's commit, and the filter is read again after it: the
+    record that stopped matching is not changed (and, confirmed, the plan shown is no longer the
+    plan: nothing is)."""
+    weather, reverse = registry["Globex Weather / Current conditions"], registry["Acme Maps / Reverse geocode"]
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute("update payrail.provider_methods set urls = '{https://acme.example/weather}' where id = %s", (weather,))
+    acme = bulk.Selection.matching("acme")
+    with as_operator(database_url) as conn, psycopg.connect(database_url, user=OTHER_OPERATOR, password=PASSWORD) as other:
+        question = bulk.set_enabled(conn, acme, True, preview=True)
+        assert question.changed == tuple(sorted([weather, reverse]))
+        other.execute("update payrail.provider_methods set urls = '{}' where id = %s", (weather,))  # not committed yet
+        with ThreadPoolExecutor(1) as thread, psycopg.connect(database_url) as watcher:
+            answer = thread.submit(bulk.set_enabled, conn, acme, True, confirmed=question.digest() if confirm else None)
+            wait_until(lambda: waits_for_a_lock(watcher), "the bulk action to wait for the record's lock")
+            other.commit()
+            if confirm:
+                with pytest.raises(bulk.ChangedSinceAsked) as refused:
+                    answer.result(30)
+                assert refused.value.now.changed == (reverse,)
+            else:
+                assert answer.result(30).changed == (reverse,)
+    after = records(database_url)
+    assert (after[weather]["enabled"], after[reverse]["enabled"]) == (False, not confirm)
+
+
+# Each bulk action is one action of the history, and the last one of an operator is undone in one step.
+
+
+def bulk_changes(database_url: str) -> list[tuple]:
+    """(bulk action, its operation, record, version found, version left) of every record a bulk action changed."""
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(
+            """select a.id, a.operation, r.record_id, r.version_before, r.version_after
+               from payrail.bulk_actions as a join payrail.bulk_action_records as r on r.bulk_action_id = a.id order by a.id, r.record_id"""
+        ).fetchall()
+
+
+def test_an_enable_is_one_bulk_action_and_its_undo_disables_the_same_records_again_as_new_versions(database_url, registry, openai_fake):
+    with as_operator(database_url) as conn:
+        enabled = bulk.set_enabled(conn, bulk.Selection.matching(state="draft"), True)
+        drafts = enabled.changed
+        assert len(drafts) == 3 and enabled.bulk_action is not None
+        assert bulk_changes(database_url) == [(enabled.bulk_action, "enable", record_id, 1, 2) for record_id in drafts]
+        last = undo.last_action(conn)
+        assert (last.id, last.operation, last.selection, last.done_by, last.records, last.undone_by) == (
+            enabled.bulk_action,
+            "enable",
+            "state draft",
+            OPERATOR,
+            3,
+            None,
+        )
+        asked = undo.undo(conn, embedder_of(openai_fake), last.id, preview=True)
+        assert asked.in_words().startswith(f"Would disable 3 records again, undoing bulk action {last.id}: {OPERATOR} enabled 3 records (state draft) at ")
+        history_before = history(database_url)
+        undone = undo.undo(conn, embedder_of(openai_fake), last.id)
+        assert undone.in_words() == f"Disabled 3 records again: bulk action {last.id} is undone (as bulk action {undone.undone_as})."
+        after = records(database_url)
+        assert all((after[record_id]["enabled"], after[record_id]["version"]) == (False, 3) for record_id in drafts)
+        # New versions with history entries, recorded as the undo: the history is added to, never rewritten.
+        assert history(database_url)[: len(history_before)] == history_before
+        assert sorted(history(database_url)[len(history_before) :]) == [(record_id, 2, True) for record_id in drafts]
+        assert bulk_changes(database_url)[3:] == [(undone.undone_as, "undo", record_id, 2, 3) for record_id in drafts]
+        # An undo is not undone, and the action it undid is undone once.
+        again = undo.undo(conn, embedder_of(openai_fake), undo.last_action(conn).id)
+        assert again.refusals == (
+            f"your last bulk action ({undone.undone_as}) was the undo of bulk action {last.id}; an undo is not undone: do it again instead",
+        )
+        assert undo.undo(conn, embedder_of(openai_fake), last.id).refusals == (
+            f"bulk action {last.id} is not your last bulk action (yours is bulk action {undone.undone_as}): only your last is undone",
+        )
+    assert records(database_url) == after
+
+
+def embedder_of(openai_fake):
+    return lambda: OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url)
+
+
+def test_an_undo_refuses_in_words_and_changes_nothing_when_a_record_changed_since_or_it_is_not_yours(database_url, registry, openai_fake):
+    acme = [registry["Acme Maps / Geocode an address"], registry["Acme Maps / Reverse geocode"]]
+    with as_operator(database_url) as conn, as_operator(database_url, OTHER_OPERATOR) as other:
+        disabled = bulk.set_enabled(conn, bulk.Selection.matching("acme"), False)
+        # Another operator has no bulk action of theirs: this one is not theirs to undo.
+        assert undo.last_action(other) is None
+        assert undo.undo(other, embedder_of(openai_fake), disabled.bulk_action).refusals == (
+            f"bulk action {disabled.bulk_action} is not your last bulk action (you have none): only your last is undone",
+        )
+        other.execute("update payrail.provider_methods set urls = '{https://acme.example/v2}' where id = %s", (acme[0],))
+        before, history_before = records(database_url), history(database_url)
+        refused = undo.undo(conn, embedder_of(openai_fake), disabled.bulk_action)
+        assert refused.in_words() == (
+            "Not undone: Acme Maps / Geocode an address was saved since (version 3 now; the action left version 2). Nothing was changed."
+        )
+        assert (records(database_url), history(database_url)) == (before, history_before)
+        with pytest.raises(undo.NoSuchBulkAction, match="there is no bulk action 987654"):
+            undo.undo(conn, embedder_of(openai_fake), 987654)
+
+
+def test_an_undo_of_a_delete_brings_the_records_back_as_they_were_embedded_first_or_none_when_a_name_is_taken(
+    cli_env, database_url, registry, openai_fake, tmp_path
+):
+    geocode, reverse = registry["Acme Maps / Geocode an address"], registry["Acme Maps / Reverse geocode"]
+    with as_operator(database_url) as conn:
+        deleted = bulk.delete_records(conn, bulk.Selection.matching("acme"))
+        assert sorted(deleted.deleted) == sorted([geocode, reverse])
+        # Someone creates one of the names again meanwhile: nothing is restored, and it says why.
+        cli_import(cli_env, tmp_path / "again.jsonl", [rec("Acme Maps", "Reverse geocode", enabled=False)])
+        before = records(database_url)
+        asked = undo.undo(conn, embedder_of(openai_fake), deleted.bulk_action, preview=True)
+        refused = undo.undo(conn, embedder_of(openai_fake), deleted.bulk_action)
+        assert asked.refusals == refused.refusals and len(refused.refusals) == 1
+        assert refused.refusals[0].startswith("Acme Maps / Reverse geocode cannot come back: "), refused.refusals
+        assert records(database_url) == before
+        conn.execute("delete from payrail.provider_methods where provider = 'Acme Maps'")
+
+        undone = undo.undo(conn, embedder_of(openai_fake), deleted.bulk_action)
+    assert undone.in_words() == (
+        f"Restored 2 records that bulk action {deleted.bulk_action} deleted, as new records {', '.join(map(str, undone.restored))} "
+        "(1 enabled again, content embedded first): "
+        f"bulk action {deleted.bulk_action} is undone (as bulk action {undone.undone_as})."
+    )
+    restored = {(row["provider"], row["method"]): row for row in rows(database_url) if row["id"] in undone.restored}
+    assert set(restored) == {("Acme Maps", "Geocode an address"), ("Acme Maps", "Reverse geocode")}
+    assert [restored[key]["enabled"] for key in sorted(restored)] == [True, False]
+    assert all(assert_whole_or_nothing(row) for row in restored.values())  # embedded by the registry's model, from their content
+    assert bulk_changes(database_url)[-2:] == [(undone.undone_as, "undo", record_id, None, 1) for record_id in sorted(undone.restored)]
+
+
+def test_two_undos_of_one_action_at_once_undo_it_once(database_url, registry, openai_fake):
+    with as_operator(database_url) as conn:
+        deleted = bulk.delete_records(conn, bulk.Selection.matching("globex"))
+        with (
+            psycopg.connect(database_url, user=OTHER_OPERATOR, password=PASSWORD) as other,
+            ThreadPoolExecutor(1) as thread,
+            psycopg.connect(database_url) as watcher,
+        ):
+            # Another session's undo of it, not committed yet when this one begins.
+            other.execute("select payrail.begin_bulk_action('undo', 'by hand', %s)", (deleted.bulk_action,))
+            answer = thread.submit(undo.undo, conn, embedder_of(openai_fake), deleted.bulk_action)
+            wait_until(lambda: waits_for_a_lock(watcher), "the second undo to wait for the first")
+            other.commit()
+            refused = answer.result(30)
+    assert refused.refusals == (f"bulk action {deleted.bulk_action} was undone by another session meanwhile",)
+    assert "Globex Weather / Current conditions" not in {f"{row['provider']} / {row['method']}" for row in rows(database_url)}

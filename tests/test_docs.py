@@ -20,7 +20,7 @@ from payrail_embedder.base.errors import EXIT_STATUS
 from payrail_embedder.cli import cli
 from payrail_embedder.registry.records import parse_record
 from payrail_test_support import REPO
-from payrail_test_support.docs import DOCS, README, headings, pages, prose_lines, read
+from payrail_test_support.docs import CHANGELOG, DOCS, README, headings, pages, prose_lines, read
 from payrail_test_support.servers import server_names
 
 CLI_REFERENCE = DOCS / "cli.md"
@@ -157,6 +157,22 @@ def test_the_contributing_map_names_every_module_of_the_package_once_in_its_fold
             listed.add(name if folder == "." else f"{folder}/{name}")
     assert {f"{folder}/" for folder in folders} <= set(re.findall(r"`([a-z_]+/)`", section))
     assert listed == modules
+
+
+def test_the_unicode_and_icu_versions_the_docs_quote_are_the_generated_sqls():
+    """Docs that quote the Unicode data's versions quote what db/schema/016-unicode_security.sql
+    says it was generated from (payrail._unicode_security_source), so a regeneration cannot leave
+    them behind. The changelog keeps the versions of its day."""
+    source = read(REPO / "db" / "schema" / "016-unicode_security.sql")
+    (generated_from,) = re.findall(r"^return '(ICU [0-9.]+, Unicode [0-9.]+)';$", source, re.MULTILINE)
+    quoted = {
+        (page.relative_to(REPO).as_posix(), version)
+        for page in [*pages(), *sorted((REPO / "db").glob("*.md"))]
+        if page != CHANGELOG
+        for version in re.findall(r"\b(?:ICU|Unicode) [0-9]+\.[0-9]+", read(page))
+    }
+    assert quoted, "no page quotes the versions: this test would prove nothing"
+    assert {(page, version) for page, version in quoted if version not in generated_from} == set()
 
 
 def test_sample_catalog():

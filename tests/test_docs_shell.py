@@ -101,6 +101,7 @@ COMMANDS = {
     'payrail-embedder show "Acme Maps / Geocode an address"': RUN,
     "payrail-embedder enable --state draft --yes": RUN,
     'payrail-embedder disable --text "acme maps" --yes': RUN,
+    "payrail-embedder undo --yes": RUN,
     # The golden queries' loop (docs/operators.md), on the sample catalog.
     GOLDEN_ADD: RUN,
     "payrail-embedder golden list": RUN,
@@ -298,6 +299,8 @@ def test_many_records_at_once_as_printed(fresh_env):
     ok(fresh_env, "payrail-embedder enable --state draft --yes")
     assert ok(fresh_env, 'payrail-embedder disable --text "acme maps" --yes') == "Disabled 1 record.\n"
     assert "draft: agents cannot find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
+    assert re.fullmatch(r"Enabled 1 record again: bulk action \d+ is undone \(as bulk action \d+\)\.\n", ok(fresh_env, "payrail-embedder undo --yes"))
+    assert "enabled: agents can find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
 
 
 def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):

@@ -267,3 +267,16 @@ def test_the_editor_text_reads_back_as_written_whatever_the_guidance_holds():
         parse_editor_text("Provider: A\nMethod: B\nMethod: C\nEnabled: no\n\nG.\n")
     with pytest.raises(ValueError, match="the header has no Method line"):
         parse_editor_text("Provider: A\nEnabled: no\n\nG.\n")
+
+
+def test_with_no_editor_to_open_it_says_how_to_set_one_and_changes_nothing(registry, database_url, tmp_path):
+    before = stored(database_url, ENABLED["method"])
+    nothing_installed = tmp_path / "bin"
+    nothing_installed.mkdir()
+    env = {k: v for k, v in registry.items() if k not in ("EDITOR", "VISUAL")} | {"PATH": str(nothing_installed)}
+    result = run_cli(env, "edit", "Acme Maps / Geocode an address")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: misconfigured: no editor to open: set $EDITOR (for example: export EDITOR=nano); neither vi nor nano is installed"
+    )
+    assert stored(database_url, ENABLED["method"]) == before

@@ -114,3 +114,18 @@ def test_leaving_vim_without_a_change_is_not_a_failure(edit_in_vim, database_url
     terminal.wait_for("Enabled: yes")
     terminal.keys(":q", "Enter")
     assert terminal.exit_status() == 0
+
+
+def test_without_visual_or_editor_it_opens_vi_never_a_menu_that_asks_for_one(terminal_env, tmp_path):
+    """Debian's sensible-editor (click's first choice) asks a new user to pick an editor first."""
+    home = tmp_path / "home"  # no ~/.selected_editor: where sensible-editor would ask
+    home.mkdir()
+    env = {k: v for k, v in terminal_env.items() if k not in ("EDITOR", "VISUAL")} | {"HOME": str(home)}
+    terminal = Terminal(shlex.join([str(CLI), "edit", "Acme Maps / Geocode an address"]), env, tmp_path)
+    try:
+        screen = terminal.wait_for("Notes: paid per call.")
+        assert "Select an editor" not in screen, screen
+        terminal.keys("Escape", ":q!", "Enter")
+        assert terminal.exit_status() == 0, terminal.stderr.read_text()
+    finally:
+        terminal.close()

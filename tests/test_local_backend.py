@@ -36,6 +36,14 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+# Asks a new user tried on the sample catalog, and the word the first match's guidance must hold.
+NEW_USERS_ASKS = {
+    "send an invoice to a customer": "invoice",
+    "start a monthly subscription for a customer": "subscription",
+    "translate a message into German": "translat",
+}
+
+
 def test_default_local_model_is_the_bundled_one():
     assert LOCAL_DEFAULT_MODEL == MODEL
 
@@ -103,6 +111,13 @@ def test_cli_import_and_search_with_the_local_backend(database_url, tmp_path):
         record = enabled.get((match["provider"], match["method"]))
         assert record is not None, f"not an enabled sample record: {match['provider']} / {match['method']}"
         assert match == {key: record[key] for key in match}
+
+    # The asks new users tried that the catalog once could not answer: each first match is about it.
+    for ask, subject in NEW_USERS_ASKS.items():
+        searched = run_cli(env, "search", "--json", ask)
+        assert searched.returncode == 0, searched.stderr
+        first = json.loads(searched.stdout)["matches"][0]
+        assert subject in first["guidance"].casefold(), (ask, first["provider"], first["method"])
 
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select * from payrail.get_embedding_model()").fetchall() == [(MODEL, DIMENSIONS)]

@@ -70,7 +70,7 @@ def test_a_new_login_is_created_with_both_grants_and_said_so_as_json(database_ur
 @pytest.mark.parametrize(
     ("args", "password", "detail"),
     [
-        (["postgres"], "anything", '"postgres" is a superuser'),
+        (["postgres"], "anything", "postgres cannot become an operator's login: it is a superuser"),
         (["nobody_yet"], "", "the password is empty"),
         (["n" * 64], "anything", "at most 63 bytes"),
     ],

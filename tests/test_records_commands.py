@@ -11,7 +11,7 @@ import pytest
 
 from payrail_embedder.postgres.connection import connect
 from payrail_test_support.agent_helpers import CATALOG, import_catalog
-from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess
+from payrail_test_support.cli import OnATerminal, cli_json, run_cli, run_cli_subprocess
 
 
 @pytest.fixture
@@ -82,6 +82,47 @@ def test_a_filter_asks_first_and_a_script_says_yes(registry, database_url):
     code, result, _ = cli_json(registry, "enable", "--state", "draft", "--yes", "--json")
     assert code == 0 and len(result["changed"]) == 3 and result["refusals"] == [], result  # Amadeus and the two Stripe records
     assert all(enabled for enabled, _ in states(database_url).values())
+
+
+def test_on_a_terminal_the_answer_does_what_the_question_named_or_nothing(registry, database_url):
+    before = states(database_url)
+    asked = OnATerminal(registry, "disable", "--text", "stripe", answering=True)
+    shown = asked.wait_for("Disable these 2 records? [y/N]")
+    assert "Would disable 2 records.\n  Stripe / Create a PaymentIntent\n  Stripe / Create a refund\n" in shown, shown
+    with connect(database_url) as other:  # another writer, before the answer: a third record comes to match
+        other.execute("update payrail.provider_methods set urls = '{https://stripe.example/sms}' where provider = 'Twilio'")
+    asked.type("y\n")
+    refused = asked.finish()
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.endswith(
+        "Error: unavailable: nothing was disabled: the records it would disable changed since you were asked (another writer's change); "
+        "it would now disable 3 records: 1 would be disabled now and were not when you were asked (Twilio / Send an SMS). "
+        "Run it again to be asked again\n"
+    ), refused.stderr
+    assert states(database_url) == {**before, "Twilio / Send an SMS": (True, 2)}
+
+    # One of those it names stops matching before the answer: refused the same way.
+    asked = OnATerminal(registry, "disable", "--text", "stripe", answering=True)
+    asked.wait_for("Disable these 3 records? [y/N]")
+    with connect(database_url) as other:
+        other.execute("update payrail.provider_methods set enabled = false where method = 'Create a refund'")
+    asked.type("y\n")
+    refused = asked.finish()
+    assert refused.returncode == 1 and "1 would not be disabled now (changed, deleted or no longer matching) (Stripe / Create a refund)" in refused.stderr
+    assert states(database_url)["Stripe / Create a PaymentIntent"] == (True, 1)
+
+    # No answer but yes does anything; asked again and nothing moved, the answer does what was asked.
+    asked = OnATerminal(registry, "disable", "--text", "stripe", answering=True)
+    asked.wait_for("Disable these 2 records? [y/N]")
+    asked.type("n\n")
+    declined = asked.finish()
+    assert (declined.returncode, declined.stdout, declined.stderr.endswith("nothing changed\n")) == (0, "", True), declined
+    asked = OnATerminal(registry, "disable", "--text", "stripe", answering=True)
+    asked.wait_for("Disable these 2 records? [y/N]")
+    asked.type("y\n")
+    done = asked.finish()
+    assert (done.returncode, done.stdout) == (0, "Disabled 2 records; 1 was a draft already.\n"), done
+    assert [states(database_url)[name][0] for name in ("Stripe / Create a PaymentIntent", "Twilio / Send an SMS")] == [False, False]
 
 
 def test_a_draft_without_an_embedding_is_named_and_the_others_are_enabled(registry, database_url):
@@ -167,3 +208,41 @@ def test_sync_says_what_agents_can_find_when_drafts_remain(registry, database_ur
     assert f"agents can find {len(CATALOG) - 1} of {len(CATALOG)} records; 1 is a draft: 1 not enabled" in synced.stdout, synced.stdout
     code, report, _ = cli_json(registry, "sync", "--json")
     assert code == 0 and report["registry"]["draftsNeedingEmbedding"] == 0, report
+
+
+def test_undo_sets_the_last_bulk_action_back_in_one_step_and_the_history_shows_it_as_one_action(registry, database_url):
+    nothing = run_cli(registry, "undo", "--yes")
+    assert nothing.returncode == 2 and "you have no bulk action to undo" in nothing.stderr, nothing.stderr
+    before = states(database_url)
+    code, disabled, _ = cli_json(registry, "disable", "--text", "stripe", "--yes", "--json")
+    assert code == 0 and len(disabled["changed"]) == 2 and disabled["bulkAction"], disabled
+    action = disabled["bulkAction"]
+    code, history, _ = cli_json(registry, "history", "Stripe / Create a refund", "--json")
+    assert history["history"][0]["bulkAction"]["bulkAction"] == action and history["record"]["bulkAction"]["operation"] == "disable", history
+    shown = run_cli(registry, "history", "Stripe / Create a refund").stdout
+    assert f"  saved in bulk action {action}: " in shown and 'disabled 2 records (text "stripe") at ' in shown, shown
+    assert f"(session postgres), in bulk action {action}: " in shown, shown
+
+    # Off a terminal, more than one record needs --yes.
+    asked = run_cli_subprocess(registry, "undo")
+    assert asked.returncode == 2 and "this would enable 2 records: add --yes" in asked.stderr, asked.stderr
+    code, undone, _ = cli_json(registry, "undo", "--yes", "--json")
+    assert code == 0 and undone["applied"] and sorted(undone["records"]) == sorted(disabled["changed"]) and undone["undone"]["bulkAction"] == action, undone
+    assert states(database_url) == {**before, "Stripe / Create a PaymentIntent": (True, 3), "Stripe / Create a refund": (True, 3)}
+    again = run_cli(registry, "undo", "--yes")
+    assert again.returncode == 2 and f"was the undo of bulk action {action}; an undo is not undone" in again.stdout, again.stdout
+
+
+def test_undo_of_a_delete_asks_on_a_terminal_and_brings_the_records_back(registry, database_url):
+    deleted = run_cli(registry, "delete", "--text", "stripe", "--yes")
+    assert deleted.returncode == 0 and "Stripe / Create a refund" not in states(database_url), deleted.stdout
+    asked = OnATerminal(registry, "undo", answering=True)
+    shown = asked.wait_for("restore these 2 deleted records? [y/N]")
+    assert "  Stripe / Create a PaymentIntent\n  Stripe / Create a refund\n" in shown, shown
+    asked.type("y\n")
+    done = asked.finish()
+    assert done.returncode == 0 and done.stdout.startswith("Restored 2 records that bulk action "), done
+    assert {name: state for name, state in states(database_url).items() if name.startswith("Stripe")} == {
+        "Stripe / Create a PaymentIntent": (True, 1),
+        "Stripe / Create a refund": (True, 1),
+    }

@@ -22,7 +22,7 @@ from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.model import evaluation, golden_rankings, switch, tuning
 from payrail_embedder.postgres import deploy, logins
-from payrail_embedder.registry import bulk, catalog, golden, history, search, stored, sync
+from payrail_embedder.registry import bulk, catalog, golden, history, search, stored, sync, undo
 from payrail_embedder.registry.embedding_model import EmbeddingModel
 from payrail_embedder.registry.records import Refusal
 from payrail_embedder.registry.write import Saved
@@ -60,6 +60,9 @@ def all_report_classes() -> set[type]:
     return found
 
 
+BULK_ACTION = undo.BulkAction(9, "delete", 'text "stripe"', None, True, SAVED_AT, "carol", 2, None)
+
+
 def golden_query(query_id: int, query: str) -> golden.GoldenQuery:
     return golden.GoldenQuery(query_id, query, (golden.RelevantRecord(7, "Stripe", "Create refund", False),), "alice", SAVED_AT)
 
@@ -80,7 +83,7 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (deploy.ApplyResult("postgresql://registry@db/payrail", True, "shared", 31, ["003"], seconds=2.5), ["postgresql://registry@db/payrail", 31, "003"]),
     (deploy.Roles(["payrail_agent"], ["payrail_operator"]), ["payrail_agent", "payrail_operator"]),
     (logins.OperatorAdded("alice", True), ["alice"]),
-    (logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False), ["booking_agent", 7]),
+    (logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False, ("hba_agents",)), ["booking_agent", 7, "2s", "10s", "hba_agents"]),
     (
         stored.ShownRecord({**STORED, "enabled": False, "embedded": False, "saved_by": "bob"}),
         [7, "draft needing an embedding", "bob", "Purpose: refunds a charge"],
@@ -131,10 +134,19 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
                     "docsUrl": None,
                     "guidance": "Purpose: refunds",
                     "enabled": False,
+                    "bulkAction": BULK_ACTION.to_json() | {"inWords": BULK_ACTION.in_words()},
                 }
             ],
         ),
-        [41, "carol", "carol_login", "2026-12-05T05:00", "bob", "https://api.stripe.com/v1/refunds", "Purpose: refunds"],
+        [41, "carol", "carol_login", "2026-12-05T05:00", "bob", "https://api.stripe.com/v1/refunds", "Purpose: refunds", "bulk action 9: carol deleted 2"],
+    ),
+    (
+        undo.UndoResult(BULK_ACTION, (7, 8), {7: "Stripe / Refund", 8: "Stripe / Charge"}, restored=(12, 13), reenabled=1, undone_as=10),
+        [9, 10, 12, 13, 1],
+    ),
+    (
+        undo.UndoResult(BULK_ACTION, (), {}, ("Stripe / Refund cannot come back: a record has its name",), applied=False),
+        ["cannot come back: a record has its name"],
     ),
     (history.SavedRecord(Saved(7, 3, "updated", True), STORED, deleted_since=5), [7, 3, "updated", "Stripe", "Create refund"]),
     (

@@ -271,3 +271,69 @@ def registry_that_held_look_alikes(database_url: str, openai_fake, tmp_path: Pat
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select docs_url from payrail.provider_methods where id = %s", (imitation,)).fetchone() == ("https://xn--bcher-kva.example/docs",)
         assert conn.execute("select constraints_not_validated from payrail.get_schema_version()").fetchone() == ([],)
+
+
+# The last release whose search held an agent's login to the login's own settings (before
+# db/upgrades/010-agent_logins).
+BEFORE_AGENT_LOGINS = "dccd107"
+
+
+def test_agent_logins_of_an_earlier_release_keep_searching_held_to_the_bounds_they_were_given(server, database_url, openai_fake, tmp_path):
+    """Agent logins made by that release's `agent add` (one with its own timeout, one that lifted
+    its statement_timeout itself, as that release let it), and one a DBA made without settings.
+    The apply adopts the first two into payrail.agent_logins (a lifted or missing bound becomes
+    agent add's default) and leaves the third as it was; then each searches as docs/security.md says."""
+    name = f"before_agent_logins_{urlsplit(database_url).path.lstrip('/')}"
+    url = replace_database(database_url, name)
+    kept, tuned, lifted, bare = (f"{name}_{login}" for login in ("kept", "tuned", "lifted", "bare"))
+    with psycopg.connect(server.admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {} template template0").format(sql.Identifier(name)))
+    env = cli_environment(url, openai_fake, tmp_path)
+    release = code_tree(tmp_path / BEFORE_AGENT_LOGINS, BEFORE_AGENT_LOGINS)
+    try:
+        for args in (
+            ("db", "apply"),
+            ("import", write_jsonl(tmp_path / "catalog.jsonl", CATALOG)),
+            ("agent", "add", kept, "--no-password"),
+            ("agent", "add", tuned, "--no-password", "--statement-timeout", "1500ms"),
+            ("agent", "add", lifted, "--no-password"),
+        ):
+            result = run_cli_of(release, env, *args)
+            assert result.returncode == 0, result.stdout + result.stderr
+        with psycopg.connect(login_url(url, lifted), autocommit=True) as agent:
+            agent.execute(sql.SQL("alter role {} set statement_timeout = 0").format(sql.Identifier(lifted)))
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(sql.SQL("create role {} login in role payrail_agent").format(sql.Identifier(bare)))
+
+        result = run_cli(env, "db", "apply", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        with psycopg.connect(url) as conn:
+            assert conn.execute("select ran from payrail.applied_upgrades where name = '010-agent_logins'").fetchone() == (True,)
+            adopted = conn.execute(
+                "select login::text, statement_timeout, idle_in_transaction_session_timeout, lock_timeout from payrail.agent_logins order by 2, 1"
+            ).fetchall()
+        assert adopted == sorted([(tuned, "1500ms", "10s", None), (kept, "2s", "10s", None), (lifted, "2s", "10s", None)], key=lambda row: (row[1], row[0]))
+
+        for login in (kept, tuned, bare):
+            with psycopg.connect(login_url(url, login), autocommit=True) as agent:
+                assert agent.execute("select provider from payrail.search_provider_methods('Acme Travel')").fetchall(), login
+        with psycopg.connect(login_url(url, lifted), autocommit=True) as agent:
+            with pytest.raises(psycopg.Error, match=f"statement_timeout is 0 \\(off\\) in this session, but login {lifted} is given 2s") as raised:
+                agent.execute("select provider from payrail.search_provider_methods('Acme Travel')")
+            assert raised.value.sqlstate == "PYS01"
+            agent.execute("set statement_timeout = '2s'")
+            assert agent.execute("select provider from payrail.search_provider_methods('Acme Travel')").fetchall(), "at its bound it searches"
+        # From now on a login lifting its own setting gains nothing; the next apply adopts no one again.
+        with psycopg.connect(login_url(url, tuned), autocommit=True) as agent:
+            agent.execute(sql.SQL("alter role {} set statement_timeout = '1h'").format(sql.Identifier(tuned)))
+        with psycopg.connect(login_url(url, tuned), autocommit=True) as agent:
+            with pytest.raises(psycopg.Error, match=f"statement_timeout is 1h in this session, but login {tuned} is given 1500ms"):
+                agent.execute("select provider from payrail.search_provider_methods('Acme Travel')")
+        assert json.loads(run_cli(env, "db", "apply", "--force", "--json").stdout)["changed"] is True
+        with psycopg.connect(url) as conn:
+            assert conn.execute("select count(*) from payrail.agent_logins").fetchone() == (3,)
+    finally:
+        with psycopg.connect(server.admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+            for login in (kept, tuned, lifted, bare):
+                admin.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login)))

@@ -1,35 +1,6 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
-create or replace function payrail._login_limits_of(p_login name)
-returns text[]
-language sql
-stable
-security invoker
--- Nothing but pg_catalog's names (db/CONVENTIONS.md): nothing planted is found from here.
-set search_path = pg_catalog, pg_temp
-as $$
-  -- The limits a DBA gives a login (ALTER ROLE login [IN DATABASE db] SET ...), which PostgreSQL
-  -- applies when it connects: the one for this database, else the one for every database. Never
-  -- those of the roles it is granted: PostgreSQL applies none of them.
-  with given as (
-    select distinct on (c.name) c.name, c.value
-    from pg_db_role_setting as s
-    cross join lateral unnest(s.setconfig) as e(setting)
-    cross join lateral (select split_part(e.setting, '=', 1), substr(e.setting, strpos(e.setting, '=') + 1)) as c(name, value)
-    where s.setrole = (select r.oid from pg_roles as r where r.rolname = p_login)
-      and s.setdatabase = any (array[0, (select d.oid from pg_database as d where d.datname = current_database())])
-    order by c.name, s.setdatabase desc
-  )
-  select array_agg(x order by w.n, x.n)
-  from unnest(array['statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout']) with ordinality as w(name, n)
-  left join given as g on g.name = w.name,
-  lateral unnest(array[w.name, g.value]) with ordinality as x(x, n)
-$$;
-
-comment on function payrail._login_limits_of(name) is
-$$statement_timeout, lock_timeout and idle_in_transaction_session_timeout, each followed by the value p_login is given in this database (NULL: none).$$;
-
 create or replace function payrail._session_login_limits()
 returns text[]
 language sql
@@ -37,8 +8,9 @@ language sql
 -- without arguments when it plans it, so a plan of search's check, made once per session and
 -- kept, holds this session's login and its limits, and a search reads no catalog for them (a
 -- lookup per search cost 10% to 25% of a name-path search: docs/benchmarks.md). They are fixed
--- for the session: PostgreSQL applies a login's settings when it connects. Only the check calls
--- it, and it compares the login.
+-- for the session: PostgreSQL applies a login's settings when it connects, and a bound changed in
+-- payrail.agent_logins counts from the login's next session too. Only the check calls it, and it
+-- compares the login.
 immutable
 security invoker
 set search_path = pg_catalog, pg_temp
@@ -49,20 +21,6 @@ $$;
 comment on function payrail._session_login_limits() is
 $$This session's login, then the limits it is given (payrail._login_limits_of), computed once per session by the plans that call it.$$;
 
-create or replace function payrail._milliseconds(p_duration text)
-returns numeric
-language sql
-immutable
-security invoker
-set search_path = pg_catalog, pg_temp
-as $$
-  select case when p_duration ~ '^\s*[0-9.]+\s*$' then p_duration::numeric
-              else extract(epoch from p_duration::interval) * 1000 end
-$$;
-
-comment on function payrail._milliseconds(text) is
-$$A duration setting's value in milliseconds: a number alone (milliseconds), or with a unit (300ms, 2s, 1min).$$;
-
 create or replace function payrail._refuse_lifted_limits()
 returns void
 language plpgsql
@@ -71,7 +29,8 @@ security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  -- The login, then each setting and the value it is given (payrail._login_limits_of).
+  -- The login, where its limits are kept, then each setting and the value it is given
+  -- (payrail._login_limits_of).
   v_limits text[] := payrail._session_login_limits();
   v_now text;
 begin
@@ -80,33 +39,40 @@ begin
     v_limits := array[session_user::text] || payrail._login_limits_of(session_user);
   end if;
   -- Nearly always: each at its login's value, or not given.
-  if (v_limits[3] is null or current_setting(v_limits[2]) = v_limits[3])
-     and (v_limits[5] is null or current_setting(v_limits[4]) = v_limits[5])
-     and (v_limits[7] is null or current_setting(v_limits[6]) = v_limits[7]) then
+  if (v_limits[4] is null or current_setting(v_limits[3]) = v_limits[4])
+     and (v_limits[6] is null or current_setting(v_limits[5]) = v_limits[6])
+     and (v_limits[8] is null or current_setting(v_limits[7]) = v_limits[8]) then
     return;
   end if;
-  -- Any session may SET them (SET, SET LOCAL, PGOPTIONS or options at connect): search refuses
-  -- one whose value now is off (0) or above its login's, in milliseconds (2000 = 2s).
-  for i in 2 .. 6 by 2 loop
+  -- Any session may SET them (SET, SET LOCAL, PGOPTIONS or options at connect), and a login may
+  -- give itself others (ALTER ROLE): search refuses a session whose value now is off (0) or above
+  -- its login's, in milliseconds (2000 = 2s).
+  for i in 3 .. 7 by 2 loop
     v_now := current_setting(v_limits[i]);
     if payrail._milliseconds(v_limits[i + 1]) > 0
        and (payrail._milliseconds(v_now) = 0 or payrail._milliseconds(v_now) > payrail._milliseconds(v_limits[i + 1])) then
       raise exception using
         errcode = 'PYS01',
-        message = format('%s is %s in this session, but login %s is given %s: a session may not lift the limits of its login',
+        message = format('%s is %s in this session, but login %I is given %s: a session may not lift the limits of its login',
                          v_limits[i], case when v_now = '0' then '0 (off)' else v_now end, session_user, v_limits[i + 1]),
-        hint = format('Leave %s to the login''s setting or lower it ("reset %s"); the DBA raises the login''s limit with '
-                      '"alter role %I set %s = ...".', v_limits[i], v_limits[i], session_user, v_limits[i]);
+        hint = case v_limits[2]
+          when 'registry' then format(
+            'Search with %s at most %s ("set %s = %L"): the registry keeps the bounds `payrail-embedder agent add` gave '
+            'the login (payrail.agent_logins), whatever the login''s own settings say; the registry''s owner changes '
+            'them with agent add.', v_limits[i], v_limits[i + 1], v_limits[i], v_limits[i + 1])
+          else format(
+            'Leave %s to the login''s setting or lower it ("reset %s"); the DBA raises the login''s limit with '
+            '"alter role %I set %s = ...".', v_limits[i], v_limits[i], session_user, v_limits[i]) end;
     end if;
   end loop;
 end
 $$;
 
 comment on function payrail._refuse_lifted_limits() is
-$$Raises PYS01 when this session runs with statement_timeout, lock_timeout or idle_in_transaction_session_timeout off or above what its login is given (ALTER ROLE login [IN DATABASE db] SET ...).
+$$Raises PYS01 when this session runs with statement_timeout, lock_timeout or idle_in_transaction_session_timeout off or above what its login is given: the bounds `agent add` gave it (payrail.agent_logins), else its settings (ALTER ROLE login [IN DATABASE db] SET ...).
 
-Search's first step: an agent cannot lift the bounds its DBA set by setting them itself
-(docs/security.md).$$;
+Search's first step: an agent cannot lift its bounds by setting them itself, in its session or
+on its login (docs/security.md).$$;
 
 create or replace function payrail._check_query(p_query text)
 returns void

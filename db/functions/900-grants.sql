@@ -128,8 +128,20 @@ grant execute on function
   payrail.restore_provider_method(bigint, boolean)
   to payrail_operator;
 
+-- Bulk actions: operators begin them (what and why; who, when and in which transaction are
+-- tg_bulk_actions__begin's to stamp) and read them with their records, which only the security
+-- definer trigger tg_provider_methods__record_bulk_action writes: who did what is the database's account.
+grant select on payrail.bulk_actions, payrail.bulk_action_records to payrail_operator;
+grant insert (operation, selection, undoes, with_golden_queries) on payrail.bulk_actions to payrail_operator;
+grant execute on function
+  payrail.begin_bulk_action(text, text, bigint, boolean),
+  payrail._bulk_action_under_way()
+  to payrail_operator;
+
 -- Preview: operators see what search would answer with a draft enabled. It runs with their own
--- privileges (they read drafts anyway), so it calls the search helpers as they are.
+-- privileges (they read drafts anyway), so it calls the search helpers as they are, and reads the
+-- bounds agent logins are held to (payrail.agent_logins; only the owner writes them, agents read
+-- nothing of them but through search's own check).
 grant execute on function
   payrail.preview_search(text, text, text, vector, text),
   payrail._search(text, vector, text, bigint),
@@ -142,6 +154,7 @@ grant execute on function
   payrail._milliseconds(text),
   payrail._half_precision_error_bound(integer)
   to payrail_operator;
+grant select on payrail.agent_logins to payrail_operator;
 do $$
 begin
   if pg_catalog.to_regclass('payrail.provider_method_half_vectors') is not null then

@@ -110,6 +110,25 @@ $$;
 comment on function payrail._probed_definition(regclass, name, text) is
 $$What p_create (a format() string: %1$I the name, %2$s the table) would make of trigger or constraint p_name on p_table, as the catalog would print it; made on an empty copy of p_table, not on p_table.$$;
 
+create or replace function payrail._definition_changed(p_table regclass, p_name name, p_create text)
+returns boolean
+language plpgsql
+volatile
+security invoker
+set search_path from current
+as $$
+declare
+  v_wanted text := payrail._probed_definition(p_table, p_name, p_create);
+  v_found text := payrail._definition_of(p_table, p_name);
+begin
+  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
+  return coalesce(v_wanted operator(pg_catalog.<>) v_found, (v_wanted is null) operator(pg_catalog.<>) (v_found is null));
+end
+$$;
+
+comment on function payrail._definition_changed(regclass, name, text) is
+$$Whether the trigger or constraint p_name that p_create would make (payrail._probed_definition) differs from the one p_table has, or p_table has none: the one comparison of wanted and found definitions.$$;
+
 create or replace function payrail._ensure_check_constraint(p_table regclass, p_name name, p_check text)
 returns void
 language plpgsql
@@ -117,15 +136,9 @@ volatile
 security invoker
 set search_path from current
 as $$
-declare
-  v_wanted text;
-  v_found text;
 begin
   -- p_check goes into a format() string: its own % are doubled.
-  v_wanted := payrail._probed_definition(p_table, p_name, 'alter table %2$s add constraint %1$I ' operator(pg_catalog.||) pg_catalog.replace(p_check, '%', '%%'));
-  v_found := payrail._definition_of(p_table, p_name);
-  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
-  if coalesce(v_wanted operator(pg_catalog.<>) v_found, (v_wanted is null) operator(pg_catalog.<>) (v_found is null)) then
+  if payrail._definition_changed(p_table, p_name, 'alter table %2$s add constraint %1$I ' operator(pg_catalog.||) pg_catalog.replace(p_check, '%', '%%')) then
     perform payrail._replace_check_constraint(p_table, p_name, p_check, pg_catalog.format('%s is new or changed', p_name));
   elsif payrail._deploy_mode() operator(pg_catalog.=) '' and exists (
       select from pg_catalog.pg_constraint where conrelid operator(pg_catalog.=) p_table and conname operator(pg_catalog.=) p_name and not convalidated) then
@@ -147,14 +160,8 @@ volatile
 security invoker
 set search_path from current
 as $$
-declare
-  v_wanted text;
-  v_found text;
 begin
-  v_wanted := payrail._probed_definition(p_table, p_name, p_create);
-  v_found := payrail._definition_of(p_table, p_name);
-  -- "is distinct from", spelt out with qualified operators (db/CONVENTIONS.md).
-  if coalesce(v_wanted operator(pg_catalog.<>) v_found, (v_wanted is null) operator(pg_catalog.<>) (v_found is null)) then
+  if payrail._definition_changed(p_table, p_name, p_create) then
     -- Constraint triggers cannot be created "or replace": dropped first, under an exclusive lock.
     perform payrail._needs_exclusive_lock(p_table, pg_catalog.format('%s is new or changed', p_name));
     execute pg_catalog.format('drop trigger if exists %I on %s', p_name, p_table);

@@ -214,8 +214,9 @@ select results_eq(
   $$select p.proname::text collate "default" from pg_proc as p
     where p.pronamespace = 'payrail'::regnamespace and p.prosecdef and p.prorettype = 'trigger'::regtype
     order by 1$$,
-  $$values ('tg_provider_methods__keep_half_vector'), ('tg_provider_methods__keep_list_entry'), ('tg_provider_methods__record_history')$$,
-  'the security definer triggers write what no role may: the derived half-precision vectors, the list entries and the history');
+  $$values ('tg_provider_methods__keep_half_vector'), ('tg_provider_methods__keep_list_entry'), ('tg_provider_methods__record_bulk_action'),
+           ('tg_provider_methods__record_history')$$,
+  'the security definer triggers write what no role may: the derived half-precision vectors, the list entries, the records of bulk actions and the history');
 select throws_ok(
   'select payrail.tg_provider_methods__keep_half_vector()',
   '0A000', NULL,

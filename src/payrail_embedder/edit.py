@@ -26,6 +26,8 @@ and answers to save it, edit it again (the editor reopens with the effect on top
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 
 import click
@@ -65,6 +67,33 @@ class LeftUnsaved(CodedError):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code = code  # invalid_input (refused) or unavailable
+
+
+class NoEditor(CodedError):
+    """Neither $VISUAL nor $EDITOR names an editor, and none of FALLBACK_EDITORS is installed."""
+
+    code = "misconfigured"
+
+
+# Where neither $VISUAL nor $EDITOR names an editor: the ones git and most Unix tools fall back
+# on, so an operator never lands in Debian's sensible-editor, which first asks them to choose one.
+FALLBACK_EDITORS = ("vi", "nano")
+
+
+def chosen_editor() -> str:
+    """The editor `edit` opens: $VISUAL, else $EDITOR, else the first of FALLBACK_EDITORS on PATH."""
+    for variable in ("VISUAL", "EDITOR"):
+        if os.environ.get(variable, "").strip():
+            return os.environ[variable]
+    for name in FALLBACK_EDITORS:
+        if shutil.which(name):
+            return name
+    raise NoEditor(f"no editor to open: set $EDITOR (for example: export EDITOR=nano); neither {' nor '.join(FALLBACK_EDITORS)} is installed")
+
+
+def open_in_editor(text: str) -> str | None:
+    """text in chosen_editor(), as a .txt file; the text saved, or None when it was left unsaved."""
+    return click.edit(text, editor=chosen_editor(), extension=".txt", require_save=True)
 
 
 def editable_text(record: ProviderMethod) -> str:
@@ -163,7 +192,7 @@ def edit_record(
     embedder_factory: Callable[[], Embedder],
     row: dict | None,
     *,
-    open_editor: Callable[[str], str | None] = lambda text: click.edit(text, extension=".txt", require_save=True),
+    open_editor: Callable[[str], str | None] = open_in_editor,
     confirm: Callable[[Effect], str] = lambda effect: SAVE,
 ) -> Saved | None:
     """Edits the stored record row (None: a new one) until it is saved, or the operator leaves

@@ -8,7 +8,7 @@ import io
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 
@@ -17,7 +17,7 @@ from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..model import quality
 from ..model.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
-from ..registry import bulk, catalog, golden, history, stored
+from ..registry import bulk, catalog, golden, history, stored, undo
 from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import RegistryModelMismatch
 from ..registry.records import FIELD_LABELS, ProviderMethod, catalog_lines
@@ -182,12 +182,16 @@ class RecordsList:
     # What the registry holds (stored.counts), and how many records the filter matches (None: no filter).
     counts: dict
     matching: int | None
+    # The operator's last bulk action, while it can be undone (not an undo, not undone).
+    last_bulk: undo.BulkAction | None = None
 
 
 def records_list(conn: psycopg.Connection, text: str, state: str | None, after: str | None, before: str | None) -> RecordsList:
     """A page of the records that match the filter (ValueError for a cursor that is not one)."""
     page = stored.list_records(conn, text, state, after=after, before=before, limit=PAGE_SIZE)
-    return RecordsList(page, stored.counts(conn), page.matching)
+    last = undo.last_action(conn)
+    undoable = last if last is not None and last.operation != "undo" and last.undone_by is None else None
+    return RecordsList(page, stored.counts(conn), page.matching, undoable)
 
 
 @dataclass
@@ -204,7 +208,7 @@ def record_page(conn: psycopg.Connection, record_id: int, embedder_factory: Embe
     row = stored.get(conn, record_id)
     if row is None:
         return None
-    page = RecordPage(row, views.versions(row, history.record_history(conn, record_id)))
+    page = RecordPage(row, views.versions(row, history.record_history(conn, record_id), undo.changes_of(conn, [record_id])))
     if embedder_factory is not None:
         try:
             page.golden, _ = rank_golden_queries(conn, embedder_factory, golden.golden_queries(conn, record_id=record_id))
@@ -339,16 +343,71 @@ def delete(conn: psycopg.Connection, record_id: int, version: int, with_golden_q
     return (stored.get(conn, record_id) if problem else row), problem
 
 
-def set_enabled(conn: psycopg.Connection, selection: bulk.Selection, enabled: bool) -> tuple[str, str]:
-    """The list's bulk Enable / Disable (bulk.set_enabled, one transaction): the message's kind
-    ("info", or "error" when some record was refused or nothing could be done) and its words."""
+# The records a bulk action's confirmation page names, at most: the count says the rest.
+NAMES_SHOWN = 100
+
+
+@dataclass
+class BulkQuestion:
+    """A bulk Enable / Disable's confirmation page: what it would do (bulk.set_enabled's preview,
+    whose digest the page's form carries) and the names of the first records it changes."""
+
+    plan: bulk.BulkResult
+    names: dict[int, str]
+    # Why it is asked again: the records changed since the page before was shown.
+    problem: str | None = None
+
+    @property
+    def shown(self) -> list[tuple[int, str]]:
+        return [(record_id, self.names.get(record_id, f"record {record_id}")) for record_id in self.plan.acting_on[:NAMES_SHOWN]]
+
+
+def bulk_question(conn: psycopg.Connection, selection: bulk.Selection, enabled: bool, problem: str | None = None) -> BulkQuestion:
+    plan = bulk.set_enabled(conn, selection, enabled, preview=True)
+    return BulkQuestion(plan, bulk.names(conn, plan.acting_on[:NAMES_SHOWN]), problem)
+
+
+@dataclass
+class BulkOutcome:
+    """What a bulk Enable / Disable did: the message's kind ("info", or "error" when some record
+    was refused or nothing could be done) and its words; or, when the records changed since its
+    confirmation page was shown, that page again with what it would do now."""
+
+    kind: str
+    text: str
+    asked_again: BulkQuestion | None = None
+
+
+def set_enabled(conn: psycopg.Connection, selection: bulk.Selection, enabled: bool, confirmed: str | None = None) -> BulkOutcome:
+    """The list's bulk Enable / Disable (bulk.set_enabled, one transaction): of the ticked records
+    as they are, or (confirmed: the digest of the plan its confirmation page showed) of exactly
+    the records that page named, or nothing."""
     try:
-        result = bulk.set_enabled(conn, selection, enabled)
-    except TransientFailure as error:
+        result = bulk.set_enabled(conn, selection, enabled, confirmed=confirmed)
+    except (TransientFailure, bulk.ChangedSinceAsked) as error:
         _log("bulk_enable", conn, failed=True, enabled=enabled, reason=str(error))
-        return "error", f"Nothing was changed: {error}"
+        if isinstance(error, bulk.ChangedSinceAsked):
+            problem = f"Nothing was changed: the records changed since this page was shown (another writer's change). It would now {error.now.verb} {_records(len(error.now.acting_on))}, below: confirm again to do that."
+            return BulkOutcome("error", problem, bulk_question(conn, selection, enabled, problem))
+        return BulkOutcome("error", f"Nothing was changed: {error}")
     _log("bulk_enable", conn, **result.log_fields())
-    return ("error" if result.refusals() else "info"), result.in_words()
+    return BulkOutcome("error" if result.refusals() else "info", result.in_words())
+
+
+def undo_last(conn: psycopg.Connection, embedder_factory: EmbedderFactory, action_id: int) -> tuple[str, str]:
+    """Undoes the operator's last bulk action, the one the list showed (undo.undo): the message's kind and its words."""
+    try:
+        result = undo.undo(conn, embedder_factory, action_id)
+    except WRITE_FAILURES + (undo.NoSuchBulkAction,) as error:
+        problem = _not_saved(conn, error, "Not undone") if isinstance(error, WRITE_FAILURES) else f"Not undone: {error}."
+        _log("bulk_undo", conn, failed=True, bulk_action=action_id, reason=problem)
+        return "error", problem
+    _log("bulk_undo", conn, **result.log_fields())
+    return ("error" if result.refusals else "info"), result.in_words()
+
+
+def _records(n: int) -> str:
+    return f"{n:,} record{'' if n == 1 else 's'}"
 
 
 def import_upload(
@@ -362,6 +421,7 @@ def import_upload(
         return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
     try:
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)
+        report = replace(report, registry=stored.registry_held(conn))
     except WRITE_FAILURES as error:
         problem = _not_saved(conn, error, "Nothing imported")
         _log("import", conn, failed=True, source=source, saved=False, reason=problem)

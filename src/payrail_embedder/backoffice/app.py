@@ -34,7 +34,7 @@ from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
-from .sign_in import DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
+from .sign_in import EMBEDDED_STOPPED, DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
 from .views import differing, form_digest, last_seen, lines, record_from_form, record_name, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
@@ -88,6 +88,12 @@ def _sign_in_form(request: Request, status_code: int = 200, username: str = "", 
 async def sign_in_page(request: Request) -> Response:
     if await run_in_threadpool(request.app.state.sessions.get, request.cookies.get(SESSION_COOKIE)):
         return redirect("/records")
+    # A stopped embedded server is said before anyone types a password: its postmaster file tells,
+    # with no connection. A configured server is not tried for an anonymous page view (an outsider
+    # would make the backoffice open connections at will): a sign-in says it cannot reach it.
+    settings: Settings = request.app.state.settings
+    if request.app.state.embedded and embedded_stopped(settings.database_url, settings.data_dir):
+        return _sign_in_form(request, 503, problem=EMBEDDED_STOPPED)
     return _sign_in_form(request)
 
 
@@ -195,18 +201,57 @@ def _refused(request: Request, text: str) -> Response:
     return render(request, "message.html", 400, title="Refused", text=f"Refused: {text} Nothing was changed.")
 
 
+def _bulk_request(params) -> tuple[str, str, str | None] | None:
+    """The action ("enable" or "disable"), filter text and state a bulk request names, or None when one is not one of the list's."""
+    action, text, state = params.get("action"), str(params.get("q", "")).replace("\x00", ""), str(params.get("state", "")) or None
+    if action not in ("enable", "disable") or (state is not None and state not in STATES):
+        return None
+    return action, text, state
+
+
+def _list_url(text: str, state: str | None) -> str:
+    """The records list under this filter."""
+    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
+    return f"/records?{urlencode(kept)}" if kept else "/records"
+
+
+def _bulk_page(request: Request, question: actions.BulkQuestion, action: str, text: str, state: str | None, status_code: int = 200) -> Response:
+    return render(request, "bulk.html", status_code, question=question, action=action, text=text, state=state, back=_list_url(text, state))
+
+
+# “All matching” acts under a filter only: every record is no slip of a click.
+ALL_MATCHING_UNFILTERED = "“all matching” acts under a filter only: filter the list first."
+
+
+@signed_in
+async def confirm_bulk(request: Request, session: Session) -> Response:
+    """The question before Enable / Disable of every record the list's filter matches: how many,
+    which, what agents gain or lose. Its form carries the plan it shows."""
+    asked = _bulk_request(request.query_params)
+    if asked is None:
+        return _incomplete(request)
+    action, text, state = asked
+    if not (text or state):
+        return _refused(request, ALL_MATCHING_UNFILTERED)
+    question = await work(request, session, actions.bulk_question, bulk.Selection.matching(text, state), action == "enable")
+    return _bulk_page(request, question, action, text, state)
+
+
 @signed_in_form
 async def bulk_enable(request: Request, session: Session, form: FormData) -> Response:
-    """Enable or Disable for the records ticked on the list, or for every record its filter matches."""
-    action, scope = form.get("action"), form.get("scope")
-    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
-    if action not in ("enable", "disable") or scope not in ("selected", "matching") or (state is not None and state not in STATES):
+    """Enable or Disable for the records ticked on the list, or, confirmed, for every record its filter matches."""
+    asked, scope = _bulk_request(form), form.get("scope")
+    if asked is None or scope not in ("selected", "matching"):
         return _incomplete(request)
-    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
-    back = redirect(f"/records?{urlencode(kept)}" if kept else "/records")
+    action, text, state = asked
+    back = redirect(_list_url(text, state))
+    confirmed = None
     if scope == "matching":
-        if not kept:  # the list offers "all matching" only under a filter: every record is no slip of a click
-            return _refused(request, "“all matching” acts under a filter only: filter the list first.")
+        if not (text or state):
+            return _refused(request, ALL_MATCHING_UNFILTERED)
+        confirmed = form.get("plan")
+        if not isinstance(confirmed, str) or not confirmed:
+            return _incomplete(request)
         selection = bulk.Selection.matching(text, state)
     else:
         ids = _record_ids(form.getlist("record"))
@@ -218,8 +263,22 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
             session.messages.append(("error", "Nothing was changed: tick the records first."))
             return back
         selection = bulk.Selection.of_ids(ids)
-    session.messages.append(await work(request, session, actions.set_enabled, selection, action == "enable"))
+    outcome = await work(request, session, actions.set_enabled, selection, action == "enable", confirmed)
+    if outcome.asked_again is not None:
+        return _bulk_page(request, outcome.asked_again, action, text, state, 409)
+    session.messages.append((outcome.kind, outcome.text))
     return back
+
+
+@signed_in_form
+async def undo_bulk(request: Request, session: Session, form: FormData) -> Response:
+    """Undo of the operator's last bulk action: the one the list showed (its id in the form), or nothing."""
+    action_id = _record_ids([form.get("bulk_action")])
+    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
+    if not action_id or (state is not None and state not in STATES):
+        return _incomplete(request)
+    session.messages.append(await work(request, session, actions.undo_last, _embedder(request), action_id[0]))
+    return redirect(_list_url(text, state))
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
@@ -230,7 +289,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
         "trial": None,
         "query": "",
         "problem": None,
-        "notice": None,
+        "warning": None,
         "errors": {},
         "saved_now": None,
         "effect": None,
@@ -275,14 +334,14 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
     if result.preview is not None:
         session.remember_preview(digest, result.preview)
         changes = result.preview.effect.changes
-        notice = None
+        warning = None
         if not preview_only:
-            notice = (
+            warning = (
                 f"Not saved yet: this edit changes the top three of {len(changes)} golden "
                 f"{'query' if len(changes) == 1 else 'queries'} (below). Save again to save it as it is."
             )
         return _record_form(
-            request, record=record, record_id=record_id, version=version, page=page, effect=result.preview.effect, previewed=digest, notice=notice
+            request, record=record, record_id=record_id, version=version, page=page, effect=result.preview.effect, previewed=digest, warning=warning
         )
     if result.conflict:
         # The form now stands for the version saved meanwhile: saving it again replaces that
@@ -544,7 +603,9 @@ ROUTES = [
     Route("/sessions/end", end_session, methods=["POST"]),
     Route("/sessions/end-others", end_other_sessions, methods=["POST"]),
     Route("/records", records),
+    Route("/records/bulk", confirm_bulk, methods=["GET"]),
     Route("/records/bulk", bulk_enable, methods=["POST"]),
+    Route("/records/bulk/undo", undo_bulk, methods=["POST"]),
     Route("/records/new", new_record, methods=["GET"]),
     Route("/records/new", create_record, methods=["POST"]),
     Route("/records/{record_id:int}", record, methods=["GET"]),

@@ -13,6 +13,7 @@ from ..registry.changes import Saved
 from ..registry.history import author
 from ..registry.records import FIELD_LABELS, ProviderMethod
 from ..registry.stored import record_of
+from ..registry.undo import BulkAction, BulkChange
 from .sessions import duration
 
 
@@ -109,6 +110,8 @@ class Version:
     changes: tuple[FieldChange, ...]
     # The history entry that keeps this version; None for the current version.
     history_id: int | None
+    # The bulk action that saved it, if one did.
+    bulk_action: BulkAction | None = None
 
 
 def _shown(record: ProviderMethod, name: str) -> str:
@@ -145,12 +148,14 @@ def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange,
     return tuple(found)
 
 
-def versions(current: Mapping, history: Sequence[Mapping]) -> list[Version]:
+def versions(current: Mapping, history: Sequence[Mapping], bulk_changes: Sequence[BulkChange] = ()) -> list[Version]:
     """The record's versions newest first: the current one, then each one the history keeps.
 
     history: the record's history rows newest first. Each row keeps a version and says who
-    replaced it, i.e. who saved the next newer version.
+    replaced it, i.e. who saved the next newer version. bulk_changes: the bulk actions' part in
+    the record (undo.changes_of), which name the versions they saved.
     """
+    saved_in = {change.version_after: change.action for change in bulk_changes}
     rows = [current, *history]
     found = []
     for index, row in enumerate(rows):
@@ -165,6 +170,7 @@ def versions(current: Mapping, history: Sequence[Mapping]) -> list[Version]:
                 saved_by_session=older["changed_by_session_user"] if older else None,
                 changes=changes(record_of(older), record_of(row)) if older else (),
                 history_id=None if is_current else row["id"],
+                bulk_action=saved_in.get(row["version"]),
             )
         )
     return found

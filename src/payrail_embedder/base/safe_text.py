@@ -112,6 +112,13 @@ def escape_controls(text: str, keep: str = "") -> str:
     return text.translate(_escapes(keep))
 
 
+def escape_unprintable(text: str) -> str:
+    """text with every character Python would not print as an escape: the controls, and format
+    characters (zero-width spaces, bidirectional controls, tags), separators but the space and
+    unassigned code points, so a name that differs from another by one of them shows it."""
+    return "".join(character if character.isprintable() else _escape(ord(character)) for character in text)
+
+
 def one_line(text: object) -> str:
     """What may leave the process of a text from elsewhere (an error's detail, a role name): one
     line without secrets or control characters, the surrounding white space trimmed."""

@@ -14,6 +14,7 @@ import psycopg
 from .. import edit as edit_module
 from ..base import input_files
 from ..base.errors import EXIT_STATUS
+from ..base.output_files import output_file
 from ..base.progress import progress
 from ..base.reports import emit
 from ..model import golden_rankings
@@ -36,15 +37,6 @@ def count_lines(inputs: list[input_files.InputFile]) -> int:
             raise input_files.InputRefused(f"{opened.source} holds no records (it is empty, or its lines are blank): nothing imported")
         total += lines
     return total
-
-
-def registry_held(conn: psycopg.Connection) -> dict | None:
-    """What agents can find after a change (stored.counts), so drafts are never a surprise; None
-    when the database cannot say (the change's own report says why)."""
-    try:
-        return stored.counts(conn)
-    except psycopg.Error:
-        return None
 
 
 @click.command("import")
@@ -81,7 +73,7 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
         with settings.connect() as conn:
             with progress("import", total) as advance:
                 report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
-            report = dataclasses.replace(report, registry=registry_held(conn))
+            report = dataclasses.replace(report, registry=stored.registry_held(conn))
             log_change(
                 "import",
                 conn,
@@ -101,13 +93,20 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
 
 
 @click.command("export")
-@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-", help="File to write (default: standard output).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILENAME",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="File to write (default: standard output), whole or not at all: it is renamed into place once written.",
+)
 @click.pass_obj
 def export(settings: Settings, output):
     """Write every record as JSON Lines, in the format `import` reads (enabled included)."""
-    with settings.connect() as conn:
+    with settings.connect() as conn, output_file(output) as written:
         for line in catalog.export_records(conn):
-            output.write(line + "\n")
+            written.write((line + "\n").encode("utf-8"))
 
 
 @click.command("list")
@@ -148,7 +147,7 @@ def sync(settings: Settings, dry_run, batch_size, as_json):
             return
         with progress("sync", sum(1 for _ in sync_module.ids_to_sync(conn))) as advance:
             report = sync_module.sync(conn, settings.embedder(), batch_size=batch_size, progress=advance)
-        report = dataclasses.replace(report, registry=registry_held(conn))
+        report = dataclasses.replace(report, registry=stored.registry_held(conn))
         log_change(
             "sync",
             conn,

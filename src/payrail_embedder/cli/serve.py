@@ -14,8 +14,10 @@ from ..postgres import logins
 from ..settings import Settings
 from .common import JSON_OPTION, Failure, log_change
 
-# mcp_server.LOOPBACK, not imported: the command line loads the server's modules only for `mcp`.
+# mcp_server.LOOPBACK and MAX_CONNECTIONS, not imported: the command line loads the server's
+# modules only for `mcp`.
 LOOPBACK = "127.0.0.1"
+MAX_CONNECTIONS = 1000
 
 
 @click.command("mcp")
@@ -35,10 +37,18 @@ LOOPBACK = "127.0.0.1"
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="PAYRAIL_MCP_TOKEN_FILE",
-    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600). Read again when it changes: delete a line to revoke.",
+    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600, owned by the server's user). Read again when it changes: delete a line to revoke.",
+)
+@click.option(
+    "--max-connections",
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Connections --http holds at once. Past it, a new one takes the place of the one that waited longest for its request; "
+    "when every one is in a request, it is answered 503. The server raises its open-files limit to what they need.",
 )
 @click.pass_obj
-def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path | None):
+def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path | None, max_connections: int):
     """Serve the search as an MCP server (one tool: search_provider_methods).
 
     Speaks stdio by default, for an agent host that starts this command; takes the same
@@ -47,10 +57,12 @@ def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path |
     from ..api import Registry
     from ..mcp_server import serve  # the MCP SDK loads only for this command
 
-    if http_port is None and (host != LOOPBACK or token_file is not None):
-        raise click.UsageError("--host and --token-file go with --http PORT; over stdio the agent host starts the server itself")
-    # A busy port, a host beyond loopback without tokens or a wrong token file: invalid_input, named.
-    serve(Registry(settings=settings), http_port, host, token_file)
+    given_http_options = host != LOOPBACK or token_file is not None or max_connections != MAX_CONNECTIONS
+    if http_port is None and given_http_options:
+        raise click.UsageError("--host, --token-file and --max-connections go with --http PORT; over stdio the agent host starts the server itself")
+    # A busy port, a host beyond loopback without tokens, a wrong token file or too few open files
+    # for --max-connections: invalid_input, named.
+    serve(Registry(settings=settings), http_port, host, token_file, max_connections)
 
 
 def read_password(password_stdin: bool) -> str:
@@ -78,9 +90,11 @@ def operator_add(settings: Settings, name, password_stdin, as_json):
     """Create the login NAME with a password, granted payrail_operator and payrail_embedder.
 
     Asks for the password twice (or reads it with --password-stdin); the server receives only
-    its SCRAM verifier. For an existing role it sets the password and the grants. This is how
-    operators sign in to the backoffice on the embedded default; elsewhere it needs a login that
-    may create roles and grant the registry's.
+    its SCRAM verifier. For an existing role it sets the password and the grants, unless that
+    would widen a role: it refuses, saying why, the registry's group roles, an agent's login, a
+    role others are members of, and one that could do more than an operator (docs/security.md).
+    This is how operators sign in to the backoffice on the embedded default; elsewhere it needs a
+    login that may create roles and grant the registry's.
     """
     password = read_password(password_stdin)
     logins.check_login(name, password)  # before the embedded server is started
@@ -101,18 +115,22 @@ def agent():
 @click.option("--password-stdin", is_flag=True, help="Read the password from the first line of standard input instead of asking for it.")
 @click.option("--no-password", is_flag=True, help="No password: for peer or certificate authentication (pg_hba.conf).")
 @click.option("--connection-limit", default=20, show_default=True, type=click.IntRange(1, 10_000), help="Connections the login may hold at once.")
-@click.option("--statement-timeout", default="2s", show_default=True, help="Longest statement: a search waiting on a lock or a slow disk ends.")
-@click.option("--idle-in-transaction-timeout", default="10s", show_default=True, help="Longest idle time inside a transaction before the session ends.")
+@click.option("--statement-timeout", default="2s", show_default=True, help="Longest statement, above 0: a search waiting on a lock or a slow disk ends.")
+@click.option(
+    "--idle-in-transaction-timeout", default="10s", show_default=True, help="Longest idle time inside a transaction before the session ends, above 0."
+)
 @JSON_OPTION
 @click.pass_obj
 def agent_add(settings: Settings, name, password_stdin, no_password, connection_limit, statement_timeout, idle_in_transaction_timeout, as_json):
     """Create the login NAME granted payrail_agent only, with a connection limit and timeouts.
 
     The login can call the search functions and read nothing else (docs/security.md); search
-    holds its sessions to the timeouts given here. Asks for the password twice (or reads it with
-    --password-stdin; --no-password for peer or certificate authentication); the server
-    receives only its SCRAM verifier. For an existing role it sets the same, unless that role
-    could read more than an agent may (a superuser, an operator).
+    holds its sessions to the timeouts given here, which the registry keeps (payrail.agent_logins:
+    the login cannot lift them; run it as the registry's owner). Asks for the password twice (or
+    reads it with --password-stdin; --no-password for peer or certificate authentication); the
+    server receives only its SCRAM verifier. For an existing role it sets the same, unless that
+    would widen a role: it refuses, saying why, the registry's group roles, a role others are
+    members of, and one that could read or write more than an agent may by any route.
     """
     if password_stdin and no_password:
         raise click.UsageError("--password-stdin and --no-password: choose one")
@@ -121,11 +139,11 @@ def agent_add(settings: Settings, name, password_stdin, no_password, connection_
     started = time.monotonic()
     with settings.connect() as conn:
         try:
-            created = logins.add_agent(conn, login)
+            added = logins.add_agent(conn, login)
         except psycopg.errors.InvalidParameterValue as error:
             raise Failure("invalid_input", f"{error.diag.message_primary}; nothing was changed") from None
-        log_change("agent_add", conn, started, login=name, outcome="created" if created else "updated")
-    emit(logins.AgentAdded(login, created), as_json)
+        log_change("agent_add", conn, started, login=name, outcome="created" if added.created else "updated")
+    emit(added, as_json)
 
 
 def positive_option(name: str, default: int, help: str):

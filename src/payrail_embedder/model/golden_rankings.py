@@ -16,7 +16,7 @@ payrail._search (db/SEARCH.md, "Golden queries in one pass"):
   provider and method (the database's collation), the first three kept.
 
 An edit changes one record: its vector, its names, whether it is enabled. measured_edit saves it
-for real in a transaction (write.save_measured) and measures around the save (EditEffect): the
+for real in a transaction (measured.save_measured) and measures around the save (EditEffect): the
 answers before it, then the record as stored and the answers after it, before the transaction
 commits (a save that changes no top three, when asked) or rolls back (a preview). It ranks only
 the golden queries whose top three can change: a query on the semantic path before and after
@@ -40,8 +40,8 @@ from ..registry import golden
 from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import EmbeddingModel, registry_model
 from ..registry.golden import GoldenQuery
+from ..registry.measured import save_measured
 from ..registry.search import SearchUnavailable
-from ..registry.write import save_measured
 from .golden_answers import VERDICT_ORDER, Effect, QueryChange, Ranked, Ranking
 
 # Records read from the database per statement: each chunk is one bytea value of about 3 kB a record
@@ -426,7 +426,7 @@ def _state(conn: psycopg.Connection, record_id: int) -> _State | None:
 
 class EditEffect:
     """What one edit changes in the golden queries' top threes, measured around its save in the
-    save's transaction (write.save_measured): the record and the golden queries' answers before
+    save's transaction (measured.save_measured): the record and the golden queries' answers before
     it, the same after it. after() gives the Effect.
 
     A golden query keeps its top three when it is named like the record neither before nor after
@@ -534,7 +534,7 @@ def measured_edit(
     search_at_most: int = SEARCH_AT_MOST,
 ) -> EditPreview:
     """Saves change in a transaction, measures what it changes in the golden queries' top threes
-    (EditEffect), then keeps it when keep(effect), else rolls it back (write.save_measured): the
+    (EditEffect), then keeps it when keep(effect), else rolls it back (measured.save_measured): the
     preview of an edit by default, or the save of an edit that changes no top three with
     keep=lambda effect: not effect.changes. embedding: the vector a preview made for it."""
     measure = EditEffect(conn, embedder_factory, change, search_at_most=search_at_most)

@@ -25,6 +25,8 @@ from .golden_rankings import Ranked, Ranking, rank_golden_queries
 
 # The longest lists the page shows; it says how many more there are.
 SHOWN = 100
+# The records of a provider the page names among those never found; it counts the rest.
+METHODS_SHOWN = 3
 
 # Every enabled record, with how many golden queries name it: the records no golden query finds
 # are those left when the found ones are taken out, in Python, where the found ids already are
@@ -45,6 +47,18 @@ class NeverFound:
     named_by: int
 
 
+@dataclass(frozen=True)
+class NeverFoundOfProvider:
+    """A provider's enabled records that no golden query names nor finds: at 2,500 records, a
+    list of them one by one would be thousands of lines, grouped they say which catalogs no
+    golden query covers."""
+
+    provider: str
+    count: int
+    # Its first records by method (at most METHODS_SHOWN).
+    first: list[Ranked]
+
+
 @dataclass
 class Confusion:
     """Two records golden queries confuse: each query labelled with one gets the other above it."""
@@ -62,8 +76,13 @@ class QualityReport:
     # eval's metrics (evaluation.METRICS), averaged over the golden queries.
     metrics: dict[str, float]
     misses: list[Ranking]
-    never_found: list[NeverFound]
+    # The enabled records in no golden query's top three: those golden queries name (they should
+    # find them), the most named first; the others by provider, the providers with most first.
+    never_found_named: list[NeverFound]
+    never_found_by_provider: list[NeverFoundOfProvider]
     never_found_total: int
+    never_found_named_total: int
+    never_found_providers_total: int
     confusions: list[Confusion]
     # Golden queries without a vector kept, embedded for this report.
     embedded_now: int
@@ -75,16 +94,30 @@ def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embe
     found = {ranked.record_id for ranking in rankings for ranked in ranking.top}
     never = [NeverFound(Ranked(*row[:3]), row[3]) for row in conn.execute(ENABLED_RECORDS) if row[0] not in found]
     never.sort(key=lambda n: (-n.named_by, n.record.provider.casefold(), n.record.method.casefold(), n.record.record_id))
+    named = [n for n in never if n.named_by]
+    by_provider = _by_provider([n.record for n in never if not n.named_by])
     return QualityReport(
         registry_model(conn),
         rankings,
         metrics,
         [r for r in rankings if not r.metrics["hit@3"]],
-        never[:SHOWN],
+        named[:SHOWN],
+        by_provider[:SHOWN],
         len(never),
+        len(named),
+        len(by_provider),
         confusions(rankings),
         embedded_now,
     )
+
+
+def _by_provider(records: list[Ranked]) -> list[NeverFoundOfProvider]:
+    """records (in provider, then method order) grouped by provider, the providers with most first."""
+    groups: dict[str, list[Ranked]] = {}
+    for record in records:
+        groups.setdefault(record.provider, []).append(record)
+    grouped = [NeverFoundOfProvider(provider, len(found), found[:METHODS_SHOWN]) for provider, found in groups.items()]
+    return sorted(grouped, key=lambda g: (-g.count, g.provider.casefold(), g.provider))
 
 
 def confusions(rankings: list[Ranking]) -> list[Confusion]:

@@ -37,11 +37,14 @@ from ..base.reports import Report
 from . import connection
 from .connection import display_url, one_row, one_value
 
-# The tables a change may lock, in the order a search takes them (payrail._search: the name path's
-# provider_methods, the model, the derived table), then those searches never read, the list
+# The tables a change may lock, in the order a search takes them (payrail._search: its login's
+# bounds, read when a session's first search plans the check, the name path's provider_methods,
+# the model, the derived table), then those searches never read, the list
 # entries first (a save's triggers, which fire in name order, write them after the half vectors),
-# the golden queries last (a record's delete reads them after locking the record).
+# the golden queries (a record's delete reads them after locking the record), then the bulk
+# actions' (payrail.begin_bulk_action locks the records first).
 LOCK_ORDER = (
+    "payrail.agent_logins",
     "payrail.provider_methods",
     "payrail.embedding_model",
     "payrail.provider_method_half_vectors",
@@ -51,6 +54,8 @@ LOCK_ORDER = (
     "payrail.golden_queries",
     "payrail.golden_query_records",
     "payrail.golden_query_embeddings",
+    "payrail.bulk_actions",
+    "payrail.bulk_action_records",
 )
 # Serializes applies: a lock on a table no role but the deployer (its owner) may lock.
 DEPLOY_LOCK_TABLE = "payrail.deployments"

@@ -12,7 +12,7 @@ from psycopg.rows import dict_row
 from ..base.reports import Report
 from ..base.safe_text import escape_controls
 from ..embedders import Embedder
-from . import stored
+from . import stored, undo
 from .changes import Change, Outcome, Saved
 from .write import save_change
 
@@ -90,13 +90,16 @@ class RecordHistory(Report):
                 f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
                 f"{state}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
             ]
+        if record is not None and record.get("bulkAction"):
+            lines.append(f"  saved in {record['bulkAction']['inWords']}")
         for version in self.versions:
             # Role names are the database's to allow: any character but NUL.
             saved_by, changed_by, session_user = (escape_controls(version[key]) for key in ("savedBy", "changedBy", "changedBySessionUser"))
+            in_bulk = f", in {version['bulkAction']['inWords']}" if version["bulkAction"] else ""
             lines += [
                 f"\nhistory {version['historyId']}: version {version['version']} of record {version['recordId']}, saved "
                 f"{version['savedAt']} by {saved_by}; {version['operation']}d {version['changedAt']} by "
-                f"{changed_by} (session {session_user})",
+                f"{changed_by} (session {session_user}){in_bulk}",
                 f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})",
                 f"  docs: {version['docsUrl'] or '-'}",
                 *(f"  url:  {url}" for url in version["urls"]),
@@ -123,10 +126,17 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
         (provider, method),
     ).fetchone()
     versions = cursor.execute("select * from payrail.get_provider_method_history(%s, %s)", (provider, method)).fetchall()
+    changes = undo.changes_of(conn, {v["provider_method_id"] for v in versions} | ({current["id"]} if current else set()))
+    # The bulk action that saved a version (by the version it left) and the one that replaced it (by the version it found).
+    saved_in = {(c.record_id, c.version_after): c.action for c in changes}
+    replaced_in = {(c.record_id, c.version_before): c.action for c in changes}
     record = None
     if current:
         newest = next((v for v in versions if v["provider_method_id"] == current["id"]), None)
-        record = stored.as_json(current) | {"savedBy": author(current["saved_by"], newest)}
+        record = stored.as_json(current) | {
+            "savedBy": author(current["saved_by"], newest),
+            "bulkAction": _bulk_json(saved_in.get((current["id"], current["version"]))),
+        }
     return RecordHistory(
         provider,
         method,
@@ -142,11 +152,17 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
                 "version": v["version"],
                 "savedAt": v["version_saved_at"].isoformat(),
                 "savedBy": author(v["version_saved_by"], older),
+                "bulkAction": _bulk_json(replaced_in.get((v["provider_method_id"], v["version"]))),
                 **stored.record_of(v).to_json(),
             }
             for v, older in zip(versions, _older_entries(versions))
         ],
     )
+
+
+def _bulk_json(action: undo.BulkAction | None) -> dict | None:
+    """A bulk action as the history's JSON names it, with its words; None for none."""
+    return action.to_json() | {"inWords": action.in_words()} if action else None
 
 
 def record_history(conn: psycopg.Connection, record_id: int) -> list[dict]:

@@ -257,6 +257,15 @@ def counts(conn: psycopg.Connection) -> dict:
     }
 
 
+def registry_held(conn: psycopg.Connection) -> dict | None:
+    """What agents can find after a change (counts), so drafts are never a surprise; None when the
+    database cannot say (the change's own report says why)."""
+    try:
+        return counts(conn)
+    except psycopg.Error:
+        return None
+
+
 def findable_in_words(held: dict) -> str | None:
     """What agents can find of a registry holding drafts (counts()' report), and why the drafts are
     drafts; None when every record is enabled (or there is none)."""

@@ -7,15 +7,15 @@ vector, with the text to embed and the registry's model. This module calls it in
 embeds what it named holding nothing (no transaction is open while the service works), and calls
 again with the vectors (one whose content changed meanwhile is stale, asked for again). Import,
 edit, sync, restore, the bulk actions and the backoffice save so; a preview saves in a transaction
-it measures, then commits or rolls back (save_measured).
+it measures, then commits or rolls back (measured.save_measured).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Generic, Protocol, TypeVar
+from dataclasses import replace
+from typing import TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -27,7 +27,8 @@ from ..embedders import Embedder, EmbeddingUnavailable, batched, checked_vectors
 from ..postgres import connection
 from ..postgres.connection import SelfPinned
 from . import refusals, stored
-from .changes import AnyChange, AsStored, Change, Conflict, Embedding, Outcome, Refused, Saved, as_json, saved_of, unsaved_of
+from .changes import AnyChange, AsStored, Change, Conflict, Embedding, Outcome, Refused, as_json, saved_of, unsaved_of
+from .changes import Saved as Saved  # the write path's words, where its callers find them
 from .embedding_model import EmbeddingModel, embedder_for, refuse_another_model, refuse_other_dimensions
 from .records import unstorable_fields, with_ascii_hosts
 
@@ -82,7 +83,7 @@ def answered(
     return cursor.fetchall()
 
 
-def _storable(changes: Sequence[AnyChange]) -> tuple[list[AnyChange], dict[int, Refused]]:
+def storable(changes: Sequence[AnyChange]) -> tuple[list[AnyChange], dict[int, Refused]]:
     """Each change with its URLs' hosts as the registry stores them (records.with_ascii_hosts), and
     the refusals of those holding text PostgreSQL cannot hold, which are never sent."""
     ready: list[AnyChange] = []
@@ -95,7 +96,7 @@ def _storable(changes: Sequence[AnyChange]) -> tuple[list[AnyChange], dict[int, 
     return ready, refused
 
 
-def _embedded(embedder_factory: Callable[[], Embedder], answers: Sequence[dict], progress: Callable[[int], None]) -> list[Embedding]:
+def embedded(embedder_factory: Callable[[], Embedder], answers: Sequence[dict], progress: Callable[[int], None]) -> list[Embedding]:
     """Vectors of the texts the answers name, by the model they name (any, while the registry has
     none), a request per backend batch; refused before any request when the embedder makes another model's."""
     named = answers[0]["embedding_model"]
@@ -121,6 +122,7 @@ def save_changes(
     embed_drafts: bool = True,
     checked: bool = False,
     progress: Callable[[int], None] = lambda done: None,
+    in_transaction: Callable[[psycopg.Connection], None] | None = None,
 ) -> list[Outcome | None]:
     """Saves changes through payrail.save_provider_methods, embedding what it asks for first; one outcome per change, in order.
 
@@ -130,6 +132,8 @@ def save_changes(
     is the change's. embed_drafts False: a draft is saved without a vector (sync embeds it later).
     checked: check_changes passed these changes already, so the first call does not judge their
     fields again before it asks for vectors (the save still refuses what changed meanwhile).
+    in_transaction(conn) runs first in each call's transaction, so what it writes commits with the
+    changes, or rolls back when they are not saved (bulk.undo begins its bulk action there).
     Refused.same_as is the position in changes. progress is called with the number of changes each
     embedding request covered. conn must be in autocommit mode. Raises EmbeddingUnavailable and
     RegistryModelMismatch (nothing saved), TransientFailure, and psycopg errors that are not a
@@ -138,7 +142,7 @@ def save_changes(
     if not conn.autocommit:
         raise ValueError("save_changes needs a connection in autocommit mode")
     embedder_factory = made_once(embedder_factory)  # one embedder (one model load) per save
-    sent, refused = _storable(changes)
+    sent, refused = storable(changes)
     outcomes: list[Outcome | None] = [refused.get(i) for i in range(len(changes))]
     made: list[Embedding | None] = list(embeddings) if embeddings is not None else [None] * len(changes)
     if all_or_nothing and refused:
@@ -147,7 +151,7 @@ def save_changes(
     for _ in range(MOST_CALLS):
         if not todo:
             return outcomes
-        answers = retry_transient(lambda: answered(conn, [sent[i] for i in todo], [made[i] for i in todo], embed_drafts, checked))
+        answers = retry_transient(lambda: _call(conn, [sent[i] for i in todo], [made[i] for i in todo], embed_drafts, checked, in_transaction))
         unsaved = {i: unsaved_of(a, todo) for i, a in zip(todo, answers) if a["outcome"] in ("refused", "conflict")}
         if unsaved:
             for i, outcome in unsaved.items():
@@ -161,9 +165,28 @@ def save_changes(
             for i, answer in zip(todo, answers):
                 outcomes[i] = saved_of(answer, made[i])
             return outcomes
-        for (i, _), embedding in zip(needing, _embedded(embedder_factory, [a for _, a in needing], progress)):
+        for (i, _), embedding in zip(needing, embedded(embedder_factory, [a for _, a in needing], progress)):
             made[i] = embedding
     raise TransientFailure("the records kept changing while they were embedded and saved; nothing was saved, run it again")
+
+
+def _call(
+    conn: psycopg.Connection,
+    changes: Sequence[AnyChange],
+    embeddings: Sequence[Embedding | None],
+    embed_drafts: bool,
+    checked: bool,
+    in_transaction: Callable[[psycopg.Connection], None] | None,
+) -> list[dict]:
+    """answered, after in_transaction in a transaction that commits only when the batch was saved."""
+    if in_transaction is None:
+        return answered(conn, changes, embeddings, embed_drafts, checked)
+    with conn.transaction() as transaction:
+        in_transaction(conn)
+        answers = answered(conn, changes, embeddings, embed_drafts, checked)
+        if any(answer["outcome"] not in SAVED for answer in answers):
+            raise psycopg.Rollback(transaction)  # nothing saved: neither is what in_transaction wrote
+    return answers
 
 
 def save_change(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], change: AnyChange, embedding: Embedding | None = None) -> Outcome:
@@ -188,7 +211,7 @@ def check_changes(
     position: a change of the same record as an earlier one is refused), positions what
     Refused.same_as reports for each change (default: its index).
     """
-    sent, refused = _storable(changes)
+    sent, refused = storable(changes)
     positions = list(range(len(changes))) if positions is None else list(positions)
     todo = [i for i in range(len(changes)) if i not in refused]
 
@@ -231,64 +254,3 @@ def delete_record(
             raise
         return None, Conflict(error.diag.message_primary or str(error))
     return row, None
-
-
-class Measure(Protocol[M_co]):
-    """What save_measured measures around a save, in its transaction."""
-
-    def prepare(self, conn: psycopg.Connection, embedding: Embedding | None) -> None:
-        """Before the transaction (it may embed): with the vector the save will bring, if any."""
-
-    def before(self, conn: psycopg.Connection) -> None:
-        """In the transaction, before the save."""
-
-    def after(self, conn: psycopg.Connection, saved: Saved) -> M_co:
-        """In the transaction, after the save: what was measured."""
-
-
-@dataclass(frozen=True)
-class Measured(Generic[M]):
-    """A save_measured save: its outcome, what was measured (None when it was not saved), whether
-    it was committed, and the vector made for it (to save it again after a preview)."""
-
-    outcome: Outcome
-    measured: M | None
-    committed: bool
-    embedding: Embedding | None
-
-
-def save_measured(
-    conn: psycopg.Connection,
-    embedder_factory: Callable[[], Embedder],
-    change: Change,
-    measure: Measure[M],
-    keep: Callable[[M], bool],
-    embedding: Embedding | None = None,
-) -> Measured[M]:
-    """Saves one change in a transaction: measure.before, the save (payrail.save_provider_methods,
-    the real one), measure.after; then commits when keep(what it measured), else rolls back. A
-    change that needs a vector is embedded between transactions, holding nothing, and saved
-    again; a refusal or conflict saves nothing (its outcome says why). conn in autocommit mode."""
-    embedder_factory = made_once(embedder_factory)
-    (sent,), refused = _storable([change])
-    if refused:
-        return Measured(refused[0], None, False, None)
-    for _ in range(MOST_CALLS):
-        measure.prepare(conn, embedding)
-
-        def once() -> tuple[dict, M | None, bool]:
-            with conn.transaction() as transaction:
-                measure.before(conn)
-                (answer,) = answered(conn, [sent], [embedding])
-                measured = measure.after(conn, saved_of(answer, embedding)) if answer["outcome"] in SAVED else None
-                kept = measured is not None and keep(measured)
-                if not kept:
-                    raise psycopg.Rollback(transaction)  # the block ends here, rolled back
-            return answer, measured, kept
-
-        answer, measured, committed = retry_transient(once)
-        if answer["outcome"] != "needs_embedding":
-            outcome = saved_of(answer, embedding) if answer["outcome"] in SAVED else unsaved_of(answer, [0])
-            return Measured(outcome, measured, committed, embedding)
-        (embedding,) = _embedded(embedder_factory, [answer], lambda done: None)
-    raise TransientFailure("the record kept changing while it was embedded and saved; nothing was saved, run it again")

@@ -16,6 +16,7 @@ import pwd
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -52,14 +53,17 @@ def run_cli_subprocess(env: dict[str, str], *args: str | Path, input: str | None
 
 class OnATerminal:
     """payrail-embedder in a subprocess whose standard error is a terminal (a pseudo-terminal), as
-    when a person runs it; standard output is a pipe. What the terminal showed is read as it comes."""
+    when a person runs it; standard output is a pipe. What the terminal showed is read as it comes.
+    answering: standard input is the terminal too, and type() answers what it asks."""
 
-    def __init__(self, env: dict[str, str], *args: str | Path) -> None:
+    def __init__(self, env: dict[str, str], *args: str | Path, answering: bool = False) -> None:
         leader, follower = pty.openpty()
+        stdin = follower if answering else subprocess.DEVNULL
         try:
-            self.process = subprocess.Popen([str(CLI), *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower, cwd=REPO)
+            self.process = subprocess.Popen([str(CLI), *args], env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=follower, cwd=REPO)
         finally:
             os.close(follower)
+        self._leader = leader
         self._shown = bytearray()
         self._reader = threading.Thread(target=self._read, args=(leader,), daemon=True)
         self._reader.start()
@@ -72,6 +76,22 @@ class OnATerminal:
             pass
         finally:
             os.close(leader)
+
+    def type(self, text: str) -> None:
+        """Keys typed at the terminal (answering)."""
+        os.write(self._leader, text.encode())
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        """What the terminal showed, once it shows text (AssertionError when it has not in timeout seconds)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.shown and time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self._reader.join(5)  # it ended: what it showed is all there is
+                break
+            time.sleep(0.05)
+        if text not in self.shown:
+            raise AssertionError(f"the terminal never showed {text!r}; it showed:\n{self.shown}")
+        return self.shown
 
     @property
     def shown(self) -> str:
