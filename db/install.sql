@@ -20,7 +20,8 @@ set client_min_messages = warning;
 \ir upgrades/008-delete_provider_method_golden_queries.sql
 \ir upgrades/009-run_upgrade_step.sql
 \ir upgrades/010-agent_logins.sql
-\ir upgrades/011-drop_plan_provider_method_changes.sql
+\ir upgrades/011-golden_queries_language.sql
+\ir upgrades/012-drop_plan_provider_method_changes.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql
@@ -51,6 +52,7 @@ set client_min_messages = warning;
 \ir functions/150-check_provider_method.sql
 \ir functions/160-golden_queries.sql
 \ir functions/170-bulk_actions.sql
+\ir functions/180-template_advice.sql
 \ir functions/200-search.sql
 \ir functions/210-preview_search.sql
 \ir functions/300-model_switch.sql

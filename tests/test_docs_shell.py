@@ -102,6 +102,10 @@ COMMANDS = {
     "payrail-embedder enable --state draft --yes": RUN,
     'payrail-embedder disable --text "acme maps" --yes': RUN,
     "payrail-embedder undo --yes": RUN,
+    # Advice on the editorial template (docs/operators.md), on the walkthrough's registry.
+    "payrail-embedder advise --summary": RUN,
+    "payrail-embedder advise --code vague_purpose": RUN,
+    'payrail-embedder advise "Acme Maps / Geocode an address"': RUN,
     # The golden queries' loop (docs/operators.md), on the sample catalog.
     GOLDEN_ADD: RUN,
     "payrail-embedder golden list": RUN,
@@ -301,6 +305,20 @@ def test_many_records_at_once_as_printed(fresh_env):
     assert "draft: agents cannot find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
     assert re.fullmatch(r"Enabled 1 record again: bulk action \d+ is undone \(as bulk action \d+\)\.\n", ok(fresh_env, "payrail-embedder undo --yes"))
     assert "enabled: agents can find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
+
+
+def test_advice_on_the_editorial_template_as_printed(fresh_env):
+    """The sample catalog and the record docs/operators.md adds in psql: the sample's one piece of
+    advice (Mapbox's Purpose names a /path), which its table counts, and the added record fits."""
+    summary = ok(fresh_env, "payrail-embedder advise --summary")
+    assert "1 record has a vague Purpose line (vague_purpose): " in summary, summary
+    row = next(line for line in read(DOCS / "operators.md").splitlines() if line.startswith("| a vague Purpose line (`vague_purpose`) |"))
+    assert row.split("|")[2].strip() == "1", row
+    listed = ok(fresh_env, "payrail-embedder advise --code vague_purpose")
+    assert listed.startswith("Mapbox / Geocoding API v6: Forward geocoding (record "), listed
+    assert ok(fresh_env, 'payrail-embedder advise "Acme Maps / Geocode an address"').endswith("checked against the editorial template: every one fits it\n")
+    counted = ok(fresh_env, 'psql "$(payrail-embedder db url)"', sql_block("select code, enabled + drafts as records"))
+    assert "vague_purpose" in counted and "no_docs_url" in counted, counted
 
 
 def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):

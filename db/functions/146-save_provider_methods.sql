@@ -371,9 +371,11 @@ begin
       v_answer.outcome := 'conflict';
       v_answer.reason := payrail._edit_conflict(v_change.record_id, v_record,
                                                 case when v_change.expected_version operator(pg_catalog.<>) 0 then v_change.expected_version end);
-    elsif not v_usable_vector
-          and (v_enabled or p_embed_drafts)
-          and (case when v_stored then not v_current else v_changed or (v_enabled and not v_current) end) then
+    elsif (v_change.embedding is not null and not v_usable_vector)
+          or (v_change.embedding is null
+              and (v_enabled or p_embed_drafts)
+              and (case when v_stored then not v_current else v_changed or (v_enabled and not v_current) end)) then
+      -- A vector of other content than the change's is stale, never saved, whatever the record holds now.
       v_answer.outcome := 'needs_embedding';
       v_answer.reason := case
         when v_change.embedding is not null then 'the embedding given was made from other content than this change''s (stale)'

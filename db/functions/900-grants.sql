@@ -167,10 +167,10 @@ $$;
 -- rules are the tables' own, so psql writes obey them too); the embedder reads them (eval, model
 -- tune); agents nothing. Who added one and when are the trigger's to write, never the writer's.
 grant select on payrail.golden_queries, payrail.golden_query_records to payrail_operator, payrail_embedder;
-grant insert (query), delete on payrail.golden_queries to payrail_operator;
+grant insert (query, language), delete on payrail.golden_queries to payrail_operator;
 grant insert (golden_query_id, record_id, ordinal), delete on payrail.golden_query_records to payrail_operator;
 grant execute on function
-  payrail.add_golden_query(text, bigint[]),
+  payrail.add_golden_query(text, bigint[], text),
   payrail.remove_golden_query(text),
   payrail._golden_query_named(text),
   payrail._refuse_golden_query_without_records(text)
@@ -180,6 +180,19 @@ grant execute on function payrail._golden_query_named(text) to payrail_embedder;
 -- embedder writes them, operators and the embedder read them, agents nothing.
 grant select on payrail.golden_query_embeddings to payrail_operator, payrail_embedder;
 grant insert, update, delete on payrail.golden_query_embeddings to payrail_embedder;
+
+-- Advice on the editorial template (180-template_advice.sql): operators read it, and the embedder,
+-- which reads every record's content anyway; agents never (it would tell them of drafts).
+grant execute on function
+  payrail.get_template_advice_kinds(),
+  payrail.advise_provider_method(text, text, text, text),
+  payrail.advise_provider_methods(bigint[]),
+  payrail.count_template_advice(bigint[]),
+  payrail._template_words(text),
+  payrail._template_word_count(text[]),
+  payrail._vague_purpose_in_words(text, text, text),
+  payrail._markup_in_words(text)
+  to payrail_operator, payrail_embedder;
 
 -- Model switch: the embedder stages the next model's vectors and switches.
 grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;

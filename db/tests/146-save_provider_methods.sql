@@ -2,7 +2,7 @@
 -- words (refused, conflict, needs_embedding, ready), and its JSON form. The judgment's record
 -- lookups are in 142-delete_provider_method.sql; who may call it, in 900-grants__write_path*.sql.
 begin;
-select plan(26);
+select plan(29);
 \ir include/error_of.sql
 
 -- A batch of changes in JSON, as psql users write it.
@@ -52,6 +52,20 @@ select results_eq(
   $$values ('needs_embedding', 'the embedding given was made from other content than this change''s (stale)')$$,
   'stale vector: refused as stale, answered needs_embedding');
 select is((select guidance from payrail.provider_methods where id = :acme), 'Turns addresses into coordinates.', '... and nothing is saved');
+-- Stale even where the record holds a current vector of its own (someone embedded it meanwhile):
+-- the record as stored, or a URL-only edit, with a vector of other content is never saved.
+select results_eq(
+  format($$select outcome from pg_temp.saved('[{"record_id": %s, "embedding": [0, 1, 0], "embedding_model": "test-model",
+    "embedding_content_hash": %s}]')$$, :acme, pg_temp.hash_of('Acme', 'Geocode', 'Another text.')),
+  $$values ('needs_embedding')$$,
+  'stale vector of a record as stored that holds a current one: needs_embedding, never saved');
+select results_eq(
+  format($$select outcome from pg_temp.saved('[{"record_id": %s, "provider": "Acme", "method": "Geocode", "urls": ["https://other.example"],
+    "guidance": "Turns addresses into coordinates.", "embedding": [0, 1, 0], "embedding_model": "test-model", "embedding_content_hash": %s}]')$$,
+    :acme, pg_temp.hash_of('Acme', 'Geocode', 'Another text.')),
+  $$values ('needs_embedding')$$,
+  'stale vector with a URL-only edit: needs_embedding, never saved');
+select is((select embedding::text from payrail.provider_methods where id = :acme), '[1,0,0]', '... and the record keeps its vector');
 
 -- A vector of another model or dimensions is the caller's configuration: PYE02.
 select results_eq(

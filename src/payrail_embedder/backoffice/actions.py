@@ -17,7 +17,8 @@ from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..model import quality
 from ..model.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
-from ..registry import bulk, catalog, golden, history, stored, undo
+from ..registry import advice, bulk, catalog, golden, history, stored, undo
+from ..registry.advice import Advice, AdviceCount, AdvisedRecord
 from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import RegistryModelMismatch
 from ..registry.records import FIELD_LABELS, ProviderMethod, catalog_lines
@@ -201,14 +202,20 @@ class RecordPage:
     # The golden queries that should find it, each with what search answers it now.
     golden: list[Ranking] = field(default_factory=list)
     golden_problem: str | None = None
+    # How the saved version fits the editorial template: advice, never a refusal.
+    advice: list[Advice] = field(default_factory=list)
 
 
 def record_page(conn: psycopg.Connection, record_id: int, embedder_factory: EmbedderFactory | None = None) -> RecordPage | None:
-    """The record with its history; with embedder_factory, also its golden queries, ranked."""
+    """The record with its history and the advice on it; with embedder_factory, also its golden queries, ranked."""
     row = stored.get(conn, record_id)
     if row is None:
         return None
-    page = RecordPage(row, views.versions(row, history.record_history(conn, record_id), undo.changes_of(conn, [record_id])))
+    page = RecordPage(
+        row,
+        views.versions(row, history.record_history(conn, record_id), undo.changes_of(conn, [record_id])),
+        advice=advice.advice_on(conn, stored.record_of(row)),
+    )
     if embedder_factory is not None:
         try:
             page.golden, _ = rank_golden_queries(conn, embedder_factory, golden.golden_queries(conn, record_id=record_id))
@@ -222,11 +229,13 @@ def golden_queries_of(conn: psycopg.Connection, record_id: int) -> list[golden.G
     return golden.golden_queries(conn, record_id=record_id)
 
 
-def add_golden(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str]) -> str | None:
+def add_golden(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str], language: str | None = None
+) -> str | None:
     """Adds a golden query that should find the record (and the records named in others, "Provider
-    / Method" each); None when added, else why not, in words (nothing added)."""
+    / Method" each), in language (a tag, or None); None when added, else why not, in words (nothing added)."""
     try:
-        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id])
+        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id], language)
     except CodedError as error:
         why = f"{EMBEDDING_UNAVAILABLE} ({error}); try again when it is back" if isinstance(error, EmbeddingUnavailable) else error.detail
         problem = f"Not added: {why}"
@@ -253,6 +262,42 @@ def quality_report(conn: psycopg.Connection, embedder_factory: EmbedderFactory) 
         return quality.quality_report(conn, embedder_factory), None
     except (SearchError, RegistryModelMismatch) as error:
         return None, f"The golden queries cannot be ranked now: {error}"
+
+
+def advice_counts(conn: psycopg.Connection) -> list[AdviceCount]:
+    """How many records, enabled and drafts, get each piece of advice on the editorial template (the Quality page)."""
+    return advice.counts(conn)
+
+
+@dataclass
+class AdvisedPage:
+    """A page of the records that get one piece of advice."""
+
+    count: AdviceCount
+    records: list[AdvisedRecord]
+    # This page's number, from 1, and whether there are pages after it.
+    number: int
+    more: bool
+
+    @property
+    def first(self) -> int:
+        """The place of this page's first record in the whole list, from 1."""
+        return (self.number - 1) * PAGE_SIZE + 1
+
+    def advice_of(self, record: AdvisedRecord) -> Advice:
+        """The record's advice of this page's code."""
+        return next(item for item in record.advice if item.code == self.count.code)
+
+
+def advised_page(conn: psycopg.Connection, code: str, number: int) -> AdvisedPage | None:
+    """The number-th page (PAGE_SIZE records, by provider and method) of the records that get the
+    advice code, enabled and drafts; None for a code the registry does not give."""
+    count = next((count for count in advice.counts(conn) if count.code == code), None)
+    if count is None:
+        return None
+    records = advice.advised_records(conn, code=code)
+    first = (number - 1) * PAGE_SIZE
+    return AdvisedPage(count, records[first : first + PAGE_SIZE], number, len(records) > first + PAGE_SIZE)
 
 
 @dataclass
@@ -420,8 +465,9 @@ def import_upload(
         _log("import", conn, failed=True, source=source, saved=False, reason="no records")
         return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
     try:
+        started_at = advice.clock(conn)
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)
-        report = replace(report, registry=stored.registry_held(conn))
+        report = replace(report, registry=stored.registry_held(conn), advice=advice.saved_since(conn, started_at))
     except WRITE_FAILURES as error:
         problem = _not_saved(conn, error, "Nothing imported")
         _log("import", conn, failed=True, source=source, saved=False, reason=problem)

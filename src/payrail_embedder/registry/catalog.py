@@ -14,6 +14,7 @@ from ..base.reports import Report
 from ..base.safe_text import json_text
 from ..embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, made_once
 from . import stored
+from .advice import AdviceCount, summary_lines
 from .changes import Change, Conflict, Outcome, Refused, Saved
 from .embedding_model import RegistryModelMismatch
 from .records import Line, Refusal
@@ -33,6 +34,8 @@ class ImportReport(Report):
     not_imported: int = 0
     # What the registry holds after it (stored.counts), where the command asked: agents can find only its enabled records.
     registry: dict | None = None
+    # The advice on the records it created or updated (advice.saved_since), where the command asked.
+    advice: list[AdviceCount] | None = None
 
     def summary(self) -> str:
         """The report's last line, as `import` prints it."""
@@ -50,10 +53,11 @@ class ImportReport(Report):
             "saved": self.saved,
             "notImported": self.not_imported,
             **({"registry": self.registry} if self.registry is not None else {}),
+            **({"advice": [count.to_json() for count in self.advice]} if self.advice is not None else {}),
         }
 
     def describe(self) -> list[str]:
-        return [self.summary(), *stored.findable_lines(self.registry)]
+        return [self.summary(), *stored.findable_lines(self.registry), *summary_lines(self.advice or [])]
 
     def warnings(self) -> list[str]:
         return [f"refused {refusal}" for refusal in self.refused]

@@ -13,6 +13,7 @@ from psycopg.rows import DictRow, dict_row
 from ..base.errors import CodedError
 from ..base.reports import Report
 from ..postgres.connection import SelfPinned, one_row
+from .advice import Advice, advice_lines
 from .embedding_model import registry_model
 from .records import ProviderMethod
 
@@ -164,12 +165,13 @@ def ids_named(conn: psycopg.Connection, name: str) -> list[int]:
 
 @dataclass(frozen=True)
 class ShownRecord(Report):
-    """`show`: one stored record, and what it is to agents."""
+    """`show`: one stored record, what it is to agents, and the advice on how it fits the editorial template."""
 
     row: dict
+    advice: tuple[Advice, ...] = ()
 
     def to_json(self) -> dict:
-        return {**as_json(self.row), "savedBy": self.row["saved_by"], "state": state_of(self.row)}
+        return {**as_json(self.row), "savedBy": self.row["saved_by"], "state": state_of(self.row), "advice": [item.to_json() for item in self.advice]}
 
     def describe(self) -> list[str]:
         row = self.row
@@ -187,6 +189,8 @@ class ShownRecord(Report):
             f"docs: {row['docs_url'] or 'none'}",
             "",
             row["guidance"],
+            "",
+            *advice_lines(self.advice),
         ]
 
 

@@ -166,10 +166,13 @@ def cli_json(env: dict[str, str], *args: str | Path) -> tuple[int, dict, str]:
 
 
 def without_registry(report: dict) -> dict:
-    """An import's or sync's --json report without what it says the registry holds after it (its
-    "registry", stored.counts), which it must say."""
+    """An import's or sync's --json report without what it says of the registry after it, which it
+    must say: what the registry holds ("registry", stored.counts), and for an import the advice on
+    the records it saved ("advice": every piece, with its counts)."""
     assert set(report.get("registry") or {}) >= {"records", "enabled", "drafts", "draftsNeedingEmbedding"}, report
-    return {key: value for key, value in report.items() if key != "registry"}
+    if "created" in report:
+        assert report.get("advice") and all(set(count) == {"code", "summary", "fix", "enabled", "drafts"} for count in report["advice"]), report
+    return {key: value for key, value in report.items() if key not in ("registry", "advice")}
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
