@@ -21,6 +21,7 @@ set client_min_messages = warning;
 \ir upgrades/009-run_upgrade_step.sql
 \ir upgrades/010-agent_logins.sql
 \ir upgrades/011-golden_queries_language.sql
+\ir upgrades/012-drop_plan_provider_method_changes.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql
@@ -37,15 +38,17 @@ set client_min_messages = warning;
 \ir schema/082-golden_query_embeddings.sql
 \ir schema/090-agent_logins.sql
 \ir schema/092-bulk_actions.sql
+\ir schema/094-provider_method_change.sql
 \ir functions/100-provider_methods_triggers.sql
 \ir functions/104-lookalikes.sql
 \ir functions/110-embedding_model.sql
 \ir functions/120-provider_method_history.sql
 \ir functions/130-provider_method_half_vectors.sql
 \ir functions/132-provider_method_list_entries.sql
+\ir functions/134-list_provider_methods.sql
 \ir functions/140-save_provider_method.sql
 \ir functions/142-delete_provider_method.sql
-\ir functions/144-plan_provider_method_changes.sql
+\ir functions/146-save_provider_methods.sql
 \ir functions/150-check_provider_method.sql
 \ir functions/160-golden_queries.sql
 \ir functions/170-bulk_actions.sql

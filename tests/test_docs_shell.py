@@ -224,6 +224,9 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     ok(env, psql, sql_block("update payrail.provider_methods set enabled = true"))
     rules = ok(env, psql, sql_block("select * from payrail.rules"))
     assert "provider_methods_docs_url_check" in rules and "provider_methods_urls_https_check" in rules, rules
+    # The write path in SQL: a draft saved, new content answered with what to embed, the records list.
+    saved = ok(env, psql, sql_block("-- Save a batch"))
+    assert "| created " in saved and "| needs_embedding | all-MiniLM-L6-v2" in saved and "Invoice lookup | draft needing an embedding" in saved, saved
 
     preview = json.loads(ok(env, 'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json'))
     assert preview["matches"][0]["provider"] == "Acme Maps", preview

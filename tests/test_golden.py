@@ -373,7 +373,7 @@ def test_a_record_golden_queries_name_is_deleted_only_with_them(registry, databa
     before = stored_golden(database_url)
 
     with connect(database_url, autocommit=True) as conn:
-        refused = delete_record(conn, refund, 1)
+        refused = delete_record(conn, refund, 1)[1]
         assert refused == Refused(
             'provider method "Stripe / Create a refund" is not deleted: 2 golden queries name it: "money back", "money back and a text" '
             "(golden_query_records_record_id_fkey). Hint: Delete it with its golden queries (payrail.delete_provider_method(id, version, "
@@ -382,7 +382,7 @@ def test_a_record_golden_queries_name_is_deleted_only_with_them(registry, databa
         assert stored_golden(database_url) == before
         assert [g.query for g in golden.golden_queries(conn, record_id=refund)] == ["money back", "money back and a text"]
 
-        assert delete_record(conn, refund, 1, with_golden_queries=True) is None
+        assert delete_record(conn, refund, 1, with_golden_queries=True)[1] is None
     assert [(row[1], row[4]) for row in stored_golden(database_url)] == [("money back and a text", [record_id(database_url, "Twilio", "Send an SMS")])]
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select count(*) from payrail.provider_methods where id = %s", (refund,)).fetchone() == (0,)

@@ -74,6 +74,7 @@ grant execute on function
 
 -- Operators: the public fields and enabled; never the vector columns. The records list reads the
 -- list entries (counts, filters); only the trigger tg_provider_methods__keep_list_entry writes them.
+grant execute on function payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean) to payrail_operator, payrail_embedder;
 grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
                 payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_operator;
 grant insert (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),
@@ -91,15 +92,24 @@ grant insert (embedding, embedding_model, embedding_content_hash) on payrail.pro
 grant insert, update on payrail.embedding_model to payrail_embedder;
 grant execute on function payrail.set_embedding_model(text, integer) to payrail_embedder;
 
--- The write path: the plan, one statement that saves the public fields (and the vector when the
--- caller has the embedder's column privileges too: import, edit and the backoffice need both
--- roles), and the delete, each refusing an edit conflict.
+-- The write path: a batch saved in one statement, or answered (save_provider_methods, with its
+-- JSON form); one record saved (save_provider_method), and the delete, each refusing an edit
+-- conflict. Each runs with its caller's privileges: an operator saves public fields and enabled,
+-- the embedder a record's vector as stored (sync), a login holding both content with its vector
+-- (import, edit and the backoffice need both roles).
 grant execute on function
-  payrail.plan_provider_method_changes(bigint[], text[], text[], text[], boolean[], integer[]),
+  payrail.save_provider_methods(payrail.provider_method_change[], boolean, boolean),
+  payrail.provider_method_changes(jsonb, vector[]),
+  payrail._write_provider_method_change(payrail.provider_method_change, bigint, integer, boolean),
+  payrail._embedding_text(text, text, text),
+  payrail._edit_conflict(bigint, payrail.provider_methods, integer),
+  payrail._rules_in_words(jsonb)
+  to payrail_operator, payrail_embedder;
+grant execute on function
   payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean),
   payrail.delete_provider_method(bigint, integer, boolean),
-  payrail._edit_conflict(bigint, payrail.provider_methods, integer),
-  payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer)
+  payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer),
+  payrail._broken_rules(payrail.provider_method_change, bigint, text, text, text, text)
   to payrail_operator;
 
 -- The rules in words: every writer reads them to say why a value was refused, and asks

@@ -26,9 +26,9 @@ from ..base.errors import database_reason
 from ..embedders import made_once
 from ..postgres.local_server import embedded_stopped
 from ..registry import bulk
+from ..registry.changes import Refused
 from ..registry.records import FIELD_LABELS, NEW_RECORD
 from ..registry.stored import STATES, record_of
-from ..registry.write import Refused
 from ..settings import Settings
 from . import actions
 from .guard import Guard, allowed_hosts, origin_of
@@ -329,11 +329,11 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
         return _unsaved_form(request, error, record=record, record_id=record_id, version=version)
     if result.saved is not None:
         session.previews.pop(digest, None)
-        session.messages.append(("info", saved_message(result.saved, result.row)))
+        session.messages.append(("info", saved_message(result.saved)))
         return redirect(f"/records/{result.saved.record_id}")
     page = await work(request, session, actions.record_page, record_id, _embedder(request)) if record_id is not None else None
     if result.preview is not None:
-        session.remember_preview(digest, result.preview.prepared)
+        session.remember_preview(digest, result.preview)
         changes = result.preview.effect.changes
         warning = None
         if not preview_only:

@@ -21,8 +21,8 @@ from ..model import golden_rankings
 from ..registry import advice, catalog, stored
 from ..registry import history as history_module
 from ..registry import sync as sync_module
+from ..registry.changes import Conflict, Refused, Saved
 from ..registry.records import RECORD_LINE, Line, parse_lines
-from ..registry.write import Conflict, Refused, Saved
 from ..settings import Settings
 from .common import BATCH_SIZE_OPTION, JSON_OPTION, NAME_ARGUMENT, Failure, embedding_run_fields, log_change
 

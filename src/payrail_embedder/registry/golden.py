@@ -27,7 +27,7 @@ from ..base.errors import CodedError, database_reason
 from ..base.reports import Report
 from ..base.safe_text import json_text
 from ..embedders import Embedder, batched, checked_vectors
-from ..postgres.connection import naming_pgvector, one_row, one_value
+from ..postgres.connection import SelfPinned, naming_pgvector, one_row, one_value
 from . import stored
 from .embedding_model import EmbeddingModel, embedder_for, refuse_another_model, refuse_other_dimensions, registry_model, require_embedder_model
 from .labelled_queries import LabelledQuery, NormalizedNames, language_tag
@@ -137,6 +137,15 @@ class GoldenQueries(Report):
         if self.done is None:
             lines.append(f"{len(self.queries)} golden quer{'y' if len(self.queries) == 1 else 'ies'}")
         return lines
+
+
+# Whether the registry holds any golden query: one statement on its own (no search path to pin).
+ANY_GOLDEN_QUERY = SelfPinned("select exists (select from payrail.golden_queries)")
+
+
+def any_golden_queries(conn: psycopg.Connection) -> bool:
+    """Whether the registry holds a golden query (an edit's effect has none to measure when not)."""
+    return bool(one_value(conn.execute(ANY_GOLDEN_QUERY)))
 
 
 def golden_queries(conn: psycopg.Connection, *, record_id: int | None = None) -> list[GoldenQuery]:
