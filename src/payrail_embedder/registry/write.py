@@ -78,7 +78,8 @@ def answered(
     except psycopg.Error as error:
         if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE and error.diag.column_name == "embedding":
             # The database refused the vector the model returned (its length: payrail._is_storable_vector_length).
-            raise EmbeddingUnavailable(f"the model returned an embedding the registry cannot store: {database_reason(error)}") from error
+            model = next(e.model for e in embeddings if e is not None)
+            raise EmbeddingUnavailable(f"{model} returned an embedding the registry cannot store: {database_reason(error)}") from error
         raise
     return cursor.fetchall()
 
