@@ -7,7 +7,7 @@ language sql
 immutable strict parallel safe
 security invoker
 set search_path from current
--- payrail_embedder.embedders.record_text says the same (tests/test_text_rules.py compares them).
+-- payrail_embedder.embedders.record_text says the same (tests/sql/test_text_rules.py compares them).
 return p_provider operator(pg_catalog.||) ': ' operator(pg_catalog.||) p_method operator(pg_catalog.||) E'\n' operator(pg_catalog.||) p_guidance;
 
 comment on function payrail._embedding_text(text, text, text) is

@@ -4,7 +4,7 @@ through import, edit, the backoffice's form and psql as an operator login, each 
 words payrail.rules has, naming the record imitated, and changing nothing.
 
 The SQL rule itself is attacked by db/tests/104-lookalikes.sql; the skeleton is checked against
-ICU by tests/test_unicode_security.py.
+ICU by tests/security/test_unicode_security.py.
 """
 
 from __future__ import annotations

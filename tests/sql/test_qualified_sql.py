@@ -11,7 +11,7 @@ may open to others) would run instead, as whoever calls. A name qualified by its
 pgvector's own names stay bare, since its schema differs from server to server: its operators
 and functions that pg_catalog has no namesake for, which the registry calls with pgvector's exact
 types (a call that needed a cast would let a planted object of the written types win; the
-planted-twins test, tests/test_planted_twins.py, shows none does). Comparisons of pgvector's
+planted-twins test, tests/security/test_planted_twins.py, shows none does). Comparisons of pgvector's
 types use its functions (`vector_ne(a, b)`), not `=` or `<>`, which only its types tell apart
 from the built-ins'.
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from test_edit import DRAFT, ENABLED
 
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
 from payrail_test_support.cli import cli_import, cli_json, command_line_author, run_cli
 from payrail_test_support.openai_fake import fake_embedding
-from test_edit import DRAFT, ENABLED
 
 WEATHER = {**ENABLED, "provider": "globex weather", "method": "Current conditions", "guidance": "Purpose: weather now."}
 

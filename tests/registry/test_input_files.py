@@ -32,6 +32,9 @@ from payrail_test_support.cli import cli_json, run_cli, without_registry, write_
 from payrail_test_support.devices import fill, small_device
 from payrail_test_support.stored import assert_whole_or_nothing, rows
 
+# Files an operator hands over are attacked input (docs/security.md): on every server.
+pytestmark = pytest.mark.every_server
+
 LIMIT_WORDS = f"the line is longer than {RECORD_LINE.bytes:,} bytes, more than any record can take"
 NOT_READ = "the rest of the file was not read"
 

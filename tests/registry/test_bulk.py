@@ -19,6 +19,9 @@ from payrail_test_support.openai_fake import FAKE_MODEL
 from payrail_test_support.stored import assert_whole_or_nothing, insert_drafts, rows
 from payrail_test_support.waiting import wait_until, waits_for_a_lock
 
+# Bulk actions doing what was confirmed is an attacked boundary (docs/security.md): on every server.
+pytestmark = pytest.mark.every_server
+
 
 def rec(provider: str, method: str, *, enabled: bool) -> dict:
     return {"provider": provider, "method": method, "urls": [], "docsUrl": None, "guidance": f"Purpose: {method.lower()} with {provider}.", "enabled": enabled}

@@ -1,6 +1,6 @@
 """`payrail-embedder edit` in a real terminal with a real editor: tmux runs the command with
 EDITOR=vim, and the test types into vim as an operator would (tmux send-keys), reading the screen
-(tmux capture-pane) between keys. tests/test_edit.py covers the same loop with a scripted editor.
+(tmux capture-pane) between keys. tests/faces/test_edit.py covers the same loop with a scripted editor.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_edit import ENABLED, stored
 
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
-from test_edit import ENABLED, stored
 
 VIM = "vim -u NONE -i NONE -N"  # no vimrc or viminfo of the machine's: the same keys do the same everywhere
 

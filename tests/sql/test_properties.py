@@ -199,7 +199,7 @@ def records_off_by_a_little(draw):
 
 # Every record with the operator's word that its names may mix scripts (mixed_scripts): arbitrary
 # letters mix them; the scripts rule and the look-alike rule have tests of their own
-# (tests/test_lookalikes.py, tests/test_unicode_security.py, db/tests).
+# (tests/security/test_lookalikes.py, tests/security/test_unicode_security.py, db/tests).
 INSERT = """
 insert into payrail.provider_methods (provider, method, urls, docs_url, guidance, mixed_scripts)
 values (%s, %s, %s, %s, %s, true)
@@ -295,7 +295,7 @@ def name_pairs(draw):
 
 def looks_alike(conn: psycopg.Connection, name: str, other: str) -> bool:
     """Whether the look-alike rule refuses name beside other (their confusable skeletons are equal:
-    tests/test_unicode_security.py checks the database's skeleton against ICU's)."""
+    tests/security/test_unicode_security.py checks the database's skeleton against ICU's)."""
     return conn.execute("select payrail._lookalike_key(%s) = payrail._lookalike_key(%s)", (name, other)).fetchone()[0]
 
 

@@ -2,7 +2,7 @@
 read from a real registry: each enabled record's Purpose line, answered by that record.
 
 The expected queries are written out by hand from the catalog below, never computed by the code
-under test. No model is trained here (tests/test_tune.py trains on them).
+under test. No model is trained here (tests/quality/test_tune.py trains on them).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def test_heads_however_slow_bodies_that_never_end_and_idle_keep_alive_meet_their
         time.sleep(0.5)
     assert set(closed_at) == set(received), closed_at
     assert response_of(received[kept_alive]) == (200, {"matches": STRIPE})
-    # On /mcp, the one shape inside a JSON-RPC error (tests/test_http_errors.py walks them all).
+    # On /mcp, the one shape inside a JSON-RPC error (tests/faces/test_http_errors.py walks them all).
     status, answer = response_of(received[body])
     assert (status, answer["error"]["data"]) == (
         408,

@@ -7,7 +7,7 @@ user's is.
 Every command line of the docs' sh blocks is in COMMANDS, which says how it is run: as printed,
 in the order a new operator follows them (psql and its SQL blocks included); with --help, where it
 needs what no test has (a production server, an API key); or not at all, where it is the test
-suite or a benchmark's synopsis, which tests/test_docs.py checks. A command added to the docs
+suite or a benchmark's synopsis, which tests/docs/test_docs.py checks. A command added to the docs
 without a line here fails the test. The sections of docs/operations.md in RUN_ELSEWHERE are left
 to the tests that run them as written on servers of their own.
 
@@ -115,7 +115,7 @@ COMMANDS = {
     GOLDEN_REMOVE: RUN,
     "payrail-embedder golden import golden.jsonl": RUN,
     "payrail-embedder --embedder openai model switch text-embedding-3-large": HELP,
-    # Tuning takes minutes and labelled queries of the registry's own: tests/test_tune.py runs it.
+    # Tuning takes minutes and labelled queries of the registry's own: tests/quality/test_tune.py runs it.
     "payrail-embedder model tune": HELP,
     "payrail-embedder model tune golden.jsonl": HELP,
     "payrail-embedder eval golden.jsonl --compare all-MiniLM-L6-v2-tuned-3f9c0e1a7b42": HELP,

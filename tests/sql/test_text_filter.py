@@ -13,6 +13,7 @@ import pytest
 from payrail_embedder.postgres.connection import connect
 from payrail_embedder.postgres.deploy import apply_schema
 from payrail_embedder.registry import stored
+from payrail_test_support.stored import scanned
 
 RECORDS = [
     (
@@ -106,22 +107,6 @@ def conn(database_url):
         )
     with connect(database_url, autocommit=True) as conn:
         yield conn
-
-
-def scanned(conn, text: str, state_condition: str = "true") -> list[tuple[str, str]]:
-    """What the filter matched before the list entries: every record's text read, lower-cased,
-    searched; (provider, method) in the list's order."""
-    return [
-        tuple(row)
-        for row in conn.execute(
-            f"""select pm.provider, pm.method from payrail.provider_method_states as pm
-                where pg_catalog.strpos(pg_catalog.lower(pm.provider || ' ' || pm.method || ' ' || pm.guidance || ' '
-                      || pg_catalog.array_to_string(pm.urls, ' ') || ' ' || coalesce(pm.docs_url, '')), pg_catalog.lower(%s)) > 0
-                  and {state_condition}
-                order by pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id""",
-            (text,),
-        ).fetchall()
-    ]
 
 
 def matching(conn, text: str, state: str | None = None) -> int:

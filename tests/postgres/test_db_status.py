@@ -165,7 +165,7 @@ def test_db_status_of_a_registry_installed_with_psql_or_not_at_all(cli_env, serv
             [str(server.psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "--single-transaction", "-f", "db/install.sql", "-d", empty],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=Path(__file__).resolve().parents[2],
         )
         assert installed.returncode == 0, installed.stderr
         report = status(env)

@@ -587,7 +587,7 @@ def test_deployment_login_roles_run_the_workflow(cli_env, database_url, openai_f
 
 def test_db_roles_says_the_group_roles_exist_and_changes_nothing(cli_env, database_url):
     """On a server that has them (db apply made them), as a rerun finds them; creating them on a
-    new server is tests/test_operations.py's."""
+    new server is tests/postgres/test_operations.py's."""
     roles = ["payrail_agent", "payrail_operator", "payrail_embedder"]
     before = group_roles(database_url)
     assert [role["rolname"] for role in before] == sorted(roles)

@@ -109,7 +109,7 @@ def test_ci_runs_the_readme_commands_verbatim():
 def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
     marker_expression = re.search(r'`\./scripts/test (-m "[^"]+")`', read(README))[1]
     # Slow by file, by test, and by what a test uses (chromium, the real local model).
-    files = ["test_upgrades.py", "test_soak.py", "test_backoffice.py", "test_local_model.py"]
+    files = ["postgres/test_upgrades.py", "postgres/test_soak.py", "faces/test_backoffice.py", "embedders/test_local_model.py"]
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", *shlex.split(marker_expression), *(f"tests/{f}" for f in files)],
         capture_output=True,
@@ -119,7 +119,7 @@ def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
     )
     assert collected.returncode == 0, collected.stdout + collected.stderr
     tests = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert "tests/test_soak.py::test_the_checker_catches_wrong_answers[pg18]" in tests
+    assert "tests/postgres/test_soak.py::test_the_checker_catches_wrong_answers[pg18]" in tests
     slow = [
         "test_upgrades.py::",
         "test_soak.py::test_soak_for_30_seconds",
@@ -127,6 +127,26 @@ def test_the_fast_tier_the_readme_documents_leaves_out_the_slow_tier():
         "test_local_model.py::",
     ]
     assert not [test for test in tests if any(part in test for part in slow)], tests
+
+
+def test_what_depends_on_the_servers_version_runs_on_every_server_and_the_rest_on_the_newest():
+    """conftest.py's rule, as docs/contributing.md states it: by folder, and by the every_server marker."""
+    files = ["sql/test_search_exact.py", "security/test_logins_never_widen.py", "registry/test_bulk.py", "registry/test_save.py", "faces/test_api.py"]
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *(f"tests/{f}" for f in files)], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    servers_of = {
+        f: {server for server in ("pg18", "pg16") if f"tests/{f}::" in collected.stdout and re.search(rf"tests/{f}::\S*\b{server}\b", collected.stdout)}
+        for f in files
+    }
+    assert servers_of == {
+        "sql/test_search_exact.py": {"pg18", "pg16"},
+        "security/test_logins_never_widen.py": {"pg18", "pg16"},
+        "registry/test_bulk.py": {"pg18", "pg16"},
+        "registry/test_save.py": {"pg18"},
+        "faces/test_api.py": {"pg18"},
+    }
 
 
 def test_every_benchmark_is_in_the_benchmarks_page_and_the_runner_names_them_on_a_wrong_name():

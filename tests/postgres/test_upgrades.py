@@ -195,7 +195,7 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(r
                            from payrail.provider_methods as pm cross join lateral payrail._list_entry(pm) as x)"""
             ).fetchone()[0], "the records list's entries are every record's"
             recorded = dict(conn.execute("select name, ran from payrail.applied_upgrades").fetchall())
-        assert set(recorded) == {path.stem for path in (Path(__file__).parents[1] / "db" / "upgrades").glob("*.sql")}
+        assert set(recorded) == {path.stem for path in (Path(__file__).parents[2] / "db" / "upgrades").glob("*.sql")}
         # Those it recorded stay as it recorded them (not needed: it was created with them).
         steps_before = {path.stem for path in (tmp_path / release / "db" / "upgrades").glob("*.sql")}
         assert all(ran for step, ran in recorded.items() if step not in steps_before), "a registry of an earlier release needs every later step checked"

@@ -448,7 +448,7 @@ def pg18_database_url(servers):
 
 @pytest.mark.slow
 def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines(pg18_database_url, tmp_path):
-    """Every record's Purpose line is a query its record answers (tests/test_record_queries.py
+    """Every record's Purpose line is a query its record answers (tests/quality/test_record_queries.py
     checks which); they decide on providers held apart, as golden queries would."""
     database_url = pg18_database_url
     import_catalog(database_url, tmp_path)
