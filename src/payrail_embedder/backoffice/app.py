@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from ..base import logs
 from ..base.errors import database_reason
 from ..embedders import made_once
+from ..postgres.connection import DatabaseUnavailable
 from ..postgres.local_server import embedded_stopped
 from ..registry import bulk
 from ..registry.changes import Refused
@@ -34,7 +35,7 @@ from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
-from .sign_in import EMBEDDED_STOPPED, DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
+from .sign_in import EMBEDDED_STOPPED, SignInRefused, SignInThrottle, open_connection, typed_problem
 from .views import differing, form_digest, last_seen, lines, record_from_form, record_name, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
@@ -120,6 +121,9 @@ async def sign_in(request: Request) -> Response:
         failed = refused.failed
         logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=refused.reason)
         return _sign_in_form(request, refused.status, username, str(refused))
+    except DatabaseUnavailable as down:
+        logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=str(down))
+        return _sign_in_form(request, 503, username, str(down))
     finally:
         throttle.end(username, failed=failed)
     logs.log("sign_in", role=username, outcome="success")
@@ -325,7 +329,7 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
             previewed = session.previews.get(digest) if form.get("previewed") == digest else None
             save = functools.partial(actions.save_record, previewed=previewed)
             result = await work(request, session, save, _embedder(request), record, record_id, version)
-    except (DatabaseUnreachable, SessionEnded) as error:
+    except (DatabaseUnavailable, SessionEnded) as error:
         return _unsaved_form(request, error, record=record, record_id=record_id, version=version)
     if result.saved is not None:
         session.previews.pop(digest, None)
@@ -364,7 +368,7 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
 def _unsaved_form(request: Request, error: Exception, **form) -> Response:
     """The form with what the operator typed, when the database could not take the save: it is
     down (the session stays: Save again), or the session ended (copy the text, sign in again)."""
-    if isinstance(error, DatabaseUnreachable):
+    if isinstance(error, DatabaseUnavailable):
         problem = f"Not saved. {error} Your text is below, unchanged: Save again once the database is back."
         return _record_form(request, 503, problem=problem, **form)
     request.state.session = None
@@ -565,8 +569,8 @@ async def session_ended(request: Request, error: Exception) -> Response:
     return response
 
 
-async def database_unreachable(request: Request, error: Exception) -> Response:
-    assert isinstance(error, DatabaseUnreachable)
+async def database_unavailable(request: Request, error: Exception) -> Response:
+    assert isinstance(error, DatabaseUnavailable)
     text = f"{error} Your session is kept: try again in a moment."
     return render(request, "message.html", 503, title="The database cannot be reached", text=text)
 
@@ -667,7 +671,7 @@ def create_app(
         ],
         exception_handlers={
             SessionEnded: session_ended,
-            DatabaseUnreachable: database_unreachable,
+            DatabaseUnavailable: database_unavailable,
             BodyTooLarge: body_too_large,
             psycopg.Error: database_failed,
         },
