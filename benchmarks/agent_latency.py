@@ -55,8 +55,8 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from payrail_embedder.api import Registry, SearchUnavailable
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
+from payrail_embedder.faces.api import Registry, SearchUnavailable
 from payrail_embedder.postgres import connection, deploy
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.records import read_lines

@@ -26,11 +26,11 @@ import pytest
 from psycopg import sql
 
 from payrail_embedder import SearchUnavailable
-from payrail_embedder.api import Registry
 from payrail_embedder.embedders import EmbeddingUnavailable, OpenAIEmbedder
 from payrail_embedder.embedders.http import MAX_JSON_DEPTH, ReplyRefused, _JsonDepth, reply_limit
 from payrail_embedder.embedders.openai import MAX_DIMENSIONS
-from payrail_embedder.mcp_server import LANE_THREADS
+from payrail_embedder.faces.api import Registry
+from payrail_embedder.faces.mcp_server import LANE_THREADS
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import (
     CATALOG,

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 import payrail_embedder
-from payrail_embedder import api
-from payrail_embedder.api import Match, Registry
+from payrail_embedder.faces import api
+from payrail_embedder.faces.api import Match, Registry
 from payrail_embedder.postgres import pool
 from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
 from payrail_test_support.ports import unused_port

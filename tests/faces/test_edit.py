@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from payrail_embedder.edit import editable_text, parse_editor_text
 from payrail_embedder.embedders import record_text
+from payrail_embedder.faces.edit import editable_text, parse_editor_text
 from payrail_embedder.postgres.connection import connect
 from payrail_embedder.registry.records import ProviderMethod
 from payrail_test_support.cli import cli_import, command_line_author, run_cli

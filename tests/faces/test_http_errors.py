@@ -20,7 +20,7 @@ import jsonschema
 import psycopg
 import pytest
 
-from payrail_embedder.mcp_server import BODY_TIMEOUT, MAX_BODY_BYTES, SERVER_FAILED
+from payrail_embedder.faces.mcp_server import BODY_TIMEOUT, MAX_BODY_BYTES, SERVER_FAILED
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY
 from payrail_test_support.remote_agents import TOOL, McpHttpServer, bearer, call_tool, tool_answer
 

@@ -15,7 +15,7 @@ import pytest
 from pgvector import Vector
 from pgvector.psycopg import register_vector
 
-from payrail_embedder.api import Registry
+from payrail_embedder.faces.api import Registry
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, expected_semantic_matches, import_catalog, mcp_client
 from payrail_test_support.cli import run_cli
 from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding

@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 import payrail_embedder
-from payrail_embedder import status
 from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
+from payrail_embedder.faces import status
 from payrail_embedder.model import evaluation, golden_rankings, switch, tuning
 from payrail_embedder.postgres import deploy, logins
 from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, stored, sync, undo

@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 from payrail_embedder import SearchUnavailable
-from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.postgres.connection import connect, one_row, one_value
 from payrail_embedder.registry import sync
 from payrail_test_support import CLI, REPO

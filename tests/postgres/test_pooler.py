@@ -20,10 +20,10 @@ import pytest
 from psycopg import sql
 
 from payrail_embedder import SearchUnavailable
-from payrail_embedder.api import Registry
 from payrail_embedder.base import errcodes
 from payrail_embedder.base.errors import PREPARED_STATEMENTS_HINT, database_reason
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.postgres import connection
 from payrail_test_support.agent_helpers import NAME_QUERIES, SEMANTIC_QUERIES, SEMANTIC_QUERY, import_catalog
 from payrail_test_support.backoffice import HttpClient, post_sign_in, start_backoffice

@@ -11,9 +11,9 @@ import anyio
 import psycopg
 import pytest
 
-from payrail_embedder.api import Registry
 from payrail_embedder.backoffice import actions
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.postgres import connection, pool
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.embedding_model import EmbeddingModel, model_of_embedding_required

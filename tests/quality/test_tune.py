@@ -31,8 +31,8 @@ from urllib.parse import urlencode
 import anyio
 import pytest
 
-from payrail_embedder.api import Registry
 from payrail_embedder.embedders import LocalEmbedder, record_text, tuned_models
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.model.tuning import GoldenQuery, Training, TuneOptions, embed_by_length, split_by_provider
 from payrail_embedder.postgres import connection
 from payrail_embedder.registry import catalog

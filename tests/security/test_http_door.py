@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from payrail_embedder.base.http_door import HEAD_TIMEOUT, KEEP_ALIVE_TIMEOUT, Door
-from payrail_embedder.mcp_server import BODY_TIMEOUT, HttpGate
+from payrail_embedder.faces.mcp_server import BODY_TIMEOUT, HttpGate
 from payrail_test_support import CLI, REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match
 from payrail_test_support.logs import events_among

@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from payrail_embedder.api import Registry
 from payrail_embedder.base import safe_text
 from payrail_embedder.base.logs import LineFormatter
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.postgres import connection
 from payrail_embedder.registry.search import SearchUnavailable
 from payrail_embedder.settings import Settings

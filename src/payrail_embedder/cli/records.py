@@ -11,12 +11,12 @@ from pathlib import Path
 import click
 import psycopg
 
-from .. import edit as edit_module
 from ..base import input_files
 from ..base.errors import EXIT_STATUS
 from ..base.output_files import output_file
 from ..base.progress import progress
 from ..base.reports import emit
+from ..faces import edit as edit_module
 from ..model import golden_rankings
 from ..registry import advice, catalog, stored
 from ..registry import history as history_module

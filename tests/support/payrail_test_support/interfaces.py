@@ -15,8 +15,8 @@ from pathlib import Path
 
 import anyio
 
-from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.settings import Settings
 from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, mcp_client

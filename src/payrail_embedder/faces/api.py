@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import threading
 
-from .registry.agent_path import Registry, SearchResult
-from .registry.search import InvalidQuery, Match, SearchUnavailable
+from ..registry.agent_path import Registry, SearchResult
+from ..registry.search import InvalidQuery, Match, SearchUnavailable
 
 __all__ = ["InvalidQuery", "Match", "Registry", "SearchResult", "SearchUnavailable", "search_provider_methods"]
 

@@ -30,15 +30,15 @@ from urllib.parse import parse_qs
 # pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
-from .base.agent_tokens import AgentTokens
-from .base.errors import CodedError, as_json, as_text
-from .base.logs import log_failure
-from .base.network import allow_open_files, host_names, is_loopback
-from .registry.agent_path import Registry
-from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, SearchUnavailable, check_query
+from ..base.agent_tokens import AgentTokens
+from ..base.errors import CodedError, as_json, as_text
+from ..base.logs import log_failure
+from ..base.network import allow_open_files, host_names, is_loopback
+from ..registry.agent_path import Registry
+from ..registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, SearchUnavailable, check_query
 
 if TYPE_CHECKING:  # the web stack loads only when --http serves
-    from .base.http_door import Door
+    from ..base.http_door import Door
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
@@ -323,7 +323,7 @@ def serve(
         )
     door = None
     if http_port is not None:
-        from .base.http_door import Door, http_response
+        from ..base.http_door import Door, http_response
 
         # Answered before a request is read (its path unknown): the one shape, as on every path but /mcp.
         busy = as_json("search_unavailable", f"the server holds as many connections as it may ({max_connections:,}), each in a request; try again")

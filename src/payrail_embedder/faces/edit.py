@@ -33,14 +33,14 @@ from collections.abc import Callable
 import click
 import psycopg
 
-from .base.errors import CodedError
-from .embedders import Embedder, EmbeddingUnavailable
-from .model.golden_rankings import Effect, measured_edit
-from .registry import stored
-from .registry.changes import Change, Conflict, Outcome, Refused, Saved
-from .registry.records import NEW_RECORD, ProviderMethod, lines_of
-from .registry.search import SearchError
-from .registry.write import save_change
+from ..base.errors import CodedError
+from ..embedders import Embedder, EmbeddingUnavailable
+from ..model.golden_rankings import Effect, measured_edit
+from ..registry import stored
+from ..registry.changes import Change, Conflict, Outcome, Refused, Saved
+from ..registry.records import NEW_RECORD, ProviderMethod, lines_of
+from ..registry.search import SearchError
+from ..registry.write import save_change
 
 COMMENT = "#"
 # Header names, as the editor shows them; "URL" comes once per URL.

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import psycopg
 
-from .base import paths
-from .base.errors import reason
-from .base.reports import Report
-from .postgres import connection, deploy, local_server
-from .registry import stored
+from ..base import paths
+from ..base.errors import reason
+from ..base.reports import Report
+from ..postgres import connection, deploy, local_server
+from ..registry import stored
 
 
 @dataclass(frozen=True)
