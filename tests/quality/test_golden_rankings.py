@@ -24,6 +24,9 @@ from payrail_embedder.registry.records import ProviderMethod
 from payrail_embedder.registry.write import Change, Refused, Saved, save_changes
 from payrail_test_support.openai_fake import FAKE_MODEL
 
+# The parity test of search's second sanctioned copy (db/SEARCH.md): on every server, as search's own tests.
+pytestmark = pytest.mark.every_server
+
 WORDS = ["hotel", "room", "book", "flight", "sms", "send", "card", "charge", "refund", "map", "route", "weather"]
 
 
