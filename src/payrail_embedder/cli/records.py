@@ -259,7 +259,7 @@ def restore(settings: Settings, target, as_draft, yes, as_json):
 
     First it shows what the restore changes, field by field, and which golden queries' top three
     it changes (measured as an edit's preview is: saved in a transaction and rolled back), then
-    asks on the terminal; without a terminal it restores nothing unless --yes. What it restores
+    asks on the terminal; without a terminal it restores nothing (exit 2) unless --yes. What it restores
     is what it showed: a save of the record meanwhile is a conflict (exit 1).
 
     The record keeps its enabled state (a draft with --as-draft): other content restored into an
