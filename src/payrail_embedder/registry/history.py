@@ -234,6 +234,8 @@ def restoring(
 
 @dataclass(frozen=True)
 class FieldChange:
+    """What differs in one field between two versions of a record, as the history shows it."""
+
     # The field's JSON name, and its label on the record form.
     name: str
     label: str
