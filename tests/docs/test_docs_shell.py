@@ -89,7 +89,7 @@ COMMANDS = {
     'payrail-embedder edit --yes "Acme Maps / Geocode an address"': RUN,
     'payrail-embedder history "Acme Maps / Geocode an address"': RUN,
     "payrail-embedder restore 42": RUN,
-    "payrail-embedder restore 42 --as-draft": RUN,
+    "payrail-embedder restore 42 --as-draft --yes": RUN,
     'payrail-embedder edit "Acme Maps / Geocode an address"': RUN,
     "payrail-embedder edit --new": RUN,
     "payrail-embedder export -o catalog.jsonl": RUN,
@@ -230,14 +230,19 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
 
     preview = json.loads(ok(env, 'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json'))
     assert preview["matches"][0]["provider"] == "Acme Maps", preview
+    # A version worth restoring: its docs URL, before an operator's change in psql.
+    ok(env, psql, "update payrail.provider_methods set docs_url = 'https://docs.acme.example/moved' where method = 'Geocode an address';")
     history = ok(env, 'payrail-embedder history "Acme Maps / Geocode an address"')
     assert history.splitlines()[-1].startswith("restore one with: payrail-embedder restore HISTORY_ID")
     # 42 stands for a history id `history` printed.
     history_id = re.search(r"^history (\d+):", history, flags=re.M).group(1)
-    for command in ("payrail-embedder restore 42", "payrail-embedder restore 42 --as-draft"):
-        assert COMMANDS[command] == RUN
-        restored = shell(env, command.replace("42", history_id))
-        assert restored.returncode == 0 and '"Acme Maps / Geocode an address"' in restored.stdout, restored.stderr
+    # Without a terminal it shows what it would change and restores nothing; --yes restores.
+    asked = shell(env, "payrail-embedder restore 42".replace("42", history_id))
+    assert asked.returncode == 2 and "standard input is not a terminal; add --yes" in asked.stderr, (asked.stdout, asked.stderr)
+    assert f"(history entry {history_id}) into" in asked.stdout.splitlines()[0], asked.stdout
+    assert "  Docs URL: https://docs.acme.example/moved -> " in asked.stdout, asked.stdout
+    restored = shell(env, "payrail-embedder restore 42 --as-draft --yes".replace("42", history_id))
+    assert restored.returncode == 0 and '"Acme Maps / Geocode an address"' in restored.stdout, restored.stderr
 
     for command in ('payrail-embedder edit "Acme Maps / Geocode an address"', "payrail-embedder edit --new"):
         assert ok(env, command) == "nothing saved\n"

@@ -440,6 +440,10 @@ def test_restore_brings_back_an_earlier_version_of_an_enabled_record_embedded_in
     expect(page.get_by_role("button", name="Restore version 1", exact=True)).to_have_count(1)
     expect(page.get_by_role("button", name="Restore", exact=True)).to_have_count(0)
     page.get_by_role("button", name="Restore version 1", exact=True).click()
+    # Asked first (tests/faces/test_backoffice_restore.py shows what the page says): nothing restored yet.
+    expect(page.get_by_role("heading", name=f"Restore version 1 of {name(ENABLED)}?")).to_be_visible()
+    assert stored(database_url, *ACME)["version"] == 2
+    page.get_by_role("button", name="Restore version 1", exact=True).click()
     expect(page.get_by_role("status")).to_have_text(
         f'Restored version 1 into "{name(ENABLED)}" as version 3: enabled, its content was embedded before it was saved.'
     )

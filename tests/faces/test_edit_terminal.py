@@ -12,10 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_edit import ENABLED, stored
 
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_import
+from test_edit import ENABLED, stored
 
 VIM = "vim -u NONE -i NONE -N"  # no vimrc or viminfo of the machine's: the same keys do the same everywhere
 

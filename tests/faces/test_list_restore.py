@@ -7,12 +7,12 @@ from __future__ import annotations
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from test_edit import DRAFT, ENABLED
 
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
 from payrail_test_support.cli import cli_import, cli_json, command_line_author, run_cli
 from payrail_test_support.openai_fake import fake_embedding
+from test_edit import DRAFT, ENABLED
 
 WEATHER = {**ENABLED, "provider": "globex weather", "method": "Current conditions", "guidance": "Purpose: weather now."}
 
@@ -94,7 +94,7 @@ def test_restore_of_other_content_into_an_enabled_record_embeds_it_and_keeps_it_
     first = found["history"][-1]
     assert first["guidance"] == ENABLED["guidance"]
 
-    code, restored, _ = cli_json(registry, "restore", str(first["historyId"]), "--json")
+    code, restored, _ = cli_json(registry, "restore", str(first["historyId"]), "--json", "--yes")
     assert code == 0 and (restored["outcome"], restored["embeddedNow"], restored["enabled"]) == ("updated", True, True), restored
     after = stored(database_url, ENABLED["method"])
     assert (after["guidance"], after["enabled"]) == (ENABLED["guidance"], True)
@@ -102,8 +102,12 @@ def test_restore_of_other_content_into_an_enabled_record_embeds_it_and_keeps_it_
     assert after["embedding"].to_numpy().tolist() == pytest.approx(expected.tolist(), abs=1e-6)
 
     # As a draft: the same content (nothing to embed), taken out of search.
-    text = run_cli(registry, "restore", str(first["historyId"]), "--as-draft")
-    assert text.returncode == 0 and text.stdout.startswith('updated "Acme Maps / Geocode an address"') and "draft" in text.stdout
+    text = run_cli(registry, "restore", str(first["historyId"]), "--as-draft", "--yes")
+    assert text.returncode == 0 and text.stdout.splitlines()[:2] == [
+        f'Restoring version 1 (history entry {first["historyId"]}) into "Acme Maps / Geocode an address" (record {after["id"]}, version 4, enabled) changes:',
+        "  Enabled: enabled -> draft",
+    ], text.stdout
+    assert text.stdout.splitlines()[-1].startswith('updated "Acme Maps / Geocode an address"') and "draft" in text.stdout.splitlines()[-1]
     assert stored(database_url, ENABLED["method"])["enabled"] is False
 
 
@@ -119,16 +123,18 @@ def test_a_deleted_record_comes_back_as_a_new_draft_and_a_name_taken_since_is_re
 
     with psycopg.connect(database_url) as conn:
         conn.execute("delete from payrail.provider_methods where guidance = 'Another.'")
-    code, restored, _ = cli_json(registry, "restore", str(history_id), "--json")
+    code, restored, _ = cli_json(registry, "restore", str(history_id), "--json", "--yes")
     assert code == 0 and restored["outcome"] == "created" and restored["recordId"] != old_id, restored
     assert (restored["enabled"], restored["embedded"], restored["guidance"]) == (False, True, DRAFT["guidance"])
 
     # Said in words too: deleted again, restored again, it comes back as another new record.
     with psycopg.connect(database_url) as conn:
         conn.execute("delete from payrail.provider_methods where id = %s", (restored["recordId"],))
-    text = run_cli(registry, "restore", str(history_id))
+    text = run_cli(registry, "restore", str(history_id), "--yes")
     again = stored(database_url, "Reverse geocode")
     assert text.returncode == 0 and text.stdout.splitlines() == [
+        f'Record {old_id} was deleted since: restoring version 1 (history entry {history_id}) brings "Acme Maps / Reverse geocode" back as a new record, a draft.',
+        "No golden queries to compare (`payrail-embedder golden add` adds them).",
         f"record {old_id} was deleted since: restored as a new record, a draft until enabled",
         f'created "Acme Maps / Reverse geocode": record {again["id"]}, version 1, draft, embedded now',
     ], (text.stdout, text.stderr)

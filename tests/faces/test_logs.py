@@ -189,7 +189,7 @@ def test_commands_that_change_the_registry_log_a_summary_naming_the_database(cli
 
     code, found, _ = cli_json(cli_env, "history", "--json", "Pool Operator / Draft summary")
     oldest = found["history"][-1]["historyId"]
-    code, report, stderr = cli_json(cli_env, "restore", str(oldest), "--json")
+    code, report, stderr = cli_json(cli_env, "restore", str(oldest), "--json", "--yes")
     (summary,) = events(stderr)
     assert code == 0 and (summary["event"], summary["history"], summary["version"], summary["outcome"]) == ("restore", str(oldest), "4", "updated"), stderr
     assert summary["database"] == psycopg.conninfo.make_conninfo(host=name["host"], port=5432, dbname=name["dbname"], user="postgres")

@@ -12,7 +12,7 @@ import re
 
 import psycopg
 
-from payrail_test_support.backoffice import ACME, ENABLED, OPERATOR, OTHER_OPERATOR, PASSWORD, history, stored
+from payrail_test_support.backoffice import ACME, ENABLED, OPERATOR, OTHER_OPERATOR, PASSWORD, confirmation, history, stored
 from payrail_test_support.interfaces import BackofficeOperator
 from payrail_test_support.logs import events_among
 
@@ -29,7 +29,12 @@ def opened_history(operator: BackofficeOperator, record_id: int) -> dict:
 
 
 def restore(operator: BackofficeOperator, record_id: int, form: dict):
-    return operator._post(f"/records/{record_id}/restore", form)
+    """The Restore button, then, when it asks, its confirmation page's Restore."""
+    question = operator._post(f"/records/{record_id}/restore", form)
+    if question.status != 200:
+        return question
+    assert "Not restored yet" in question.body, question.body[:3000]
+    return operator._post(f"/records/{record_id}/restore", confirmation(question.body))
 
 
 def followed(operator: BackofficeOperator, reply) -> str:

@@ -20,9 +20,10 @@ import payrail_embedder
 from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.faces import status
-from payrail_embedder.model import evaluation, golden_rankings, switch, tuning
+from payrail_embedder.model import evaluation, golden_rankings, restores, switch, tuning
 from payrail_embedder.postgres import deploy, logins
 from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, stored, sync, undo
+from payrail_embedder.registry.changes import Change
 from payrail_embedder.registry.embedding_model import EmbeddingModel
 from payrail_embedder.registry.records import Refusal
 from payrail_embedder.registry.write import Saved
@@ -59,6 +60,11 @@ def all_report_classes() -> set[type]:
             todo.append(subclass)
     return found
 
+
+# Version 2 of STORED's record, in the history, and restoring it into version 3.
+HISTORY_ENTRY = {**STORED, "id": 41, "provider_method_id": 7, "version": 2, "guidance": "Purpose: refunds"}
+RESTORING = history.Restoring(HISTORY_ENTRY, STORED, Change(dataclasses.replace(stored.record_of(HISTORY_ENTRY), enabled=None), 7, 3))
+RESTORE_PREVIEW = restores.RestorePreview(RESTORING, golden_rankings.Effect(None, True, golden_queries=17), Saved(7, 4, "updated", True), None)
 
 BULK_ACTION = undo.BulkAction(9, "delete", 'text "stripe"', None, True, SAVED_AT, "carol", 2, None)
 
@@ -173,6 +179,9 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
         [40, "other-model", "refund a card payment", 0.5, 0.75],
     ),
     (golden_rankings.Effect(None, True, golden_queries=17), [17]),
+    (RESTORE_PREVIEW, [41, 7, 2, 3, "Purpose: refunds a charge", "Purpose: refunds", 17]),
+    (restores.Restored(RESTORE_PREVIEW, history.SavedRecord(Saved(7, 4, "updated", True), {**STORED, "version": 4})), [7, 4, "updated", "Stripe"]),
+    (restores.Restored(RESTORE_PREVIEW, None), []),
     (
         switch.SwitchReport("text-embedding-3-small", EmbeddingModel("all-MiniLM-L6-v2", 384), 1536, 250, 0, True, 240, 10, 6),
         ["text-embedding-3-small", 1536, 250, 240, 10, 6],

@@ -450,7 +450,7 @@ def test_history_shows_every_earlier_version_and_restore_brings_one_back(cli_env
     assert original["guidance"] in text and f"saved {found['history'][-1]['savedAt']} by {command_line_author(user)}" in text, text
     assert text.splitlines()[-1] == "restore one with: payrail-embedder restore HISTORY_ID   (--as-draft: as a draft)"
 
-    code, restored, _ = cli_json(cli_env, "restore", str(found["history"][-1]["historyId"]), "--json")
+    code, restored, _ = cli_json(cli_env, "restore", str(found["history"][-1]["historyId"]), "--json", "--yes")
     assert code == 0 and restored["outcome"] == "updated", restored
     assert (restored["urls"], restored["guidance"], restored["enabled"]) == (original["urls"], original["guidance"], False)
     with psycopg.connect(database_url) as conn:

@@ -325,7 +325,7 @@ def attack(url: str, outsider: str, twins: set[Twin], openai_fake, tmp_path: Pat
         assert run_cli(env, "list").returncode == 0
         with psycopg.connect(url, autocommit=True) as session:
             history_id = session.execute("select pg_catalog.max(id) from payrail.provider_method_history").fetchone()[0]
-        restored = run_cli(env, "restore", str(history_id), "--as-draft")
+        restored = run_cli(env, "restore", str(history_id), "--as-draft", "--yes")
         assert restored.returncode == 0, (restored.stdout, restored.stderr)
         refused = run_cli(env, "import", write_jsonl(tmp_path / "refused.jsonl", [dict(DRAFT, urls=["http://insecure.example/"])]))
         assert refused.returncode != 0 and "https://" in refused.stdout + refused.stderr, (refused.stdout, refused.stderr)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from test_properties import seed_search
 
 from payrail_embedder.postgres.connection import connect
+from test_properties import seed_search
 
 RECORDS = [
     ("Stripe", "Create a refund", True),

@@ -18,9 +18,9 @@ import numpy as np
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
-from test_search_two_pass import MODEL, PLAIN_EXACT_ORDER, load, unit
 
 from payrail_test_support.servers import server_names
+from test_search_two_pass import MODEL, PLAIN_EXACT_ORDER, load, unit
 
 DIMENSIONS = 1536
 FIRST_PASS = "payrail._first_pass(vector, bigint, boolean, integer, double precision)"

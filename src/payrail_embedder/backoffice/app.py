@@ -24,10 +24,12 @@ from starlette.staticfiles import StaticFiles
 from ..base import logs
 from ..base.errors import database_reason
 from ..embedders import made_once
+from ..model.restores import RestorePreview
 from ..postgres.connection import DatabaseUnavailable
 from ..postgres.local_server import embedded_stopped
 from ..registry import bulk
 from ..registry.changes import Refused
+from ..registry.history import differing
 from ..registry.records import FIELD_LABELS, NEW_RECORD
 from ..registry.stored import STATES, record_of
 from ..settings import Settings
@@ -36,7 +38,7 @@ from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
 from .sign_in import EMBEDDED_STOPPED, SignInRefused, SignInThrottle, open_connection, typed_problem
-from .views import differing, form_digest, last_seen, lines, record_from_form, record_name, saved_message
+from .views import form_digest, last_seen, lines, record_from_form, record_name, restore_digest, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
 
@@ -490,14 +492,30 @@ async def advice_page(request: Request, session: Session) -> Response:
 
 @signed_in_form
 async def restore(request: Request, session: Session, form: FormData) -> Response:
+    """A history entry's Restore: its confirmation page first (what restoring changes, measured
+    as an edit's preview is, saving nothing); that page's Restore (the form it carries: the same
+    entry, the version it measured) restores it, or asks again when the record changed since."""
     record_id = request.path_params["record_id"]
     history_id, version = _form_int(form, "history_id"), _form_int(form, "version")
     if history_id is None or version is None:
         return _incomplete(request)
-    kind, message, shown = await work(request, session, actions.restore, _embedder(request), record_id, history_id, version)
-    session.messages.append((kind, message))
+    digest = restore_digest(record_id, history_id, version)
+    if form.get("previewed") == digest:
+        previewed = session.previews.pop(digest, None)
+        embedding = previewed.embedding if isinstance(previewed, RestorePreview) else None
+        outcome = await work(request, session, actions.restore, _embedder(request), record_id, history_id, version, embedding)
+        asked = outcome.asked_again
+    else:
+        asked = await work(request, session, actions.restore_question, _embedder(request), record_id, history_id, version)
+        outcome = asked if isinstance(asked, actions.RestoreOutcome) else None
+    if isinstance(asked, actions.RestoreQuestion):
+        shown = restore_digest(record_id, history_id, asked.version)
+        session.remember_preview(shown, asked.preview)
+        return render(request, "restore.html", 409 if outcome else 200, question=asked, record_id=record_id, history_id=history_id, previewed=shown)
+    assert outcome is not None
+    session.messages.append((outcome.kind, outcome.text))
     # The record restored (a new one when it was deleted meanwhile), or the list when there is none.
-    return redirect(f"/records/{shown}" if shown is not None else "/records")
+    return redirect(f"/records/{outcome.shown}" if outcome.shown is not None else "/records")
 
 
 def _delete_page(request: Request, row: dict, status_code: int = 200, problem: str | None = None, golden: list | None = None) -> Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -10,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..registry.changes import Saved
-from ..registry.history import author
-from ..registry.records import FIELD_LABELS, ProviderMethod
+from ..registry.history import FieldChange, author, changes
+from ..registry.records import ProviderMethod
 from ..registry.stored import record_of
 from ..registry.undo import BulkAction, BulkChange
 from .sessions import duration
@@ -48,6 +47,12 @@ def form_digest(record: ProviderMethod, record_id: int | None, version: int) -> 
     form still holds the same (the hidden field "previewed" carries it)."""
     form = json.dumps([record.to_json(), record.mixed_scripts, record_id, version], ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(form.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def restore_digest(record_id: int, history_id: int, version: int) -> str:
+    """What a Restore's confirmation page showed: the entry restored into the record at the version
+    it was measured on. Its Restore (the hidden field "previewed" carries it) is that restore."""
+    return hashlib.sha256(json.dumps(["restore", record_id, history_id, version]).encode()).hexdigest()
 
 
 def lines(text: str) -> list[str]:
@@ -91,15 +96,6 @@ def restored_anew_message(saved: Saved, label: str) -> str:
 
 
 @dataclass(frozen=True)
-class FieldChange:
-    label: str
-    before: str
-    after: str
-    # For multi-line text: the lines removed and added, in order, as ("removed" | "added", line).
-    lines: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
 class Version:
     number: int | None  # None: an entry written before records had versions
     record: ProviderMethod
@@ -112,40 +108,6 @@ class Version:
     history_id: int | None
     # The bulk action that saved it, if one did.
     bulk_action: BulkAction | None = None
-
-
-def _shown(record: ProviderMethod, name: str) -> str:
-    if name == "urls":
-        return "\n".join(record.urls)
-    if name == "enabled":
-        return "enabled" if record.enabled else "draft"
-    if name == "mixedScripts":
-        return "yes" if record.mixed_scripts else "no"
-    return record.to_json().get(name) or ""
-
-
-def differing(first: ProviderMethod, second: ProviderMethod) -> list[str]:
-    """The fields (form names, in the form's order) whose values differ, as the page shows them."""
-    return [name for name in FIELD_LABELS if _shown(first, name) != _shown(second, name)]
-
-
-def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange, ...]:
-    """What differs from before to after, field by field, in the form's order."""
-    found = []
-    for name in differing(before, after):
-        label, old, new = FIELD_LABELS[name], _shown(before, name), _shown(after, name)
-        lines: tuple[tuple[str, str], ...] = ()
-        if name in ("guidance", "urls"):
-            old_lines, new_lines = old.split("\n"), new.split("\n")
-            matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-            lines = tuple(
-                item
-                for tag, i1, i2, j1, j2 in matcher.get_opcodes()
-                if tag != "equal"
-                for item in [("removed", line) for line in old_lines[i1:i2]] + [("added", line) for line in new_lines[j1:j2]]
-            )
-        found.append(FieldChange(label, old, new, lines))
-    return tuple(found)
 
 
 def versions(current: Mapping, history: Sequence[Mapping], bulk_changes: Sequence[BulkChange] = ()) -> list[Version]:

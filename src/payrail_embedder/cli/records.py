@@ -17,12 +17,13 @@ from ..base.output_files import output_file
 from ..base.progress import progress
 from ..base.reports import emit
 from ..faces import edit as edit_module
-from ..model import golden_rankings
+from ..model import golden_rankings, restores
 from ..registry import advice, catalog, stored
 from ..registry import history as history_module
 from ..registry import sync as sync_module
 from ..registry.changes import Conflict, Refused, Saved
 from ..registry.records import RECORD_LINE, Line, parse_lines
+from ..registry.write import save_change
 from ..settings import Settings
 from .common import BATCH_SIZE_OPTION, JSON_OPTION, NAME_ARGUMENT, Failure, embedding_run_fields, log_change
 
@@ -250,27 +251,42 @@ def history_id_of(conn: psycopg.Connection, target: tuple[str, ...]) -> int:
 @click.command("restore")
 @click.argument("target", nargs=-1, required=True, metavar="HISTORY_ID")
 @click.option("--as-draft", is_flag=True, help="Restore it as a draft (disabled), e.g. to check it with preview before enabling it.")
+@click.option("--yes", "-y", is_flag=True, help="Restore without asking (for scripts); it still prints what it changes.")
 @JSON_OPTION
 @click.pass_obj
-def restore(settings: Settings, target, as_draft, as_json):
+def restore(settings: Settings, target, as_draft, yes, as_json):
     """Bring back the fields of an earlier version (HISTORY_ID, from `history`), through the write path.
+
+    First it shows what the restore changes, field by field, and which golden queries' top three
+    it changes (measured as an edit's preview is: saved in a transaction and rolled back), then
+    asks on the terminal; without a terminal it restores nothing (exit 2) unless --yes. What it restores
+    is what it showed: a save of the record meanwhile is a conflict (exit 1).
 
     The record keeps its enabled state (a draft with --as-draft): other content restored into an
     enabled record is embedded first, and the record stays enabled. A deleted record comes back
     as a new draft. The version it replaces is kept in the history, so a restore can be undone.
-    Given a record's name instead, says the history ids of its versions.
+    Given a record's name instead, says the history ids of its versions. With --json:
+    {"preview": {"historyId", "recordId", "version", "currentVersion", "deletedSince", "fields",
+    "effect"}, "restored": true | false, and, restored, "outcome", "embeddedNow" and the record}.
     """
     started = time.monotonic()
     with settings.connect() as conn:
         history_id = history_id_of(conn, target)
-        restored = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
-        if restored is None:
+        preview = restores.preview_restore(conn, settings.embedder, history_id, as_draft=as_draft)
+        if preview is None:
             raise Failure("unknown_record", f"there is no history entry {history_id}; `payrail-embedder history PROVIDER METHOD` lists them")
-        entry, outcome = restored
+        outcome = preview.outcome
+        if isinstance(outcome, Saved) and not preview.changes_nothing:
+            if not as_json:
+                click.echo("\n".join(preview.describe()))
+            if not (yes or confirmed_restore(preview, as_json)):
+                emit(restores.Restored(preview, None), as_json)
+                return
+            outcome = save_change(conn, settings.embedder, preview.restoring.change, preview.embedding)
         if isinstance(outcome, Refused):
             raise Failure("invalid_input", f"not restored: {outcome.reason}")
         if isinstance(outcome, Conflict):
-            raise Failure("unavailable", f"not restored: {outcome.reason}; run it again")
+            raise Failure("unavailable", f"not restored: {outcome.reason}; nothing was changed, run it again to see what it changes now")
         log_change(
             "restore",
             conn,
@@ -281,5 +297,20 @@ def restore(settings: Settings, target, as_draft, as_json):
             outcome=outcome.outcome,
             embedded=outcome.embedded,
         )
+        entry = preview.restoring.entry
         deleted_since = entry["provider_method_id"] if outcome.record_id != entry["provider_method_id"] else None
-        emit(saved_record(conn, outcome, deleted_since), as_json)
+        restored = restores.Restored(preview, saved_record(conn, outcome, deleted_since))
+    emit(restored, as_json)
+
+
+def confirmed_restore(preview: restores.RestorePreview, as_json: bool) -> bool:
+    """The operator's answer to the restore shown (with --json, shown on standard error); refused
+    in words off a terminal (no --yes)."""
+    if not sys.stdin.isatty():
+        raise Failure(
+            "invalid_input",
+            f"not restored: restoring {preview.label} asks first, and standard input is not a terminal; add --yes to restore it without asking",
+        )
+    if as_json:
+        click.echo("\n".join(preview.describe()), err=True)
+    return click.confirm(f"Restore {preview.label}?", err=True)

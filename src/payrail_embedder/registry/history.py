@@ -1,9 +1,11 @@
-"""Earlier versions of a provider method (payrail.provider_method_history), who saved each, and
-restoring one through the write path, for operators (the CLI and the backoffice)."""
+"""Earlier versions of a provider method (payrail.provider_method_history), who saved each, what
+differs between two versions, and the change that restores one (model.restores previews and saves
+it), for operators (the CLI and the backoffice)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -11,10 +13,9 @@ from psycopg.rows import dict_row
 
 from ..base.reports import Report
 from ..base.safe_text import escape_controls
-from ..embedders import Embedder
 from . import stored, undo
-from .changes import Change, Outcome, Saved
-from .write import save_change
+from .changes import Change, Saved
+from .records import FIELD_LABELS, ProviderMethod
 
 UNKNOWN_AUTHOR = "unknown"
 
@@ -182,29 +183,100 @@ def history_entry(conn: psycopg.Connection, history_id: int) -> dict | None:
     return conn.cursor(row_factory=dict_row).execute("select * from payrail.provider_method_history where id = %s", (history_id,)).fetchone()
 
 
-def restore(
-    conn: psycopg.Connection,
-    embedder_factory: Callable[[], Embedder],
-    history_id: int,
-    *,
-    as_draft: bool = False,
-    record_id: int | None = None,
-    expected_version: int | None = None,
-) -> tuple[dict, Outcome] | None:
-    """Brings back the public fields a history entry kept, through the write path: (the entry,
-    the save's outcome), or None when there is no such entry (of record_id, if given).
+@dataclass(frozen=True)
+class Restoring:
+    """A restore of a history entry, as the write path takes it: the entry, the record as it is
+    stored now (None: deleted since), and the change that brings the entry's fields back."""
+
+    entry: dict
+    current: dict | None
+    change: Change
+
+    @property
+    def label(self) -> str:
+        """The version restored, in words (an entry kept before versions were numbered has none)."""
+        version = self.entry["version"]
+        return f"version {version}" if version is not None else f"history entry {self.entry['id']}"
+
+    @property
+    def fields(self) -> tuple[FieldChange, ...]:
+        """What the restore changes, field by field (none for a deleted record: it comes back whole)."""
+        return changes(stored.record_of(self.current), self.restored) if self.current is not None else ()
+
+    @property
+    def restored(self) -> ProviderMethod:
+        """The record as the restore leaves it: the entry's fields, in the state it keeps or gets."""
+        kept = self.current["enabled"] if self.current is not None else False
+        return replace(self.change.record, enabled=kept if self.change.record.enabled is None else self.change.record.enabled)
+
+
+def restoring(
+    conn: psycopg.Connection, history_id: int, *, as_draft: bool = False, record_id: int | None = None, expected_version: int | None = None
+) -> Restoring | None:
+    """The restore of a history entry (None when there is none, of record_id if given), saved
+    through the write path by the caller.
 
     The record keeps its enabled state (a draft with as_draft), so other content restored into
     an enabled record is embedded first; a deleted record comes back as a new draft.
-    expected_version: the version the caller showed (a Conflict if it moved); None: as it is now.
+    expected_version: the version the caller showed (a Conflict if it moved); None: the version
+    stored now, so the save is the restore that was read, or a Conflict.
     """
     entry = history_entry(conn, history_id)
     if entry is None or (record_id is not None and entry["provider_method_id"] != record_id):
         return None
-    exists = stored.get(conn, entry["provider_method_id"]) is not None
-    record = replace(stored.record_of(entry), enabled=False if as_draft or not exists else None)
-    change = Change(record, entry["provider_method_id"], expected_version) if exists else Change(record, None, 0)
-    return entry, save_change(conn, embedder_factory, change)
+    current = stored.get(conn, entry["provider_method_id"])
+    record = replace(stored.record_of(entry), enabled=False if as_draft or current is None else None)
+    if current is None:
+        return Restoring(entry, None, Change(record, None, 0))
+    version = current["version"] if expected_version is None else expected_version
+    return Restoring(entry, current, Change(record, entry["provider_method_id"], version))
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """What differs in one field between two versions of a record, as the history shows it."""
+
+    # The field's JSON name, and its label on the record form.
+    name: str
+    label: str
+    before: str
+    after: str
+    # For multi-line text: the lines removed and added, in order, as ("removed" | "added", line).
+    lines: tuple[tuple[str, str], ...] = ()
+
+
+def _shown(record: ProviderMethod, name: str) -> str:
+    if name == "urls":
+        return "\n".join(record.urls)
+    if name == "enabled":
+        return "enabled" if record.enabled else "draft"
+    if name == "mixedScripts":
+        return "yes" if record.mixed_scripts else "no"
+    return record.to_json().get(name) or ""
+
+
+def differing(first: ProviderMethod, second: ProviderMethod) -> list[str]:
+    """The fields (form names, in the form's order) whose values differ, as the page shows them."""
+    return [name for name in FIELD_LABELS if _shown(first, name) != _shown(second, name)]
+
+
+def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange, ...]:
+    """What differs from before to after, field by field, in the form's order."""
+    found = []
+    for name in differing(before, after):
+        label, old, new = FIELD_LABELS[name], _shown(before, name), _shown(after, name)
+        lines: tuple[tuple[str, str], ...] = ()
+        if name in ("guidance", "urls"):
+            old_lines, new_lines = old.split("\n"), new.split("\n")
+            matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+            lines = tuple(
+                item
+                for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+                if tag != "equal"
+                for item in [("removed", line) for line in old_lines[i1:i2]] + [("added", line) for line in new_lines[j1:j2]]
+            )
+        found.append(FieldChange(name, label, old, new, lines))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
