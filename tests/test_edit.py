@@ -62,11 +62,12 @@ def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_
     assert "updated" in result.stdout and "embedded now" in result.stdout and "enabled" in result.stdout, result.stdout
 
     # The editor showed help lines, then a header line per field and the guidance as plain lines.
-    assert body_of(shown[0]) == ENABLED
+    # The source (the file the registry fixture imported) is shown, and kept as it is.
+    assert body_of(shown[0]) == {**ENABLED, "source": "catalog.jsonl"}
     assert shown[0].startswith("# payrail-embedder edit:")
     assert shown[0].split("\n# ")[-1].split("\n", 1)[1] == (
         "Provider: Acme Maps\nMethod: Geocode an address\nURL: https://api.acme.example/v1/geocode\n"
-        "Docs URL: https://docs.acme.example/geocode\nEnabled: yes\n\n"
+        "Docs URL: https://docs.acme.example/geocode\nEnabled: yes\nSource: catalog.jsonl\n\n"
         "Purpose: turn an address into coordinates.\nNotes: paid per call.\n"
     )
 

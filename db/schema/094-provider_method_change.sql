@@ -20,7 +20,8 @@ begin
       mixed_scripts boolean,
       embedding vector,
       embedding_model text,
-      embedding_content_hash bytea
+      embedding_content_hash bytea,
+      source text
     );
   end if;
   if pg_catalog.to_regtype('payrail.provider_method_outcome') is null then
@@ -69,6 +70,9 @@ comment on column payrail.provider_method_change.embedding is
 comment on column payrail.provider_method_change.embedding_model is 'The model that made embedding.';
 comment on column payrail.provider_method_change.embedding_content_hash is
   'The embedding_content_hash save_provider_methods answered with the text the vector was made from: a vector of other content is stale, never saved.';
+
+comment on column payrail.provider_method_change.source is
+  'Where the record came from (provider_methods.source): an import''s file name, backoffice, edit; NULL: as it is (a new record: psql, the column''s default).';
 
 comment on type payrail.provider_method_outcome is
 $$What payrail.save_provider_methods did with one change of its batch, or why it did not save it.

@@ -82,6 +82,16 @@ class ImportInterrupted(CodedError):
         self.report = report
 
 
+def sourced(items: Iterable[Line | Refusal], default: str, override: str | None = None) -> Iterator[Line | Refusal]:
+    """Each line with the source its record is saved with: override (import --source) where given,
+    else the line's own "source" (an export's, so an export imported again keeps its sources), else
+    default (the file's: sources.of_file)."""
+    for item in items:
+        if isinstance(item, Line) and (override is not None or item.record.source is None):
+            item = replace(item, record=replace(item.record, source=override if override is not None else default))
+        yield item
+
+
 def _batches(items: Iterable[Line | Refusal], size: int) -> Iterator[list[Line | Refusal]]:
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
@@ -240,7 +250,7 @@ def export_records(conn: psycopg.Connection) -> Iterable[str]:
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         """
-        select provider, method, urls, docs_url, guidance, enabled, mixed_scripts
+        select provider, method, urls, docs_url, guidance, enabled, mixed_scripts, source
         from payrail.provider_methods
         order by payrail._normalize_name(provider), payrail._normalize_name(method)
         """

@@ -99,6 +99,7 @@ def as_json(change: AnyChange, embedding: Embedding | None) -> dict:
             "guidance": record.guidance,
             "enabled": record.enabled,
             "mixed_scripts": record.mixed_scripts,
+            "source": record.source,
         }
     if embedding is not None:
         fields |= {"embedding_model": embedding.model, "embedding_content_hash": "\\x" + embedding.content_hash.hex()}
