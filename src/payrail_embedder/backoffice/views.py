@@ -42,8 +42,10 @@ class ListFilter:
     @classmethod
     def of(cls, params: Mapping[str, object], *, strict: bool = False) -> ListFilter | None:
         """The filter params name; a state the list has not is no filter, or with strict, None
-        (a form that is not one of the list's). NUL, which no record holds, is dropped."""
-        text, state, source = (str(params.get(name, "")).replace("\x00", "") for name in ("q", "state", "source"))
+        (a form that is not one of the list's). NUL, which no record holds, is dropped from the
+        text and the state; a source is compared exactly, so one with NUL matches none (stored.list_records)."""
+        text, state = (str(params.get(name, "")).replace("\x00", "") for name in ("q", "state"))
+        source = str(params.get("source", ""))
         if state and state not in STATES:
             if strict:
                 return None
