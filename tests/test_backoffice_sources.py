@@ -6,18 +6,24 @@ changes nothing and breaks nothing. Checked in the database."""
 
 from __future__ import annotations
 
+from html import unescape
 from urllib.parse import urlencode
 
 import psycopg
 from playwright.sync_api import expect
 
-from payrail_test_support.backoffice import ENABLED, WEATHER, http_sign_in, name
+from payrail_test_support.backoffice import ACME, ENABLED, WEATHER, HttpClient, http_sign_in, name, record_form
 from payrail_test_support.cli import run_cli, write_jsonl
 
 PARTNER = [
     {**WEATHER, "method": "Forecast", "guidance": "Purpose: a five day forecast for a city.", "enabled": True},
     {**WEATHER, "method": "Alerts", "guidance": "Purpose: storm alerts for a city.", "enabled": True},
 ]
+
+
+def source_and_version(database_url: str) -> tuple[str, int]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("select source, version from payrail.provider_methods where provider = %s and method = %s", ACME).fetchone()
 
 
 def enabled_by_source(database_url: str) -> dict[str, set[str]]:
@@ -99,3 +105,29 @@ def test_what_an_outsider_puts_in_the_source_filter_matches_only_itself_and_chan
     matching = client.get("/records?" + urlencode({"source": "catalog.jsonl"}), cookies=session.cookies)
     assert matching.status == 200 and "3 of 3 records match." in matching.body
     assert enabled_by_source(shared_backoffice.database_url) == before
+
+
+def test_a_save_keeps_the_source_unless_one_is_typed_and_a_source_the_rule_refuses_saves_nothing(backoffice, database_url):
+    client = HttpClient(backoffice.url)
+    session = http_sign_in(client)
+    record_id = record_id_of(database_url)
+
+    def save(version: int, **fields):
+        form = record_form(ENABLED, version, session.token, urls=[f"https://api.acme.example/v{version + 1}/geocode"]) | fields
+        return client.post(f"/records/{record_id}", form, headers={"Origin": client.origin}, cookies=session.cookies)
+
+    # A form without the field (a page from before it) keeps the record's source.
+    assert save(1).status == 303
+    assert source_and_version(database_url) == ("catalog.jsonl", 2)
+    refused = save(2, source="curated\u202e")
+    text = unescape(refused.body)
+    assert refused.status == 422 and "Not saved. Fix the field marked below: Source." in text, refused.status
+    assert '<p class="field-error" id="source-error">Must be 1 to 255 characters, without control characters, invisible ones' in text
+    assert source_and_version(database_url) == ("catalog.jsonl", 2)
+    assert save(2, source="  curated ").status == 303
+    assert source_and_version(database_url) == ("curated", 3), "typed spaces at either end are trimmed, as a name's are"
+
+
+def record_id_of(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("select id from payrail.provider_methods where provider = %s and method = %s", ACME).fetchone()[0]
