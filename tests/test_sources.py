@@ -103,9 +103,14 @@ def test_each_write_face_names_where_its_records_came_from_and_the_history_keeps
     assert f"(enabled, version 1, from {BULK_FILE}, saved " in run_cli(env, "list", "--source", BULK_FILE).stdout
     assert run_cli(env, "list", "--sources", "--state", "draft").returncode == 2
 
-    # Imported again from another file, a record takes that file's name: a new version, and the
-    # history keeps the one before with its source.
-    assert run_cli(env, "import", write_jsonl(tmp_path / "fixes.jsonl", CURATED[:1])).returncode == 0
+    # Imported again from a file of another name, a record keeps its source (a fix, even: nothing
+    # moves out of its catalog unasked) and nothing unchanged gets a version.
+    fixed = dict(CURATED[1], guidance="Purpose: the weather in a city right now.")
+    code, report, _ = cli_json(env, "import", "--json", write_jsonl(tmp_path / "fixes.jsonl", [CURATED[0], fixed]))
+    assert (code, report["unchanged"], report["updated"]) == (0, 1, 1), report
+    assert sources_of(database_url)["Globex Weather / Current conditions"] == "curated.jsonl"
+    # --source moves it: a new version, and the history keeps the one before with its source.
+    assert run_cli(env, "import", "--source", "fixes.jsonl", tmp_path / "fixes.jsonl").returncode == 0
     code, history, _ = cli_json(env, "history", "Acme Maps / Geocode an address", "--json")
     assert (history["record"]["source"], history["record"]["version"]) == ("fixes.jsonl", 2)
     assert [(v["version"], v["source"]) for v in history["history"]] == [(1, "curated.jsonl")]
@@ -115,7 +120,6 @@ def test_each_write_face_names_where_its_records_came_from_and_the_history_keeps
     exported = run_cli(env, "export").stdout
     assert {json.loads(line)["source"] for line in exported.splitlines()} == {
         "fixes.jsonl",
-        "curated.jsonl",
         BULK_FILE,
         "partner feed",
         "vendor X",

@@ -403,15 +403,19 @@ def test_records_of_a_registry_from_before_sources_say_so_in_words_without_a_rew
         assert result.returncode == 0, result.stdout + result.stderr
         assert catalog_of(url) == catalog_of(fresh)
 
-        assert run_cli(env, "import", write_jsonl(tmp_path / "new catalog.jsonl", [dict(CATALOG[0], guidance="Purpose: find a hotel room.")])).returncode == 0
+        # An edit keeps the record's words (it came from nowhere the registry knows); a new record
+        # is its file's.
+        edited, new = dict(CATALOG[0], guidance="Purpose: find a hotel room."), dict(CATALOG[0], method="Hotel Booking")
+        assert run_cli(env, "import", write_jsonl(tmp_path / "new catalog.jsonl", [edited, new])).returncode == 0
         listed = json.loads(run_cli(env, "list", "--sources", "--json").stdout)["sources"]
         assert listed == [
-            {"source": BEFORE_SOURCES_WORDS, "records": len(CATALOG) - 1, "enabled": len(CATALOG) - 2},
+            {"source": BEFORE_SOURCES_WORDS, "records": len(CATALOG), "enabled": len(CATALOG) - 1},
             {"source": "new catalog.jsonl", "records": 1, "enabled": 1},
             {"source": "psql", "records": 1, "enabled": 0},
         ]
         history = json.loads(run_cli(env, "history", "Acme Travel / Hotel Search", "--json").stdout)
-        assert history["record"]["source"] == "new catalog.jsonl" and [v["source"] for v in history["history"]] == [BEFORE_SOURCES_WORDS]
+        assert (history["record"]["version"], history["record"]["source"]) == (2, BEFORE_SOURCES_WORDS)
+        assert [v["source"] for v in history["history"]] == [BEFORE_SOURCES_WORDS]
     finally:
         with psycopg.connect(server.admin_url, autocommit=True) as admin:
             for database in (name, f"{name}_fresh"):

@@ -105,6 +105,7 @@ grant execute on function
   payrail.save_provider_methods(payrail.provider_method_change[], boolean, boolean),
   payrail.provider_method_changes(jsonb, vector[]),
   payrail._write_provider_method_change(payrail.provider_method_change, bigint, integer, boolean),
+  payrail._change_source(payrail.provider_method_change, bigint),
   payrail._embedding_text(text, text, text),
   payrail._edit_conflict(bigint, payrail.provider_methods, integer),
   payrail._rules_in_words(jsonb)

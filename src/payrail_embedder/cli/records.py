@@ -48,7 +48,7 @@ def count_lines(inputs: list[input_files.InputFile]) -> int:
 @click.option(
     "--source",
     metavar="NAME",
-    help='Where the records came from, for every line whatever it says (default: a line\'s own "source", else its file\'s name; - is "stdin").',
+    help='Where the records came from, for every line whatever it says (default: a line\'s own "source", else its file\'s name for a new record; - is "stdin").',
 )
 @JSON_OPTION
 @click.pass_obj
@@ -57,7 +57,8 @@ def import_(settings: Settings, files, skip_invalid, enable, source, as_json):
 
     Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}, and optionally
     "source": where the record came from, which `list --source`, the bulk commands and eval's
-    figures by source go by (default: the file's name, without its folders). Every line is
+    figures by source go by (default: a new record gets the file's name, without its folders;
+    an existing one keeps its own). Every line is
     checked against every rule first; new or changed content is then embedded and saved with the
     fields, a transaction per 2,048 lines (a rerun finishes an import that stopped midway). One
     refused line saves nothing unless --skip-invalid; exits 2 when a line was refused. Ends with

@@ -116,6 +116,9 @@ class Line:
     source: str
     line: int
     record: ProviderMethod
+    # The source a new record of this line gets when the line names none (its file's name); an
+    # existing record keeps its own.
+    new_source: str | None = None
 
 
 def parse_record(data: object) -> ProviderMethod:
