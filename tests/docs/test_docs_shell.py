@@ -102,6 +102,10 @@ COMMANDS = {
     "payrail-embedder enable --state draft --yes": RUN,
     'payrail-embedder disable --text "acme maps" --yes': RUN,
     "payrail-embedder undo --yes": RUN,
+    # Sources (docs/operators.md): the walkthrough's catalog/sample.jsonl is a source of its own.
+    "payrail-embedder list --sources": RUN,
+    "payrail-embedder list --source sample.jsonl --state enabled": RUN,
+    "payrail-embedder disable --source sample.jsonl --yes": RUN,
     # Advice on the editorial template (docs/operators.md), on the walkthrough's registry.
     "payrail-embedder advise --summary": RUN,
     "payrail-embedder advise --code vague_purpose": RUN,
@@ -310,6 +314,19 @@ def test_many_records_at_once_as_printed(fresh_env):
     assert "draft: agents cannot find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
     assert re.fullmatch(r"Enabled 1 record again: bulk action \d+ is undone \(as bulk action \d+\)\.\n", ok(fresh_env, "payrail-embedder undo --yes"))
     assert "enabled: agents can find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
+
+
+def test_sources_as_printed(fresh_env):
+    """The walkthrough imported catalog/sample.jsonl: a whole catalog out of search and back, by its source."""
+    before = ok(fresh_env, "payrail-embedder list --sources")
+    sample = re.search(r"^sample\.jsonl  \((\d+) records, (\d+) enabled\)$", before, flags=re.M)
+    assert sample and int(sample[2]) > 1, before
+    listed = ok(fresh_env, "payrail-embedder list --source sample.jsonl --state enabled").splitlines()
+    assert listed[-1] == f"{sample[2]} records" and all(", from sample.jsonl, saved " in line for line in listed[:-1]), listed
+    assert ok(fresh_env, "payrail-embedder disable --source sample.jsonl --yes").startswith(f"Disabled {sample[2]} records")
+    assert f"sample.jsonl  ({sample[1]} records, 0 enabled)" in ok(fresh_env, "payrail-embedder list --sources")
+    ok(fresh_env, "payrail-embedder undo --yes")
+    assert ok(fresh_env, "payrail-embedder list --sources") == before
 
 
 def test_advice_on_the_editorial_template_as_printed(fresh_env):

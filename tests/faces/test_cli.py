@@ -60,9 +60,9 @@ def public(record: dict) -> dict:
     }
 
 
-def as_exported(record: dict) -> dict:
-    """The record as export writes it: optional fields filled with their defaults."""
-    return {**public(record), "enabled": record.get("enabled") or False}
+def as_exported(record: dict, source: str) -> dict:
+    """The record as export writes it: optional fields filled with their defaults, and the source it came from."""
+    return {**public(record), "enabled": record.get("enabled") or False, "source": source}
 
 
 def export_text(env: dict, path: Path) -> str:
@@ -186,7 +186,7 @@ def test_import_export_round_trip_changes_nothing(cli_env, openai_fake, tmp_path
     first = export_text(cli_env, tmp_path / "export-1.jsonl")
     exported = [json.loads(line) for line in first.splitlines()]
     key = operator.itemgetter("provider", "method")
-    assert sorted(exported, key=key) == sorted((as_exported(r) for r in ROUND_TRIP), key=key)
+    assert sorted(exported, key=key) == sorted((as_exported(r, "catalog.jsonl") for r in ROUND_TRIP), key=key)
     assert [r for r in exported if r["enabled"]], "the enabled state must travel"
 
     stdout = run_cli(cli_env, "export")
@@ -290,7 +290,8 @@ def test_import_refuses_a_file_with_a_bad_line(kind, cli_env, database_url, tmp_
     assert (report["created"], report["updated"], report["unchanged"]) == (1, 1, 0)
     assert [(r["line"], reason in r["reason"]) for r in report["refused"]] == [(bad_number, True)]
     saved = [json.loads(line) for line in export_text(cli_env, tmp_path / "after-skip.jsonl").splitlines()]
-    assert sorted(saved, key=lambda r: r["provider"]) == [as_exported(GOOD_UPDATE), as_exported(GOOD_NEW)]
+    # The record psql made keeps its source; the new one is the file's.
+    assert sorted(saved, key=lambda r: r["provider"]) == [as_exported(GOOD_UPDATE, "psql"), as_exported(GOOD_NEW, "catalog.jsonl")]
 
 
 def test_an_import_line_breaking_several_rules_names_every_field_and_rule_in_words(cli_env, database_url, tmp_path):
@@ -664,7 +665,7 @@ def test_an_export_onto_a_full_disk_says_so_with_its_path_and_leaves_the_file_as
 
         (disk / "redirected.jsonl").unlink()
         filler.unlink()
-        assert export_text(cli_env, earlier) == "".join(json.dumps(as_exported(r)) + "\n" for r in records)
+        assert export_text(cli_env, earlier) == "".join(json.dumps(as_exported(r, "catalog.jsonl")) + "\n" for r in records)
         assert stat.S_IMODE(earlier.stat().st_mode) == 0o640, "the file's permissions are kept"
         assert sorted(p.name for p in disk.iterdir()) == ["export.jsonl"]
 

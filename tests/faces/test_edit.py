@@ -62,11 +62,12 @@ def test_a_word_fixed_in_an_enabled_record_is_embedded_and_saved_and_the_record_
     assert "updated" in result.stdout and "embedded now" in result.stdout and "enabled" in result.stdout, result.stdout
 
     # The editor showed help lines, then a header line per field and the guidance as plain lines.
-    assert body_of(shown[0]) == ENABLED
+    # The source (the file the registry fixture imported) is shown, and kept as it is.
+    assert body_of(shown[0]) == {**ENABLED, "source": "catalog.jsonl"}
     assert shown[0].startswith("# payrail-embedder edit:")
     assert shown[0].split("\n# ")[-1].split("\n", 1)[1] == (
         "Provider: Acme Maps\nMethod: Geocode an address\nURL: https://api.acme.example/v1/geocode\n"
-        "Docs URL: https://docs.acme.example/geocode\nEnabled: yes\n\n"
+        "Docs URL: https://docs.acme.example/geocode\nEnabled: yes\nSource: catalog.jsonl\n\n"
         "Purpose: turn an address into coordinates.\nNotes: paid per call.\n"
     )
 
@@ -222,6 +223,24 @@ def test_new_starts_a_draft_which_is_refused_until_it_has_a_name_and_is_embedded
     assert shown[2].splitlines()[:2] == ["# NOT SAVED: a rule refused it:", shown[1].splitlines()[2]], shown[2]
     record = stored(database_url, "Track a parcel")
     assert (record["provider"], record["enabled"], record["current_vector"], record["version"]) == ("Parcelly", False, True, 1)
+    # A new record's source is said where it can be changed, and kept.
+    assert "\nEnabled: no\nSource: edit\n" in shown[0], shown[0]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select source from payrail.provider_methods where method = 'Track a parcel'").fetchone() == ("edit",)
+
+
+def test_a_source_typed_is_saved_and_one_the_rule_refuses_is_named_by_its_header(registry, database_url, tmp_path):
+    steps = [{"replace": ["Source: catalog.jsonl\n", "Source: curated\u202e\n"]}, {"replace": ["Source: curated\u202e\n", "Source: curated\n"]}]
+    result, shown = edit(registry, tmp_path, steps, "Acme Maps / Geocode an address")
+    assert result.returncode == 0, result.stderr
+    assert shown[1].splitlines()[:2] == [
+        "# NOT SAVED: a rule refused it:",
+        "#   Source: must be 1 to 255 characters, without control characters, invisible ones or spaces at either end. Name the catalog as you "
+        'would recognise it in a list: its file\'s name ("records.jsonl"), or a word of your own ("curated"). (provider_methods_source_check)',
+    ], shown[1]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select version, source from payrail.provider_methods where method = %s", (ENABLED["method"],)).fetchone() == (2, "curated")
+        assert conn.execute("select source from payrail.provider_method_history").fetchall() == [("catalog.jsonl",)]
 
 
 def test_new_refuses_a_name_that_exists(registry, database_url, tmp_path):

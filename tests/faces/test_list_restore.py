@@ -44,7 +44,9 @@ def test_list_shows_every_record_in_order_with_its_state_and_filters_like_the_ba
     assert listed["records"][0]["recordId"] == stored(database_url, "Geocode an address")["id"]
 
     text = run_cli(registry, "list").stdout.splitlines()
-    assert text[0].startswith("Acme Maps / Geocode an address  (enabled, version 1, saved ") and text[0].endswith(f" by {command_line_author(user)})")
+    assert text[0].startswith("Acme Maps / Geocode an address  (enabled, version 1, from catalog.jsonl, saved ") and text[0].endswith(
+        f" by {command_line_author(user)})"
+    )
     assert text[-1] == "3 records"
 
     code, found, _ = cli_json(registry, "list", "--text", "COORDINATES", "--state", "enabled", "--json")

@@ -22,7 +22,7 @@ from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.faces import status
 from payrail_embedder.model import evaluation, golden_rankings, restores, switch, tuning
 from payrail_embedder.postgres import deploy, logins
-from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, stored, sync, undo
+from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, sources, stored, sync, undo
 from payrail_embedder.registry.changes import Change
 from payrail_embedder.registry.embedding_model import EmbeddingModel
 from payrail_embedder.registry.records import Refusal
@@ -42,6 +42,7 @@ STORED = {
     "guidance": "Purpose: refunds a charge",
     "enabled": True,
     "mixed_scripts": False,
+    "source": "stripe.jsonl",
     "embedded": True,
     "updated_at": SAVED_AT,
 }
@@ -99,7 +100,7 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     ),
     (
         stored.ShownRecord({**STORED, "enabled": False, "embedded": False, "saved_by": "bob"}, (NO_DOCS,)),
-        [7, "draft needing an embedding", "bob", "Purpose: refunds a charge", "no_docs_url", "The record has no docs URL."],
+        [7, "draft needing an embedding", "bob", "Purpose: refunds a charge", "stripe.jsonl", "no_docs_url", "The record has no docs URL."],
     ),
     (
         advice.AdviceReport([advice.AdvisedRecord(9, "Globex", "Weather now", True, [NO_DOCS])], [NO_DOCS_COUNT], 3),
@@ -131,9 +132,24 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (search.Matches([]), []),
     (
         history.ListedRecords(
-            [{"recordId": 7, "provider": "Stripe", "method": "Create refund", "state": "draft", "version": 3, "savedAt": "2026-12-06", "savedBy": "bob"}]
+            [
+                {
+                    "recordId": 7,
+                    "provider": "Stripe",
+                    "method": "Create refund",
+                    "state": "draft",
+                    "version": 3,
+                    "source": "stripe.jsonl",
+                    "savedAt": "2026-12-06",
+                    "savedBy": "bob",
+                }
+            ]
         ),
-        ["Stripe", "Create refund", "draft", 3, "2026-12-06", "bob"],
+        ["Stripe", "Create refund", "draft", 3, "stripe.jsonl", "2026-12-06", "bob"],
+    ),
+    (
+        history.ListedSources([sources.SourceCount("bulk.jsonl", 479, 401), sources.SourceCount("curated", 66, 63)]),
+        ["bulk.jsonl", 479, 401, "curated", 66, 63],
     ),
     (
         history.RecordHistory(
@@ -157,11 +173,22 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
                     "docsUrl": None,
                     "guidance": "Purpose: refunds",
                     "enabled": False,
+                    "source": "stripe.jsonl",
                     "bulkAction": BULK_ACTION.to_json() | {"inWords": BULK_ACTION.in_words()},
                 }
             ],
         ),
-        [41, "carol", "carol_login", "2026-12-05T05:00", "bob", "https://api.stripe.com/v1/refunds", "Purpose: refunds", "bulk action 9: carol deleted 2"],
+        [
+            41,
+            "carol",
+            "carol_login",
+            "2026-12-05T05:00",
+            "bob",
+            "https://api.stripe.com/v1/refunds",
+            "Purpose: refunds",
+            "stripe.jsonl",
+            "bulk action 9: carol deleted 2",
+        ],
     ),
     (
         undo.UndoResult(BULK_ACTION, (7, 8), {7: "Stripe / Refund", 8: "Stripe / Charge"}, restored=(12, 13), reenabled=1, undone_as=10),
@@ -174,9 +201,14 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (history.SavedRecord(Saved(7, 3, "updated", True), STORED, deleted_since=5), [7, 3, "updated", "Stripe", "Create refund"]),
     (
         evaluation.Evaluation(
-            evaluation.EvaluationReport(40, METRICS, [MISS]), "all-MiniLM-L6-v2", [], ("other-model", evaluation.EvaluationReport(40, BETTER))
+            evaluation.EvaluationReport(40, METRICS, [MISS]),
+            "all-MiniLM-L6-v2",
+            [],
+            ("other-model", evaluation.EvaluationReport(40, BETTER)),
+            [sources.SourcePlaces("bulk.jsonl", 2_401, 57, 12, 9)],
+            [sources.SourcePlaces("curated", 63, 31, 29, 4)],
         ),
-        [40, "other-model", "refund a card payment", 0.5, 0.75],
+        [40, "other-model", "refund a card payment", 0.5, 0.75, "bulk.jsonl", 2401, 57, 12, 45, 9, "curated", 63, 31, 29, 4],
     ),
     (golden_rankings.Effect(None, True, golden_queries=17), [17]),
     (RESTORE_PREVIEW, [41, 7, 2, 3, "Purpose: refunds a charge", "Purpose: refunds", 17]),

@@ -355,3 +355,68 @@ def test_agent_logins_of_an_earlier_release_keep_searching_held_to_the_bounds_th
             admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
             for login in (kept, tuned, lifted, bare):
                 admin.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login)))
+
+
+# The last release before records knew their source (db/upgrades/013-provider_method_sources).
+BEFORE_SOURCES = "395b563"
+SOURCED_TABLES = ("provider_methods", "provider_method_history", "provider_method_list_entries")
+BEFORE_SOURCES_WORDS = "before sources were kept"
+
+
+def test_records_of_a_registry_from_before_sources_say_so_in_words_without_a_rewrite(server, database_url, openai_fake, tmp_path):
+    """A registry of the release before, with history: the apply gives every record, history entry
+    and list entry the source "before sources were kept" in the tables' own files (no rewrite),
+    the catalog is a new registry's, and the writes that follow name their sources."""
+    name = f"before_sources_{urlsplit(database_url).path.lstrip('/')}"
+    url, fresh = replace_database(database_url, name), replace_database(database_url, f"{name}_fresh")
+    with psycopg.connect(server.admin_url, autocommit=True) as admin:
+        for database in (name, f"{name}_fresh"):
+            admin.execute(sql.SQL("create database {} template template0").format(sql.Identifier(database)))
+    env = cli_environment(url, openai_fake, tmp_path)
+    release = code_tree(tmp_path / BEFORE_SOURCES, BEFORE_SOURCES)
+    try:
+        for args in (("db", "apply"), ("import", write_jsonl(tmp_path / "catalog.jsonl", CATALOG))):
+            result = run_cli_of(release, env, *args)
+            assert result.returncode == 0, result.stdout + result.stderr
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("update payrail.provider_methods set urls = '{}' where provider = 'Globex' and method = 'Send SMS'")
+
+            def files() -> dict[str, int]:
+                return dict(
+                    conn.execute(
+                        "select relname::text, pg_catalog.pg_relation_filenode(oid) from pg_catalog.pg_class where relnamespace = 'payrail'::regnamespace and relname = any(%s)",
+                        (list(SOURCED_TABLES),),
+                    ).fetchall()
+                )
+
+            files_before = files()
+            result = run_cli(env, "db", "apply", "--json")
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert files() == files_before and len(files_before) == 3, "a column with a constant default is written in the catalog, never row by row"
+            for table in SOURCED_TABLES:
+                found = conn.execute(sql.SQL("select array_agg(distinct source), count(*) from payrail.{}").format(sql.Identifier(table))).fetchone()
+                assert found[0] == [BEFORE_SOURCES_WORDS] and found[1] > 0, (table, found)
+            assert conn.execute("select ran from payrail.applied_upgrades where name = '013-provider_method_sources'").fetchone() == (True,)
+            conn.execute("insert into payrail.provider_methods (provider, method, guidance) values ('Hooli', 'Mail', 'Purpose: mail.')")
+
+        result = run_cli({**env, "PAYRAIL_DATABASE_URL": fresh}, "db", "apply")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert catalog_of(url) == catalog_of(fresh)
+
+        # An edit keeps the record's words (it came from nowhere the registry knows); a new record
+        # is its file's.
+        edited, new = dict(CATALOG[0], guidance="Purpose: find a hotel room."), dict(CATALOG[0], method="Hotel Booking")
+        assert run_cli(env, "import", write_jsonl(tmp_path / "new catalog.jsonl", [edited, new])).returncode == 0
+        listed = json.loads(run_cli(env, "list", "--sources", "--json").stdout)["sources"]
+        assert listed == [
+            {"source": BEFORE_SOURCES_WORDS, "records": len(CATALOG), "enabled": len(CATALOG) - 1},
+            {"source": "new catalog.jsonl", "records": 1, "enabled": 1},
+            {"source": "psql", "records": 1, "enabled": 0},
+        ]
+        history = json.loads(run_cli(env, "history", "Acme Travel / Hotel Search", "--json").stdout)
+        assert (history["record"]["version"], history["record"]["source"]) == (2, BEFORE_SOURCES_WORDS)
+        assert [v["source"] for v in history["history"]] == [BEFORE_SOURCES_WORDS]
+    finally:
+        with psycopg.connect(server.admin_url, autocommit=True) as admin:
+            for database in (name, f"{name}_fresh"):
+                admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(database)))

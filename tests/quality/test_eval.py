@@ -227,7 +227,9 @@ def test_compare_ranks_a_candidate_in_memory_exactly_as_the_registry_ranks(cli_e
     code, report, stderr = cli_json(cli_env, "eval", "--json", registry, "--compare", FAKE_MODEL)
 
     assert code == 0, (report, stderr)
-    assert report["compare"] == {"model": FAKE_MODEL, "metrics": report["metrics"], "misses": report["misses"]}
+    # The same model ranks alike, so its figures by source are the registry's too.
+    assert report["compare"] == {"model": FAKE_MODEL, "metrics": report["metrics"], "misses": report["misses"], "bySource": report["bySource"]}
+    assert report["bySource"] and {f["source"] for f in report["bySource"]} == {"catalog.jsonl"}
     # LABELLED holds queries of both paths (an exact provider name among them), hits and misses.
     assert report["misses"] and report["metrics"] == pytest.approx(expected_report()[0], abs=1e-9)
     with psycopg.connect(cli_env["PAYRAIL_DATABASE_URL"]) as conn:

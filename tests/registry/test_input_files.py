@@ -215,6 +215,7 @@ def longest_line(n: int) -> str:
         "docsUrl": urls[0].replace("https://", "https://d", 1)[:2_048],
         "guidance": wide * 8_000,
         "enabled": True,
+        "source": wide * 255,
     }
 
     def value(v):

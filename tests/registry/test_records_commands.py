@@ -154,7 +154,7 @@ def test_delete_keeps_what_golden_queries_name_unless_told_and_the_history_keeps
 @pytest.mark.parametrize(
     "args, message",
     [
-        ((), 'name records (an id, "Provider / Method" or a provider), or give --text / --state, or --all: one of them'),
+        ((), 'name records (an id, "Provider / Method" or a provider), or give --text / --state / --source, or --all: one of them'),
         (("Stripe", "--all"), "one of them"),
         (("--text", "x", "--all"), "one of them"),
     ],

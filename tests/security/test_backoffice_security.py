@@ -539,7 +539,7 @@ def test_a_text_filter_of_nul_characters_alone_filters_nothing(shared_backoffice
     ("data", "problem"),
     [
         # An endless line the upload limit cut short: refused by the catalog reader's line limit (records.RECORD_LINE).
-        (b'{"provider": "' + b"x" * 1_000_000, "refused big.jsonl:1: the line is longer than 373,312 bytes, more than any record can take"),
+        (b'{"provider": "' + b"x" * 1_000_000, "refused big.jsonl:1: the line is longer than 376,372 bytes, more than any record can take"),
         (b"", "Not imported: big.jsonl holds no records (it is empty, or its lines are blank)."),
         (b"\n  \n", "Not imported: big.jsonl holds no records (it is empty, or its lines are blank)."),
     ],

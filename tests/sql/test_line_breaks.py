@@ -66,7 +66,7 @@ def test_import_export_and_import_again_keep_every_storable_break_and_every_read
     text = exported.read_text(encoding="utf-8")
     # One record a line for every reader: "\n" alone, str.splitlines, and a text file's lines.
     assert len(text.split("\n")) - 1 == len(text.splitlines()) == len(exported.open(encoding="utf-8").readlines()) == len(records)
-    by_method = sorted(records, key=lambda item: item["method"])
+    by_method = sorted(({**item, "source": "in.jsonl"} for item in records), key=lambda item: item["method"])
     assert sorted((json.loads(line) for line in text.splitlines()), key=lambda item: item["method"]) == by_method
     code, again, _ = cli_json(cli_env, "import", "--json", exported)
     assert (code, again["unchanged"], again["created"], again["updated"]) == (0, len(records), 0, 0), again

@@ -82,6 +82,7 @@ SHIPPED_UPGRADE_STEPS = {
     "010-agent_logins": "71709e4a93fbaa41498e25c5940d40f20411e4e382a6588749ef2b359d6dd696",
     "011-golden_queries_language": "968600121615d7d23c8c0c49fd447c87efd40ebca5fd59681455810be5aa9010",
     "012-drop_plan_provider_method_changes": "c33a6e1d846e07727ad866b19f1c8fbf2486bd639d37bb24d46ccb2d124f2eb6",
+    "013-provider_method_sources": "c119cabccc433ce8229613d363d7451bbd0ebcedd689659718ac9b4e4e6be080",
 }
 
 

@@ -219,7 +219,7 @@ def test_db_apply_rechecks_every_entry_when_a_release_changes_how_they_are_deriv
             """create or replace function payrail._list_entry(p_record payrail.provider_methods)
                returns payrail.provider_method_list_entries language sql immutable parallel safe security invoker
                set search_path from current
-               return row(p_record.id, p_record.enabled, p_record.embedding_model, '', '', '')::payrail.provider_method_list_entries"""
+               return row(p_record.id, p_record.enabled, p_record.embedding_model, '', '', '', p_record.source)::payrail.provider_method_list_entries"""
         )
         admin.execute("update payrail.provider_methods set guidance = guidance || ' Rechecked.' where provider = 'Hooli'")
     assert methods(stored.list_records(conn, "rechecked")) == []  # its entry holds no text

@@ -17,7 +17,7 @@ from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..model import quality, restores
 from ..model.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
-from ..registry import advice, bulk, catalog, golden, history, stored, undo
+from ..registry import advice, bulk, catalog, golden, history, sources, stored, undo
 from ..registry.advice import Advice, AdviceCount, AdvisedRecord
 from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import RegistryModelMismatch
@@ -185,14 +185,16 @@ class RecordsList:
     matching: int | None
     # The operator's last bulk action, while it can be undone (not an undo, not undone).
     last_bulk: undo.BulkAction | None = None
+    # Every source of the records, for the Source filter.
+    source_counts: list[sources.SourceCount] = field(default_factory=list)
 
 
-def records_list(conn: psycopg.Connection, text: str, state: str | None, after: str | None, before: str | None) -> RecordsList:
+def records_list(conn: psycopg.Connection, shown: views.ListFilter, after: str | None, before: str | None) -> RecordsList:
     """A page of the records that match the filter (ValueError for a cursor that is not one)."""
-    page = stored.list_records(conn, text, state, after=after, before=before, limit=PAGE_SIZE)
+    page = stored.list_records(conn, shown.text, shown.state, shown.source, after=after, before=before, limit=PAGE_SIZE)
     last = undo.last_action(conn)
     undoable = last if last is not None and last.operation != "undo" and last.undone_by is None else None
-    return RecordsList(page, stored.counts(conn), page.matching, undoable)
+    return RecordsList(page, stored.counts(conn), page.matching, undoable, sources.registry_sources(conn))
 
 
 @dataclass
@@ -501,14 +503,25 @@ def _records(n: int) -> str:
 
 
 def import_upload(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, data: bytes, source: str, skip_invalid: bool
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, data: bytes, source: str, skip_invalid: bool, records_source: str | None = None
 ) -> tuple[catalog.ImportReport | None, str | None]:
-    """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem)."""
+    """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem).
+    source: the file's name as uploaded; records_source: the Source given for every record, which
+    overrides the lines' own (none: a line's own, else the file's name without its folders)."""
     started = time.monotonic()
     items = list(catalog_lines(io.BytesIO(data), source))
     if not items:
         _log("import", conn, failed=True, source=source, saved=False, reason="no records")
         return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
+    try:
+        if records_source is not None:
+            sources.check(conn, records_source, "the Source given")
+        else:
+            sources.check(conn, sources.of_upload(source), "the file's name", " Or give one in Source.")
+        items = list(catalog.sourced(items, sources.of_upload(source), records_source))
+    except sources.InvalidSource as error:
+        _log("import", conn, failed=True, source=source, saved=False, reason=str(error))
+        return None, f"Not imported: {error}"
     try:
         started_at = advice.clock(conn)
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)

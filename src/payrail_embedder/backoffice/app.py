@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import math
+from dataclasses import replace
 from urllib.parse import urlencode
 
 import psycopg
@@ -27,7 +28,7 @@ from ..embedders import made_once
 from ..model.restores import RestorePreview
 from ..postgres.connection import DatabaseUnavailable
 from ..postgres.local_server import embedded_stopped
-from ..registry import bulk
+from ..registry import bulk, sources
 from ..registry.changes import Refused
 from ..registry.history import differing
 from ..registry.records import FIELD_LABELS, NEW_RECORD
@@ -38,7 +39,7 @@ from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
 from .sign_in import EMBEDDED_STOPPED, SignInRefused, SignInThrottle, open_connection, typed_problem
-from .views import form_digest, last_seen, lines, record_from_form, record_name, restore_digest, saved_message
+from .views import ListFilter, form_digest, last_seen, lines, record_from_form, record_name, restore_digest, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
 
@@ -171,21 +172,18 @@ async def end_other_sessions(request: Request, session: Session, form: FormData)
 @signed_in
 async def records(request: Request, session: Session) -> Response:
     params = request.query_params
-    text = params.get("q", "").replace("\x00", "")
-    state = params.get("state")
-    state = state if state in STATES else None
+    shown = ListFilter.of(params) or ListFilter()
     try:
-        listed = await work(request, session, actions.records_list, text, state, params.get("after"), params.get("before"))
+        listed = await work(request, session, actions.records_list, shown, params.get("after"), params.get("before"))
     except ValueError:
         return render(request, "message.html", 400, title="No such page", text="That page link is not one the backoffice made: start from the first page.")
     # The filter, kept in the links to the pages before and after.
-    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
     pages = {
-        direction: f"/records?{urlencode(kept | {direction: cursor})}"
+        direction: f"/records?{urlencode(shown.query() | {direction: cursor})}"
         for direction, cursor in (("before", listed.page.before), ("after", listed.page.after))
         if cursor
     }
-    return render(request, "records.html", listed=listed, pages=pages, text=text, state=state, states=STATES)
+    return render(request, "records.html", listed=listed, pages=pages, list_filter=shown, states=STATES)
 
 
 # The most records one bulk action names by id: a page lists PAGE_SIZE; more goes by the filter.
@@ -207,22 +205,16 @@ def _refused(request: Request, text: str) -> Response:
     return render(request, "message.html", 400, title="Refused", text=f"Refused: {text} Nothing was changed.")
 
 
-def _bulk_request(params) -> tuple[str, str, str | None] | None:
-    """The action ("enable" or "disable"), filter text and state a bulk request names, or None when one is not one of the list's."""
-    action, text, state = params.get("action"), str(params.get("q", "")).replace("\x00", ""), str(params.get("state", "")) or None
-    if action not in ("enable", "disable") or (state is not None and state not in STATES):
+def _bulk_request(params) -> tuple[str, ListFilter] | None:
+    """The action ("enable" or "disable") and the list's filter a bulk request names, or None when one is not one of the list's."""
+    action, asked = params.get("action"), ListFilter.of(params, strict=True)
+    if action not in ("enable", "disable") or asked is None:
         return None
-    return action, text, state
+    return action, asked
 
 
-def _list_url(text: str, state: str | None) -> str:
-    """The records list under this filter."""
-    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
-    return f"/records?{urlencode(kept)}" if kept else "/records"
-
-
-def _bulk_page(request: Request, question: actions.BulkQuestion, action: str, text: str, state: str | None, status_code: int = 200) -> Response:
-    return render(request, "bulk.html", status_code, question=question, action=action, text=text, state=state, back=_list_url(text, state))
+def _bulk_page(request: Request, question: actions.BulkQuestion, action: str, asked: ListFilter, status_code: int = 200) -> Response:
+    return render(request, "bulk.html", status_code, question=question, action=action, list_filter=asked)
 
 
 # “All matching” acts under a filter only: every record is no slip of a click.
@@ -236,11 +228,11 @@ async def confirm_bulk(request: Request, session: Session) -> Response:
     asked = _bulk_request(request.query_params)
     if asked is None:
         return _incomplete(request)
-    action, text, state = asked
-    if not (text or state):
+    action, matching = asked
+    if not matching.given:
         return _refused(request, ALL_MATCHING_UNFILTERED)
-    question = await work(request, session, actions.bulk_question, bulk.Selection.matching(text, state), action == "enable")
-    return _bulk_page(request, question, action, text, state)
+    question = await work(request, session, actions.bulk_question, matching.selection(), action == "enable")
+    return _bulk_page(request, question, action, matching)
 
 
 @signed_in_form
@@ -249,16 +241,16 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
     asked, scope = _bulk_request(form), form.get("scope")
     if asked is None or scope not in ("selected", "matching"):
         return _incomplete(request)
-    action, text, state = asked
-    back = redirect(_list_url(text, state))
+    action, matching = asked
+    back = redirect(matching.url())
     confirmed = None
     if scope == "matching":
-        if not (text or state):
+        if not matching.given:
             return _refused(request, ALL_MATCHING_UNFILTERED)
         confirmed = form.get("plan")
         if not isinstance(confirmed, str) or not confirmed:
             return _incomplete(request)
-        selection = bulk.Selection.matching(text, state)
+        selection = matching.selection()
     else:
         ids = _record_ids(form.getlist("record"))
         if ids is None:
@@ -271,7 +263,7 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
         selection = bulk.Selection.of_ids(ids)
     outcome = await work(request, session, actions.set_enabled, selection, action == "enable", confirmed)
     if outcome.asked_again is not None:
-        return _bulk_page(request, outcome.asked_again, action, text, state, 409)
+        return _bulk_page(request, outcome.asked_again, action, matching, 409)
     session.messages.append((outcome.kind, outcome.text))
     return back
 
@@ -279,12 +271,11 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
 @signed_in_form
 async def undo_bulk(request: Request, session: Session, form: FormData) -> Response:
     """Undo of the operator's last bulk action: the one the list showed (its id in the form), or nothing."""
-    action_id = _record_ids([form.get("bulk_action")])
-    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
-    if not action_id or (state is not None and state not in STATES):
+    action_id, shown = _record_ids([form.get("bulk_action")]), ListFilter.of(form, strict=True)
+    if not action_id or shown is None:
         return _incomplete(request)
     session.messages.append(await work(request, session, actions.undo_last, _embedder(request), action_id[0]))
-    return redirect(_list_url(text, state))
+    return redirect(shown.url())
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
@@ -313,7 +304,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
 
 @signed_in
 async def new_record(request: Request, session: Session) -> Response:
-    return _record_form(request, record=NEW_RECORD, record_id=None, version=0)
+    return _record_form(request, record=replace(NEW_RECORD, source=sources.BACKOFFICE), record_id=None, version=0)
 
 
 async def _save(request: Request, session: Session, form: FormData, record_id: int | None, *, preview_only: bool = False) -> Response:
@@ -563,7 +554,8 @@ async def import_catalog(request: Request, session: Session, form: FormData) -> 
     if not isinstance(upload, UploadFile) or not upload.filename:
         return render(request, "import.html", 422, report=None, problem="Choose a JSON Lines file to import.")
     data = await upload.read()
-    report, problem = await work(request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form)
+    source = str(form.get("source", "")).strip(" \t") or None
+    report, problem = await work(request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form, source)
     ok = report is not None and not report.refused
     return render(request, "import.html", 200 if ok else 422, report=report, problem=problem)
 

@@ -7,11 +7,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
+from ..registry import bulk
 from ..registry.changes import Saved
 from ..registry.history import FieldChange, author, changes
 from ..registry.records import ProviderMethod
-from ..registry.stored import record_of
+from ..registry.stored import STATES, record_of
 from ..registry.undo import BulkAction, BulkChange
 from .sessions import duration
 
@@ -27,9 +29,55 @@ def _text(form: Mapping[str, object], name: str) -> str:
 TYPED_SPACE = " \t"
 
 
+@dataclass(frozen=True)
+class ListFilter:
+    """The records list's filter, as its URL and its forms carry it: q (text), state and source
+    (none: every record). Empty values are no filter."""
+
+    text: str = ""
+    state: str | None = None
+    source: str | None = None
+
+    @classmethod
+    def of(cls, params: Mapping[str, object], *, strict: bool = False) -> ListFilter | None:
+        """The filter params name; a state the list has not is no filter, or with strict, None
+        (a form that is not one of the list's). NUL, which no record holds, is dropped from the
+        text and the state; a source is compared exactly, so one with NUL matches none (stored.list_records)."""
+        text, state = (str(params.get(name, "")).replace("\x00", "") for name in ("q", "state"))
+        source = str(params.get("source", ""))
+        if state and state not in STATES:
+            if strict:
+                return None
+            state = ""
+        return cls(text, state or None, source or None)
+
+    @property
+    def given(self) -> bool:
+        return bool(self.text or self.state or self.source)
+
+    def query(self) -> dict[str, str]:
+        """The URL's parameters of the filter, those given only."""
+        return {name: value for name, value in (("q", self.text), ("state", self.state), ("source", self.source)) if value}
+
+    def url(self) -> str:
+        """The records list under this filter."""
+        return f"/records?{urlencode(self.query())}" if self.given else "/records"
+
+    def selection(self) -> bulk.Selection:
+        """Every record the filter matches, as a bulk action names them."""
+        return bulk.Selection.matching(self.text, self.state, self.source)
+
+    def in_words(self) -> str:
+        """What it matches, as the confirmation page says it: 'the text “acme” and the source “bulk.jsonl”'."""
+        words = [f"the text “{self.text}”" if self.text else "", f"the state {self.state}" if self.state else ""]
+        words.append(f"the source “{self.source}”" if self.source else "")
+        return " and ".join(filter(None, words))
+
+
 def record_from_form(form: Mapping[str, object]) -> ProviderMethod:
     """The record as the operator typed it: URLs one per line (blank lines ignored), an empty Docs
-    URL is none, Enabled is the checkbox. Values are not judged here: the database does."""
+    URL is none, Enabled is the checkbox, Source as typed (a form without the field: the record's
+    kept). Values are not judged here: the database does."""
     urls = lines(str(form.get("urls", "")))
     return ProviderMethod(
         provider=_text(form, "provider"),
@@ -39,6 +87,7 @@ def record_from_form(form: Mapping[str, object]) -> ProviderMethod:
         guidance=_text(form, "guidance"),
         enabled="enabled" in form,
         mixed_scripts="mixedScripts" in form,
+        source=_text(form, "source").strip(TYPED_SPACE) if "source" in form else None,
     )
 
 

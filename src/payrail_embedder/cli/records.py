@@ -18,7 +18,7 @@ from ..base.progress import progress
 from ..base.reports import emit
 from ..faces import edit as edit_module
 from ..model import golden_rankings, restores
-from ..registry import advice, catalog, stored
+from ..registry import advice, catalog, sources, stored
 from ..registry import history as history_module
 from ..registry import sync as sync_module
 from ..registry.changes import Conflict, Refused, Saved
@@ -46,12 +46,20 @@ def count_lines(inputs: list[input_files.InputFile]) -> int:
 @click.option(
     "--enable", "enable", is_flag=True, help="Enable every record of the files, whatever their lines say (a catalog you trust): agents can find them at once."
 )
+@click.option(
+    "--source",
+    metavar="NAME",
+    help='Where the records came from, for every line whatever it says (default: a line\'s own "source", else its file\'s name for a new record; - is "stdin").',
+)
 @JSON_OPTION
 @click.pass_obj
-def import_(settings: Settings, files, skip_invalid, enable, as_json):
+def import_(settings: Settings, files, skip_invalid, enable, source, as_json):
     """Upsert records from JSON Lines FILES, by (provider, method); - reads standard input.
 
-    Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. Every line is
+    Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}, and optionally
+    "source": where the record came from, which `list --source`, the bulk commands and eval's
+    figures by source go by (default: a new record gets the file's name, without its folders;
+    an existing one keeps its own). Every line is
     checked against every rule first; new or changed content is then embedded and saved with the
     fields, a transaction per 2,048 lines (a rerun finishes an import that stopped midway). One
     refused line saves nothing unless --skip-invalid; exits 2 when a line was refused. Ends with
@@ -66,7 +74,9 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
         total = count_lines(inputs)
 
         def lines():
-            items = (item for each in inputs for item in parse_lines(each.lines(), each.source))
+            items = (
+                item for path, each in zip(files, inputs) for item in catalog.sourced(parse_lines(each.lines(), each.source), sources.of_file(path), source)
+            )
             # Content is embedded before it is saved, so every record imported can be enabled.
             return (
                 dataclasses.replace(item, record=dataclasses.replace(item.record, enabled=True)) if enable and isinstance(item, Line) else item
@@ -74,6 +84,10 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
             )
 
         with settings.connect() as conn:
+            for path in files if source is None else ():
+                sources.check(conn, sources.of_file(path), f"the name of {path},", " Or give one with --source NAME.")
+            if source is not None:
+                sources.check(conn, source, "--source")
             started_at = advice.clock(conn)
             with progress("import", total) as advance:
                 report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
@@ -116,18 +130,23 @@ def export(settings: Settings, output):
 @click.command("list")
 @click.option("--text", default="", help="Only records whose provider, method, guidance or URLs contain TEXT, ignoring case.")
 @click.option("--state", type=click.Choice(stored.STATES), help="Only records in this state.")
+@click.option("--source", metavar="NAME", help="Only records that came from NAME (exactly as written: `list --sources` names them).")
+@click.option("--sources", "list_sources", is_flag=True, help="List the sources instead: each with how many records, and enabled ones, came from it.")
 @JSON_OPTION
 @click.pass_obj
-def list_(settings: Settings, text, state, as_json):
-    """List the records by provider and method (ignoring case): state, version, when and by whom saved.
+def list_(settings: Settings, text, state, source, list_sources, as_json):
+    """List the records by provider and method (ignoring case): state, version, source, when and by whom saved.
 
     The backoffice's filters: --text matches provider, method, guidance and URLs ignoring case;
     --state is enabled, draft (with a vector of its current content) or "draft needing an
-    embedding". With --json: {"records": [{"recordId", "provider", "method", "state", "version",
-    "savedAt", "savedBy"}, ...]}.
+    embedding"; --source is where they came from (an import's file name, backoffice, edit, psql).
+    With --json: {"records": [{"recordId", "provider", "method", "state", "version", "source",
+    "savedAt", "savedBy"}, ...]}; with --sources, {"sources": [{"source", "records", "enabled"}, ...]}.
     """
+    if list_sources and (text or state or source):
+        raise click.UsageError("--sources lists every source; it takes no --text, --state or --source")
     with settings.connect() as conn:
-        listed = history_module.listed_records(conn, text, state)
+        listed = history_module.listed_sources(conn) if list_sources else history_module.listed_records(conn, text, state, source)
     emit(listed, as_json)
 
 

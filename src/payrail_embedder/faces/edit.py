@@ -11,6 +11,7 @@ once per URL), a blank line, and the guidance as it reads, line breaks and all:
     URL: https://api.acme.example/v1/geocode
     Docs URL: https://docs.acme.example/geocode
     Enabled: yes
+    Source: acme.jsonl
 
     Purpose: turn an address into coordinates.
     Notes: paid per call.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 
 import click
 import psycopg
@@ -36,7 +38,7 @@ import psycopg
 from ..base.errors import CodedError
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..model.golden_rankings import Effect, measured_edit
-from ..registry import stored
+from ..registry import sources, stored
 from ..registry.changes import Change, Conflict, Outcome, Refused, Saved
 from ..registry.records import NEW_RECORD, ProviderMethod, lines_of
 from ..registry.search import SearchError
@@ -47,7 +49,9 @@ COMMENT = "#"
 PROVIDER, METHOD, URL, DOCS_URL, ENABLED = "Provider", "Method", "URL", "Docs URL", "Enabled"
 # Shown only where the record has it: the operator's word that its names mix scripts on purpose.
 MIXED_SCRIPTS = "Mixed scripts"
-HEADER_NAMES = (PROVIDER, METHOD, URL, DOCS_URL, ENABLED, MIXED_SCRIPTS)
+# Where the record came from: kept as it is unless the operator changes it (left out: kept too).
+SOURCE = "Source"
+HEADER_NAMES = (PROVIDER, METHOD, URL, DOCS_URL, ENABLED, MIXED_SCRIPTS, SOURCE)
 YES, NO = ("yes", "true"), ("no", "false")
 # How a refusal names each field: by its header name.
 HEADER_OF_FIELD = {
@@ -58,6 +62,7 @@ HEADER_OF_FIELD = {
     "guidance": "Guidance",
     "enabled": ENABLED,
     "mixedScripts": MIXED_SCRIPTS,
+    "source": SOURCE,
 }
 
 
@@ -102,6 +107,7 @@ def editable_text(record: ProviderMethod) -> str:
     lines += [f"{URL}: {url}" for url in record.urls]
     lines += [f"{DOCS_URL}: {record.docs_url or ''}", f"{ENABLED}: {'yes' if record.enabled else 'no'}"]
     lines += [f"{MIXED_SCRIPTS}: yes"] if record.mixed_scripts else []
+    lines += [f"{SOURCE}: {record.source}"] if record.source is not None else []
     return "\n".join(lines) + "\n\n" + record.guidance + "\n"
 
 
@@ -155,6 +161,8 @@ def parse_editor_text(text: str) -> ProviderMethod:
         enabled=yes[ENABLED],
         # Left out: the record keeps its word (a new one has it not).
         mixed_scripts=yes.get(MIXED_SCRIPTS),
+        # Left out: the record keeps its source (a new one's is the database's default).
+        source=fields.get(SOURCE),
     )
 
 
@@ -177,7 +185,8 @@ def instructions(row: dict | None) -> list[str]:
         "Save and close to apply; close without saving, or empty the file, to leave it as it is.",
         "Content changes are embedded before they are saved, and an enabled record stays enabled.",
         f"One header line per field ({URL}: once per URL, up to 10; {DOCS_URL}: empty for none;",
-        f"{ENABLED}: yes or no; {MIXED_SCRIPTS}: yes for names that mix scripts on purpose),",
+        f"{ENABLED}: yes or no; {MIXED_SCRIPTS}: yes for names that mix scripts on purpose;",
+        f"{SOURCE}: where the record came from, a catalog's name, kept unless you change it),",
         "then a blank line, then the guidance as plain text to the end.",
         "Lines starting with # up here are ignored.",
     ]
@@ -200,7 +209,7 @@ def edit_record(
     confirm sees what the edit changes for the golden queries before it is saved, and answers
     SAVE, EDIT_AGAIN or LEAVE (nothing saved: None)."""
     record_id, version = (row["id"], row["version"]) if row else (None, 0)
-    body = editable_text(stored.record_of(row) if row else NEW_RECORD)
+    body = editable_text(stored.record_of(row) if row else replace(NEW_RECORD, source=sources.EDIT))
     problem: list[str] = []
     left = None  # (code, why) of the last reopen: what leaving now fails with
     while True:

@@ -16,6 +16,7 @@ from ..base.safe_text import escape_controls
 from . import stored, undo
 from .changes import Change, Saved
 from .records import FIELD_LABELS, ProviderMethod
+from .sources import SourceCount, registry_sources
 
 UNKNOWN_AUTHOR = "unknown"
 
@@ -44,13 +45,32 @@ class ListedRecords(Report):
     def describe(self) -> list[str]:
         lines = [
             f"{record['provider']} / {record['method']}  ({record['state']}, version {record['version']}, "
-            f"saved {record['savedAt']} by {escape_controls(record['savedBy'])})"
+            f"from {record['source']}, saved {record['savedAt']} by {escape_controls(record['savedBy'])})"
             for record in self.records
         ]
         return [*lines, f"{len(self.records)} record{'' if len(self.records) == 1 else 's'}"]
 
 
-def listed_records(conn: psycopg.Connection, text: str, state: str | None) -> ListedRecords:
+@dataclass(frozen=True)
+class ListedSources(Report):
+    """`list --sources`: where the records came from, each source with its records and enabled ones."""
+
+    sources: list[SourceCount]
+
+    def to_json(self) -> dict:
+        return {"sources": [{"source": s.source, "records": s.records, "enabled": s.enabled} for s in self.sources]}
+
+    def describe(self) -> list[str]:
+        lines = [f"{s.source}  ({s.records:,} record{'' if s.records == 1 else 's'}, {s.enabled:,} enabled)" for s in self.sources]
+        return [*lines, f"{len(self.sources)} source{'' if len(self.sources) == 1 else 's'}"]
+
+
+def listed_sources(conn: psycopg.Connection) -> ListedSources:
+    """Every source of the registry's records (sources.registry_sources), as `list --sources` shows them."""
+    return ListedSources(registry_sources(conn))
+
+
+def listed_records(conn: psycopg.Connection, text: str, state: str | None, source: str | None = None) -> ListedRecords:
     """The records list's first page (stored.list_records: its filters), as `list` shows it."""
     return ListedRecords(
         [
@@ -60,10 +80,11 @@ def listed_records(conn: psycopg.Connection, text: str, state: str | None) -> Li
                 "method": row["method"],
                 "state": row["state"],
                 "version": row["version"],
+                "source": row["source"],
                 "savedAt": row["updated_at"].isoformat(),
                 "savedBy": author(row["saved_by"], None),
             }
-            for row in stored.list_records(conn, text, state).rows
+            for row in stored.list_records(conn, text, state, source).rows
         ]
     )
 
@@ -89,7 +110,7 @@ class RecordHistory(Report):
             state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
             lines = [
                 f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
-                f"{state}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
+                f"{state}, from {record['source']}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
             ]
         if record is not None and record.get("bulkAction"):
             lines.append(f"  saved in {record['bulkAction']['inWords']}")
@@ -101,7 +122,7 @@ class RecordHistory(Report):
                 f"\nhistory {version['historyId']}: version {version['version']} of record {version['recordId']}, saved "
                 f"{version['savedAt']} by {saved_by}; {version['operation']}d {version['changedAt']} by "
                 f"{changed_by} (session {session_user}){in_bulk}",
-                f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})",
+                f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'}, from {version['source']})",
                 f"  docs: {version['docsUrl'] or '-'}",
                 *(f"  url:  {url}" for url in version["urls"]),
                 *(f"  {line}" for line in version["guidance"].split("\n")),
@@ -252,6 +273,8 @@ def _shown(record: ProviderMethod, name: str) -> str:
         return "enabled" if record.enabled else "draft"
     if name == "mixedScripts":
         return "yes" if record.mixed_scripts else "no"
+    if name == "source":
+        return record.source or ""
     return record.to_json().get(name) or ""
 
 
