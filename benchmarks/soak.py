@@ -60,11 +60,47 @@ EDIT_INTERVAL = 0.01
 STOP_GRACE = 60.0
 EXAMPLES_KEPT = 20
 
-WORDS = (
-    "hotel availability flight offers weather forecast payment refund invoice geocode address route "
-    "sms email translate currency exchange rate stock quote search index image caption speech text "
-    "calendar booking ticket parcel tracking tax validation identity check map tiles news feed"
-).split()
+WORDS = [
+    "hotel",
+    "availability",
+    "flight",
+    "offers",
+    "weather",
+    "forecast",
+    "payment",
+    "refund",
+    "invoice",
+    "geocode",
+    "address",
+    "route",
+    "sms",
+    "email",
+    "translate",
+    "currency",
+    "exchange",
+    "rate",
+    "stock",
+    "quote",
+    "search",
+    "index",
+    "image",
+    "caption",
+    "speech",
+    "text",
+    "calendar",
+    "booking",
+    "ticket",
+    "parcel",
+    "tracking",
+    "tax",
+    "validation",
+    "identity",
+    "check",
+    "map",
+    "tiles",
+    "news",
+    "feed",
+]
 # Method names several providers share, so method-name queries meet the limit of 3.
 SHARED_METHODS = ["Search", "Create a refund", "Get a quote"]
 
