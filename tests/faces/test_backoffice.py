@@ -12,6 +12,7 @@ import base64
 import json
 import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -505,7 +506,7 @@ def test_import_reports_every_refused_line_and_export_downloads_what_the_cli_exp
         page.get_by_role("link", name="Export").click()
     assert download.value.suggested_filename == "payrail-catalog.jsonl"
     exported = run_cli(registry, "export")
-    assert open(download.value.path(), encoding="utf-8").read() == exported.stdout
+    assert Path(download.value.path()).read_text(encoding="utf-8") == exported.stdout
     assert len(exported.stdout.splitlines()) == len(CATALOG) + 1
 
 

@@ -344,9 +344,11 @@ def test_agent_logins_of_an_earlier_release_keep_searching_held_to_the_bounds_th
         # From now on a login lifting its own setting gains nothing; the next apply adopts no one again.
         with psycopg.connect(login_url(url, tuned), autocommit=True) as agent:
             agent.execute(sql.SQL("alter role {} set statement_timeout = '1h'").format(sql.Identifier(tuned)))
-        with psycopg.connect(login_url(url, tuned), autocommit=True) as agent:
-            with pytest.raises(psycopg.Error, match=f"statement_timeout is 1h in this session, but login {tuned} is given 1500ms"):
-                agent.execute("select provider from payrail.search_provider_methods('Acme Travel')")
+        with (
+            psycopg.connect(login_url(url, tuned), autocommit=True) as agent,
+            pytest.raises(psycopg.Error, match=f"statement_timeout is 1h in this session, but login {tuned} is given 1500ms"),
+        ):
+            agent.execute("select provider from payrail.search_provider_methods('Acme Travel')")
         assert json.loads(run_cli(env, "db", "apply", "--force", "--json").stdout)["changed"] is True
         with psycopg.connect(url) as conn:
             assert conn.execute("select count(*) from payrail.agent_logins").fetchone() == (3,)

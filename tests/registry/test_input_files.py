@@ -300,9 +300,8 @@ def test_a_pipe_is_read_at_most_to_its_bound(tmp_path):
 
     writer = threading.Thread(target=write_until_refused)
     writer.start()
-    with pytest.raises(InputRefused) as refused:
-        with open_input(fifo, line_limit=RECORD_LINE, max_spooled=10_000):
-            pass
+    with pytest.raises(InputRefused) as refused, open_input(fifo, line_limit=RECORD_LINE, max_spooled=10_000):
+        pass
     writer.join(timeout=30)
 
     assert not writer.is_alive()

@@ -368,7 +368,7 @@ def test_an_unknown_role_and_a_wrong_password_get_the_same_answer_and_the_same_t
     cookies = {"payrail_sign_in": "the same form for both"}
     unknown = "nobody_has_this_name"
     answers = {role: [post_sign_in(client, role, f"guess {n}", cookies) for n in range(4)] for role in (OPERATOR, unknown)}
-    for known_reply, unknown_reply in zip(answers[OPERATOR], answers[unknown]):
+    for known_reply, unknown_reply in zip(answers[OPERATOR], answers[unknown], strict=True):
         assert known_reply.status == unknown_reply.status
         assert known_reply.body.replace(OPERATOR, "NAME") == unknown_reply.body.replace(unknown, "NAME")
     assert [reply.status for reply in answers[unknown]] == [403, 403, 403, 429]

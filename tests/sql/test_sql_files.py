@@ -256,7 +256,7 @@ def test_two_concurrent_db_apply_on_an_empty_database_both_succeed(server, tmp_p
         env = apply_env(url, tmp_path)
         runs = [subprocess.Popen([str(CLI), "db", "apply"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         outputs = [run.communicate(timeout=120) for run in runs]
-        for run, (stdout, stderr) in zip(runs, outputs):
+        for run, (stdout, stderr) in zip(runs, outputs, strict=True):
             assert run.returncode == 0, stdout + stderr
 
         result = run_cli(apply_env(reference, tmp_path), "db", "apply")

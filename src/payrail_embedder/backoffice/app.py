@@ -365,10 +365,7 @@ def _unsaved_form(request: Request, error: Exception, **form) -> Response:
         problem = f"Not saved. {error} Your text is below, unchanged: Save again once the database is back."
         return _record_form(request, 503, problem=problem, **form)
     request.state.session = None
-    if isinstance(error, SessionLost):
-        why = f"PostgreSQL no longer accepts the password it was opened with ({error})"
-    else:
-        why = "it was ended meanwhile"
+    why = f"PostgreSQL no longer accepts the password it was opened with ({error})" if isinstance(error, SessionLost) else "it was ended meanwhile"
     problem = f"Not saved: your session has ended, because {why}. Your text is below: copy what you need, then sign in again."
     response = _record_form(request, 401, problem=problem, **form)
     response.delete_cookie(SESSION_COOKIE, path="/")

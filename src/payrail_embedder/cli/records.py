@@ -75,7 +75,9 @@ def import_(settings: Settings, files, skip_invalid, enable, source, as_json):
 
         def lines():
             items = (
-                item for path, each in zip(files, inputs) for item in catalog.sourced(parse_lines(each.lines(), each.source), sources.of_file(path), source)
+                item
+                for path, each in zip(files, inputs, strict=True)
+                for item in catalog.sourced(parse_lines(each.lines(), each.source), sources.of_file(path), source)
             )
             # Content is embedded before it is saved, so every record imported can be enabled.
             return (

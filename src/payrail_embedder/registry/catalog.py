@@ -195,7 +195,7 @@ class _ImportRun:
             checked=self.checked,
             progress=self.progress,
         )
-        for i, outcome in zip(valid, saved):
+        for i, outcome in zip(valid, saved, strict=True):
             if isinstance(outcome, Refused) and outcome.same_as is not None:
                 # A change of the same record as another of the batch: named by that one's position.
                 outcome = replace(outcome, same_as=positions[valid[outcome.same_as]])

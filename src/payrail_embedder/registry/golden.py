@@ -222,7 +222,7 @@ def remove_golden_queries(conn: psycopg.Connection, queries: Sequence[str]) -> l
                left join lateral payrail._golden_query_named(u.query) as g on true order by u.i""",
             (list(queries),),
         ).fetchall()
-        unknown = [query for query, (_, golden_id) in zip(queries, found) if golden_id is None]
+        unknown = [query for query, (_, golden_id) in zip(queries, found, strict=True) if golden_id is None]
         if unknown:
             raise GoldenRefused(
                 "nothing removed: there is no golden query "
@@ -413,7 +413,7 @@ class QueryVectors:
         if model is None or not queries:
             return cls(None)
         embedder = require_embedder_model(conn, embedder_factory())
-        return cls(embedder, dict(zip(queries, embedded(embedder, list(queries), model))))
+        return cls(embedder, dict(zip(queries, embedded(embedder, list(queries), model), strict=True)))
 
     def store(self, conn: psycopg.Connection, golden: Sequence[tuple[int, str]]) -> None:
         """Keeps the vector of each (golden query id, query) made, in the caller's transaction.
@@ -431,7 +431,7 @@ def may_store_vectors(conn: psycopg.Connection) -> bool:
 
 def store_vectors(conn: psycopg.Connection, model_name: str, rows: Sequence[tuple[int, str, np.ndarray]]) -> None:
     """Keeps each (golden query id, its text, the text's vector by model_name)."""
-    ids, queries, vectors = zip(*rows) if rows else ((), (), ())
+    ids, queries, vectors = zip(*rows, strict=True) if rows else ((), (), ())
     conn.execute(naming_pgvector(conn, STORE_VECTORS), (model_name, list(ids), list(queries), list(vectors)))
 
 
@@ -465,5 +465,5 @@ def embed_missing(conn: psycopg.Connection, embedder: Embedder, model: Embedding
     for batch in batched(missing, batch_size or embedder.batch_size):
         vectors = embedded(embedder, [query for _, query in batch], model)
         with conn.transaction():
-            store_vectors(conn, model.name, [(golden_id, query, vector) for (golden_id, query), vector in zip(batch, vectors)])
+            store_vectors(conn, model.name, [(golden_id, query, vector) for (golden_id, query), vector in zip(batch, vectors, strict=True)])
     return len(missing)

@@ -177,7 +177,7 @@ def provider_method_history(conn: psycopg.Connection, provider: str, method: str
                 "bulkAction": _bulk_json(replaced_in.get((v["provider_method_id"], v["version"]))),
                 **stored.record_of(v).to_json(),
             }
-            for v, older in zip(versions, _older_entries(versions))
+            for v, older in zip(versions, _older_entries(versions), strict=True)
         ],
     )
 

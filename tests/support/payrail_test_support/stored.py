@@ -24,9 +24,8 @@ def content_hash(provider: str, method: str, guidance: str) -> bytes:
 def insert_drafts(url: str, count: int) -> list[str]:
     """count new drafts, without vectors, inserted with plain SQL; returns their "provider / method" names."""
     names = [(f"Provider {n:04d}", f"Method {n:04d}", f"Purpose: generated record number {n} for sync.") for n in range(count)]
-    with psycopg.connect(url) as conn:
-        with conn.cursor() as cursor:
-            cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names)
+    with psycopg.connect(url) as conn, conn.cursor() as cursor:
+        cursor.executemany("insert into payrail.provider_methods (provider, method, guidance) values (%s, %s, %s)", names)
     return [f"{p} / {m}" for p, m, _ in names]
 
 
