@@ -17,6 +17,7 @@ import psycopg
 
 from ..postgres.connection import naming_pgvector, one_row, one_value
 from ..registry.search import SearchUnavailable
+from . import rank_words
 from .golden_answers import Ranked
 
 # Records read from the database per statement: each chunk is one bytea value of about 3 kB a record
@@ -26,7 +27,7 @@ READ_CHUNK = 20_000
 ROW_BLOCK = 4_096
 # At most this many similarities (records x queries) in memory at once: 64 MB of float32.
 MAX_DISTANCES = 16_000_000
-TOP = 3
+TOP = rank_words.TOP
 
 
 class Records:

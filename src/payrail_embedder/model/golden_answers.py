@@ -11,6 +11,7 @@ from ..base.safe_text import json_text
 from ..registry.changes import Conflict, Refused
 from ..registry.golden import GoldenQuery, RelevantRecord
 from .evaluation import query_metrics
+from .rank_words import move_in_words, places_from_top, rank_in_words
 
 
 @dataclass(frozen=True)
@@ -27,20 +28,6 @@ class Ranked:
 
     def to_json(self) -> dict:
         return {"recordId": self.record_id, "provider": self.provider, "method": self.method}
-
-
-TOP = 3
-
-
-def rank_in_words(rank: int | None, enabled: bool = True) -> str:
-    """A wanted record's exact rank as operators read it: "rank 2", "rank 41: 38 places from the
-    top three"; without one, why search never returns it for the query."""
-    if rank is None:
-        return "not ranked: a draft, which search never returns" if not enabled else "not ranked: the name path answers this query with other records"
-    if rank <= TOP:
-        return f"rank {rank}"
-    places = rank - TOP
-    return f"rank {rank}: {places} {'place' if places == 1 else 'places'} from the top three"
 
 
 @dataclass(frozen=True)
@@ -82,20 +69,6 @@ class Ranking:
     def metrics(self) -> dict[str, float]:
         """eval's metrics of this answer (evaluation.query_metrics), records compared by id."""
         return query_metrics([r.record_id for r in self.golden.relevant], [r.record_id for r in self.top])
-
-
-def places_from_top(rank: int | None) -> int | None:
-    """How many places a rank is below the third (0 within the top three; None without a rank)."""
-    return None if rank is None else max(0, rank - TOP)
-
-
-def move_in_words(before: int | None, after: int | None) -> str:
-    """A wanted record's rank before and after an edit: "rank 41 -> 4; still not in the top three"."""
-    words = f"{'not ranked' if before is None else f'rank {before}'} -> {'not ranked' if after is None else after}"
-    was, will = (rank is not None and rank <= TOP for rank in (before, after))
-    return words + (
-        "; in the top three" if was and will else "; now in the top three" if will else "; leaves the top three" if was else "; still not in the top three"
-    )
 
 
 @dataclass(frozen=True)
@@ -234,11 +207,11 @@ class Effect(Report):
                 f"{change.verdict} for what it should find: {json_text(change.golden.query)} (golden query "
                 f"{change.golden.golden_query_id}): {change.what}{pushed}",
                 f"   should find: {'; '.join(r.provider + ' / ' + r.method for r in change.golden.relevant)}",
-                *([f"   ranks: {change.rank_words}"] if change.rank_changes else []),
                 *(
                     f"   {label}: {'; '.join(r.name for r in ranking.top) or '-'}{' (by name)' if ranking.by_name else ''}"
                     for label, ranking in (("now  ", change.before), ("after", change.after))
                 ),
+                *([f"   ranks: {change.rank_words}"] if change.rank_changes else []),
             ]
         lines += self.moves_lines()
         if self.embedded_now:
