@@ -18,7 +18,6 @@ import psycopg
 from ..postgres.connection import naming_pgvector, one_row, one_value
 from ..registry.search import SearchUnavailable
 from . import rank_words
-from .golden_answers import Ranked
 
 # Records read from the database per statement: each chunk is one bytea value of about 3 kB a record
 # at 1,536 dimensions, well under PostgreSQL's 1 GB for a value.
@@ -28,6 +27,22 @@ ROW_BLOCK = 4_096
 # At most this many similarities (records x queries) in memory at once: 64 MB of float32.
 MAX_DISTANCES = 16_000_000
 TOP = rank_words.TOP
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A record as search ranks it for a query: its id and names."""
+
+    record_id: int
+    provider: str
+    method: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider} / {self.method}"
+
+    def to_json(self) -> dict:
+        return {"recordId": self.record_id, "provider": self.provider, "method": self.method}
 
 
 class Records:

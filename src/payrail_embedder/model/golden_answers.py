@@ -11,23 +11,8 @@ from ..base.safe_text import json_text
 from ..registry.changes import Conflict, Refused
 from ..registry.golden import GoldenQuery, RelevantRecord
 from .evaluation import query_metrics
+from .first_pass import Ranked
 from .rank_words import move_in_words, places_from_top, rank_in_words
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """A record in a golden query's top three."""
-
-    record_id: int
-    provider: str
-    method: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.provider} / {self.method}"
-
-    def to_json(self) -> dict:
-        return {"recordId": self.record_id, "provider": self.provider, "method": self.method}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ..embedders import Embedder
 from ..registry.embedding_model import EmbeddingModel, registry_model
 from .evaluation import METRICS
 from .golden_rankings import Ranked, Ranking, rank_golden_queries
+from .rank_words import closeness, rank_figures
 
 # The longest lists the page shows; it says how many more there are.
 SHOWN = 100
@@ -75,6 +76,7 @@ class QualityReport:
     rankings: list[Ranking]
     # eval's metrics (evaluation.METRICS), averaged over the golden queries.
     metrics: dict[str, float]
+    # The golden queries that miss, the closest first (by the exact rank of the first record each should find).
     misses: list[Ranking]
     # The enabled records in no golden query's top three: those golden queries name (they should
     # find them), the most named first; the others by provider, the providers with most first.
@@ -86,6 +88,8 @@ class QualityReport:
     confusions: list[Confusion]
     # Golden queries without a vector kept, embedded for this report.
     embedded_now: int
+    # The exact rank of each golden query's first record to find: eval's figures (rank_words.rank_figures).
+    ranks: dict = field(default_factory=lambda: rank_figures([]))
 
 
 def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]) -> QualityReport:
@@ -100,7 +104,7 @@ def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embe
         registry_model(conn),
         rankings,
         metrics,
-        [r for r in rankings if not r.metrics["hit@3"]],
+        sorted((r for r in rankings if not r.metrics["hit@3"]), key=lambda r: closeness(r.first_rank)),
         named[:SHOWN],
         by_provider[:SHOWN],
         len(never),
@@ -108,6 +112,7 @@ def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embe
         len(by_provider),
         confusions(rankings),
         embedded_now,
+        rank_figures([r.first_rank for r in rankings]),
     )
 
 

@@ -19,10 +19,13 @@ def places_from_top(rank: int | None) -> int | None:
     return None if rank is None else max(0, rank - TOP)
 
 
-def rank_in_words(rank: int | None, enabled: bool = True) -> str:
+def rank_in_words(rank: int | None, enabled: bool | None = True) -> str:
     """A wanted record's exact rank: "rank 2", "rank 41: 38 places from the top three"; without
-    one, why search never returns it for the query."""
+    one, why search never returns it for the query (enabled: whether the record is; None: no
+    record goes by its names)."""
     if rank is None:
+        if enabled is None:
+            return "not ranked: no record goes by this name"
         return "not ranked: a draft, which search never returns" if not enabled else "not ranked: the name path answers this query with other records"
     places = places_from_top(rank)
     if not places:

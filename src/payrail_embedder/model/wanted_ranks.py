@@ -25,7 +25,6 @@ import psycopg
 
 from ..postgres.connection import naming_pgvector
 from . import first_pass
-from .golden_answers import Ranked
 
 NAME_MATCHES = """
 select u.p, m.id, m.provider, m.method
@@ -35,19 +34,41 @@ order by u.p, m.ordinality
 """
 
 
-def name_path_matches(conn: psycopg.Connection, queries: Sequence[str]) -> list[tuple[Ranked, ...]]:
+def name_path_matches(conn: psycopg.Connection, queries: Sequence[str]) -> list[tuple[first_pass.Ranked, ...]]:
     """Each query's name-path matches, every one in the name path's order (search answers the
     first three; none: the query takes the semantic path), one statement."""
-    answers: list[list[Ranked]] = [[] for _ in queries]
+    answers: list[list[first_pass.Ranked]] = [[] for _ in queries]
     for p, record_id, provider, method in conn.execute(NAME_MATCHES, (list(queries),)):
-        answers[p - 1].append(Ranked(record_id, provider, method))
+        answers[p - 1].append(first_pass.Ranked(record_id, provider, method))
     return [tuple(answer) for answer in answers]
 
 
-def name_ranks(matches: Sequence[Ranked], wanted: Sequence[int]) -> dict[int, int | None]:
+def name_ranks(matches: Sequence[first_pass.Ranked], wanted: Sequence[int]) -> dict[int, int | None]:
     """The rank of each wanted record on the name path: its place among the matches, or None."""
     place = {ranked.record_id: rank for rank, ranked in enumerate(matches, start=1)}
     return {record_id: place.get(record_id) for record_id in wanted}
+
+
+def exact_ranks(
+    conn: psycopg.Connection, queries: Sequence[str], vectors: Sequence[np.ndarray], wanted: Sequence[Sequence[int]], dimensions: int | None
+) -> list[dict[int, int | None]]:
+    """Each query's wanted records (ids) with their exact ranks, as search would order them now:
+    on the name path their places among its matches, else among every enabled record (one pass);
+    None for a record search never returns for it. vectors: each query's vector as search is sent
+    it (a name-path query's is not read); dimensions: the registry model's (None: no record has a
+    vector, so none is ranked on the semantic path)."""
+    names = name_path_matches(conn, queries)
+    ranks = [name_ranks(matches, ids) for matches, ids in zip(names, wanted, strict=True)]
+    semantic = {p: list(ids) for p, ids in enumerate(wanted) if ids and not names[p]}
+    if dimensions is None or not semantic:
+        return ranks
+    raw = {p: np.asarray(vectors[p]) for p in semantic}
+    units = np.zeros((len(queries), dimensions), np.float32)
+    units[list(semantic)] = first_pass.unit_vectors(np.array(list(raw.values())))
+    records = first_pass.Records(conn, dimensions)
+    for (p, record_id), rank in semantic_ranks(conn, records, first_pass.error_bound(conn, dimensions), units, raw, semantic).items():
+        ranks[p][record_id] = rank
+    return ranks
 
 
 # The second pass of a rank: for each key (a wanted record of one query), how many of its
