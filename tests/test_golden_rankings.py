@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.model import golden_rankings
+from payrail_embedder.model import golden_answers, golden_rankings, rank_words
 from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres.connection import connect, naming_pgvector
 from payrail_embedder.registry import golden
@@ -183,6 +183,11 @@ def check_edit(conn, embedder_factory, change: Change) -> golden_rankings.Effect
     assert {m.golden.query for m in effect.moves} == moved - set(changed), (effect.to_json(), ranks_before, ranks_after)
     for c in [*effect.changes, *effect.moves]:
         assert (dict(c.before.ranks), dict(c.after.ranks)) == (ranks_before[c.golden.query], ranks_after[c.golden.query]), c.golden.query
+    # What edit and preview --draft print: each move in words, the largest moves (MOVES_SHOWN) among them.
+    printed = "\n".join(effect.describe())
+    for c in [*effect.changes, *effect.moves[: golden_answers.MOVES_SHOWN]]:
+        for r, was, will in c.rank_changes:
+            assert f"{r.provider} / {r.method}: {rank_words.move_in_words(was, will)}" in printed, printed
     return effect
 
 

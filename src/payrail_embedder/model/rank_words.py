@@ -35,7 +35,10 @@ def rank_in_words(rank: int | None, enabled: bool | None = True) -> str:
 
 def move_in_words(before: int | None, after: int | None) -> str:
     """A wanted record's rank before and after a change: "rank 41 -> 4; still not in the top three"."""
-    words = f"{'not ranked' if before is None else f'rank {before}'} -> {'not ranked' if after is None else after}"
+    # "rank 41 -> 4", as an operator writes it; "not ranked -> rank 1" when there was none before.
+    then = "not ranked" if before is None else f"rank {before}"
+    now = "not ranked" if after is None else f"rank {after}" if before is None else str(after)
+    words = f"{then} -> {now}"
     was, will = (rank is not None and rank <= TOP for rank in (before, after))
     return words + (
         "; in the top three" if was and will else "; now in the top three" if will else "; leaves the top three" if was else "; still not in the top three"
