@@ -446,8 +446,13 @@ def test_ranks_past_the_top_three_sort_the_quality_pages_misses_show_on_a_record
     ranks = eval_ranks(golden_registry)
     far = ranks[FAR][0]
     assert far > 3 and ranks[REVERSE] == [None], ranks
-    # The Quality page: the misses, the closest first (none ranked last), each with its ranks in words.
+    # The Quality page: eval's hit@10 and median rank; the misses, the closest first (none ranked
+    # last), each with its ranks in words.
+    figures = eval_report(golden_registry)["ranks"]
     page.goto("/quality")
+    table = page.get_by_role("table").first
+    expect(table.get_by_role("row", name="hit@10")).to_contain_text(f"{figures['hit@10']:.3f}")
+    expect(table.get_by_role("row", name="median rank")).to_contain_text(f"{figures['medianRank']:g}")
     misses = page.get_by_role("region", name=re.compile(r"^Misses: "))
     order = sorted(ranks, key=lambda query: (ranks[query][0] is None, ranks[query][0] or 0))
     expect(misses.get_by_role("heading", level=3)).to_have_text(order)
