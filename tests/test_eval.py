@@ -170,6 +170,11 @@ def test_eval_gives_every_relevant_records_exact_rank_in_searchs_whole_order(cli
         assert [r["rank"] for r in miss["ranks"]] == ranks, miss
         assert [r["fromTopThree"] for r in miss["ranks"]] == [None if rank is None else max(0, rank - 3) for rank in ranks]
 
+    # The registry's own model as --compare's candidate, ranked in memory: the same ranks.
+    code, compared, stderr = cli_json(cli_env, "eval", "--json", labelled, "--compare", FAKE_MODEL)
+    assert code == 0, (compared, stderr)
+    assert (compared["compare"]["ranks"], compared["compare"]["misses"]) == (report["ranks"], report["misses"])
+
     text = run_cli(cli_env, "eval", str(labelled))
     assert text.returncode == 0, text.stderr
     assert f"rank of the first record to find: mean {sum(ranked) / len(ranked):.1f}" in text.stdout

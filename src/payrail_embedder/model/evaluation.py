@@ -302,27 +302,35 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         """The wanted records' ranks in the candidate's order: the name path's, else nearest_three's."""
         ranks = wanted_ranks.exact_ranks(conn, [q.query for q in queries], query_vectors, wanted, None)
         row_of = {record[5]: row for row, record in enumerate(records)}
+        order = CandidateOrder(record_vectors, keys)
         for p in (p for p, on_semantic_path in enumerate(semantic) if on_semantic_path):
-            ranks[p] = dict(zip(wanted[p], candidate_ranks(record_vectors, keys, query_vectors[p], [row_of.get(i) for i in wanted[p]])))
+            ranks[p] = dict(zip(wanted[p], order.ranks(query_vectors[p], [row_of.get(i) for i in wanted[p]])))
         return ranks
 
     return report_of(results_of(conn, queries, answers, ranked_by))
 
 
-def candidate_ranks(record_vectors: np.ndarray, keys: Sequence, query_vector: np.ndarray, rows: Sequence[int | None]) -> list[int | None]:
-    """The rank of each record (its row; None: not enabled, no rank) in nearest_three's whole order
-    for one query: cosine distance, ties by keys."""
-    if not len(record_vectors):
-        return [None for _ in rows]
-    units = record_vectors / np.linalg.norm(record_vectors, axis=1, keepdims=True)
-    query = np.asarray(query_vector, np.float64)
-    distance = 1.0 - units @ (query / np.linalg.norm(query))
-    key_place = np.empty(len(keys), np.int64)
-    key_place[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
-    return [
-        None if row is None else 1 + int(np.count_nonzero((distance < distance[row]) | ((distance == distance[row]) & (key_place < key_place[row]))))
-        for row in rows
-    ]
+class CandidateOrder:
+    """nearest_three's whole order over a candidate's record vectors: cosine distance, ties by keys."""
+
+    def __init__(self, record_vectors: np.ndarray, keys: Sequence) -> None:
+        self.units = record_vectors / np.linalg.norm(record_vectors, axis=1, keepdims=True) if len(record_vectors) else record_vectors
+        # Each record's place in the keys' order, which breaks ties of distance.
+        self.key_place = np.empty(len(keys), np.int64)
+        self.key_place[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
+
+    def ranks(self, query_vector: np.ndarray, rows: Sequence[int | None]) -> list[int | None]:
+        """The rank of each record (its row; None: not enabled, no rank) for one query."""
+        if not len(self.units):
+            return [None for _ in rows]
+        query = np.asarray(query_vector, np.float64)
+        distance = 1.0 - self.units @ (query / np.linalg.norm(query))
+        return [
+            None
+            if row is None
+            else 1 + int(np.count_nonzero((distance < distance[row]) | ((distance == distance[row]) & (self.key_place < self.key_place[row]))))
+            for row in rows
+        ]
 
 
 def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.ndarray) -> list[list[int]]:
