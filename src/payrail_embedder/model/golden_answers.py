@@ -12,7 +12,7 @@ from ..registry.changes import Conflict, Refused
 from ..registry.golden import GoldenQuery, RelevantRecord
 from .evaluation import query_metrics
 from .first_pass import Ranked
-from .rank_words import move_in_words, places_from_top, rank_in_words
+from .rank_words import move_in_words, rank_in_words
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,6 @@ class Ranking:
         """rank_in_words of a record it should find."""
         enabled = next((r.enabled for r in self.golden.relevant if r.record_id == record_id), True)
         return rank_in_words(self.rank(record_id), enabled)
-
-    def ranks_json(self) -> list[dict]:
-        """Each record it should find with its rank (null: none), and how many places it is from
-        the top three (0 within it)."""
-        return [{**r.to_json(), "rank": self.rank(r.record_id), "fromTopThree": places_from_top(self.rank(r.record_id))} for r in self.golden.relevant]
 
     @property
     def metrics(self) -> dict[str, float]:
