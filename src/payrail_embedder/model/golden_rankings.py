@@ -19,7 +19,8 @@ An edit changes one record: its vector, its names, whether it is enabled. measur
 for real in a transaction (measured.save_measured) and measures around the save (EditEffect): the
 answers before it, then the record as stored and the answers after it, before the transaction
 commits (a save that changes no top three, when asked) or rolls back (a preview). It ranks only
-the golden queries whose top three can change: a query on the semantic path before and after
+the golden queries whose top three can change (and, with wanted_ranks, the exact rank of each
+record they should find, before and after, where it moves): a query on the semantic path before and after
 keeps its top three when three other records are nearer than the record was and would be. Three
 records of a sample of the registry (SAMPLE_ROWS) prove that for most queries at a fraction of
 the matrix product's cost; the rest are ranked in full, before and after.
