@@ -53,7 +53,8 @@ class Ranking:
 
 @dataclass(frozen=True)
 class QueryChange:
-    """A golden query whose top three an edit would change."""
+    """A golden query an edit changes: its top three (Effect.changes), or only the exact rank of a
+    record it should find (Effect.moves)."""
 
     golden: GoldenQuery
     before: Ranking
