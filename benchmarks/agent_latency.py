@@ -29,7 +29,7 @@ What it does:
   connection (database.connect: the registry's path and pgvector's types, looked up once);
 - counts the round trips of a warm call of each path (Python API, MCP tool) on the wire: a TCP
   proxy in front of the server reads what the client sends, each simple Query and each Sync
-  (payrail_test_support.round_trips, which tests/test_round_trips.py uses too);
+  (payrail_test_support.round_trips, which tests/postgres/test_round_trips.py uses too);
 - with --pgbouncer, the same Python API calls behind Debian's PgBouncer (1.18) in transaction mode
   with one server connection, through two Registries taking turns (so a statement one prepared
   there the other meets): "pgbouncer, prepare on" leaves PAYRAIL_PREPARED_STATEMENTS unset, as an
@@ -55,8 +55,8 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from payrail_embedder.api import Registry, SearchUnavailable
 from payrail_embedder.embedders import LOCAL_DEFAULT_MODEL, LocalEmbedder
+from payrail_embedder.faces.api import Registry, SearchUnavailable
 from payrail_embedder.postgres import connection, deploy
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.records import read_lines

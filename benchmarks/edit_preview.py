@@ -20,7 +20,7 @@ What it does, for each size of vectors:
   (the Quality page's: quality.quality_report) and of one record's golden queries (its page); and,
   for comparison, eval's way: every golden query through search, after embedding them all;
 - checks that the first edit's preview is what eval finds once it is saved: the same top three for
-  every golden query (tests/test_golden_rankings.py proves it on many edits, on both servers);
+  every golden query (tests/quality/test_golden_rankings.py proves it on many edits, on both servers);
 - runs the whole benchmark on the cores it is given: `taskset -c 0` gives it one, the server and
   the fake included.
 """

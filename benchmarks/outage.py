@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psycopg
 
-from payrail_embedder.api import Registry
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.registry.search import SearchUnavailable
 from throwaway_postgres import throwaway_postgres
 

@@ -23,7 +23,7 @@ of the whole tune call (VmHWM, reset before each configuration). Records: tuned 
 queries (--record-pairs auto), on the Purpose lines of all records (records are the registry's
 content, not the test's answers). Record configurations train --record-epochs passes (records
 give about eight times golden's pairs). The bundled model is measured through the SQL path, as the
-registry answers (tests/test_eval.py proves that ranked in memory gives the same answers). Then the final models of the tuned
+registry answers (tests/quality/test_eval.py proves that ranked in memory gives the same answers). Then the final models of the tuned
 configurations against each other: each pair's paired difference on the same test queries, with
 its interval (whether records beside golden queries beat golden queries alone, say, is not read off
 two rows each compared with the bundled model).
@@ -197,7 +197,7 @@ def main() -> None:
             golden_file = Path(scratch) / "outer-training.jsonl"
             golden_file.write_text("".join(query.labelled.file_line() + "\n" for query in outer.training), encoding="utf-8")
             # The bundled model through the SQL path, as the registry answers (ranked in memory it gives
-            # the same answers: tests/test_eval.py; not redone here, as it embeds every record again).
+            # the same answers: tests/quality/test_eval.py; not redone here, as it embeds every record again).
             bundled_report = evaluation.evaluate(conn, lambda: bundled, test)
             print(f"records: {len(lines)}; dev queries: {len(queries)} ({args.eval_dir}); {os.cpu_count()} CPUs, {args.threads} training thread(s)")
             print(

@@ -22,6 +22,7 @@ set client_min_messages = warning;
 \ir upgrades/010-agent_logins.sql
 \ir upgrades/011-golden_queries_language.sql
 \ir upgrades/012-drop_plan_provider_method_changes.sql
+\ir upgrades/013-provider_method_sources.sql
 \ir schema/015-text_rules.sql
 \ir schema/016-unicode_security.sql
 \ir schema/017-vector_rules.sql

@@ -1,8 +1,10 @@
 """Fixtures: real PostgreSQL servers and a fresh registry database per test.
 
-Every database test runs once per server: the embedded PostgreSQL 18 and 16 always; the
-pgvector image through testcontainers where a Docker engine answers; and the server at
-PAYRAIL_TEST_DATABASE_URL when that is set.
+The database tests of tests/sql, tests/postgres and tests/security (and of modules marked
+every_server) run once per server: the embedded PostgreSQL 18 and 16 always; the pgvector image
+through testcontainers where a Docker engine answers; and the server at PAYRAIL_TEST_DATABASE_URL
+when that is set. The others run on the embedded PostgreSQL 18 alone: they test the package, not
+the server's version.
 """
 
 from __future__ import annotations
@@ -62,14 +64,38 @@ def pytest_unconfigure(config):
         shutil.rmtree(OWN_RUNTIME_DIR, ignore_errors=True)
 
 
+# The test folders whose tests run on every server: what depends on the server's version (the SQL,
+# plans, deploys, upgrades, operations) and the attacks on role boundaries and inputs. The others
+# (embedders, registry, quality, faces, docs, house) run on the newest server alone, unless a
+# module asks for every server with the every_server marker.
+EVERY_SERVER_FOLDERS = {"sql", "postgres", "security"}
+TESTS = Path(__file__).parent
+
+
+def runs_on_every_server(item: pytest.Item) -> bool:
+    return item.path.relative_to(TESTS).parts[0] in EVERY_SERVER_FOLDERS or item.get_closest_marker("every_server") is not None
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """The slow tier (marker slow) also takes every test that drives chromium (it asks for the
     browser fixture, as page does) or loads the real local model (marker local_model), wherever
-    it is written: a new browser or model test joins the tier without a marker of its own."""
+    it is written: a new browser or model test joins the tier without a marker of its own.
+
+    A test outside EVERY_SERVER_FOLDERS keeps only its first server's run: the server fixtures
+    (server and the modules' own) are parametrized by server_names(), and a run on another server
+    carries that name in its id."""
+    other_servers = set(server_names()[1:])
+    kept, deselected = [], []
     for item in items:
         if "browser" in item.fixturenames or item.get_closest_marker("local_model"):
             item.add_marker(pytest.mark.slow)
+        callspec = getattr(item, "callspec", None)
+        on_another_server = callspec is not None and not other_servers.isdisjoint(callspec.id.split("-"))
+        (deselected if on_another_server and not runs_on_every_server(item) else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

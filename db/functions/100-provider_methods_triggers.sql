@@ -167,6 +167,7 @@ begin
   elsif new.provider operator(pg_catalog.<>) old.provider or new.method operator(pg_catalog.<>) old.method
         or new.urls operator(pg_catalog.<>) old.urls or new.guidance operator(pg_catalog.<>) old.guidance
         or new.enabled operator(pg_catalog.<>) old.enabled or new.mixed_scripts operator(pg_catalog.<>) old.mixed_scripts
+        or new.source operator(pg_catalog.<>) old.source
         or coalesce(new.docs_url operator(pg_catalog.<>) old.docs_url, (new.docs_url is null) operator(pg_catalog.<>) (old.docs_url is null)) then
     new.version := old.version operator(pg_catalog.+) 1;
     new.created_at := old.created_at;
@@ -186,7 +187,7 @@ $$;
 comment on function payrail.tg_provider_methods__stamp_version() is
 $$Numbers the versions of a record and stamps when each was saved.
 
-A change of a public field or enabled is a new version (version + 1, updated_at the clock
+A change of a public field, enabled, mixed_scripts or source is a new version (version + 1, updated_at the clock
 time, saved_by its author, payrail._author); a vector-only write keeps all three. Nobody sets version,
 created_at, updated_at or saved_by by hand.$$;
 

@@ -16,10 +16,10 @@ begin
   end if;
   insert into payrail.provider_method_history
     (provider_method_id, operation, provider, method, urls, docs_url, guidance, enabled, version, version_saved_at,
-     version_saved_by, mixed_scripts, changed_at, changed_by, changed_by_session_user)
+     version_saved_by, mixed_scripts, source, changed_at, changed_by, changed_by_session_user)
   values
     (old.id, pg_catalog.lower(tg_op), old.provider, old.method, old.urls, old.docs_url, old.guidance, old.enabled,
-     old.version, old.updated_at, old.saved_by, old.mixed_scripts,
+     old.version, old.updated_at, old.saved_by, old.mixed_scripts, old.source,
      -- Replaced when the next version was saved; deleted now.
      case when tg_op operator(pg_catalog.=) 'UPDATE' then new.updated_at else pg_catalog.clock_timestamp() end,
      payrail._author(),
@@ -94,9 +94,9 @@ begin
   select * into v_current from payrail.provider_methods where id operator(pg_catalog.=) v_version.provider_method_id for update;
   if not found then
     -- A deleted record comes back as a new draft: it has no vector yet.
-    insert into payrail.provider_methods (provider, method, urls, docs_url, guidance, enabled, mixed_scripts)
+    insert into payrail.provider_methods (provider, method, urls, docs_url, guidance, enabled, mixed_scripts, source)
     values (v_version.provider, v_version.method, v_version.urls, v_version.docs_url, v_version.guidance, false,
-            v_version.mixed_scripts)
+            v_version.mixed_scripts, v_version.source)
     returning id into v_id;
     return v_id;
   end if;
@@ -127,6 +127,7 @@ begin
       docs_url = v_version.docs_url,
       guidance = v_version.guidance,
       mixed_scripts = v_version.mixed_scripts,
+      source = v_version.source,
       enabled = enabled and not p_as_draft
   where id operator(pg_catalog.=) v_current.id;
   return v_current.id;
@@ -134,7 +135,7 @@ end
 $$;
 
 comment on function payrail.restore_provider_method(bigint, boolean) is
-$$Restores the public fields of an earlier version (a payrail.provider_method_history id); returns the record id.
+$$Restores the public fields (and mixed_scripts and source) of an earlier version (a payrail.provider_method_history id); returns the record id.
 
 The record keeps its enabled state, so restoring the provider, method or guidance of an enabled
 record is refused (check_violation, with a hint): pass p_as_draft => true to restore it as a

@@ -14,7 +14,7 @@ begin
   select x.* from payrail._list_entry(new) as x
   on conflict (provider_method_id) do update
     set enabled = excluded.enabled, embedding_model = excluded.embedding_model, provider_key = excluded.provider_key,
-        method_key = excluded.method_key, filter_text = excluded.filter_text;
+        method_key = excluded.method_key, filter_text = excluded.filter_text, source = excluded.source;
   return null;
 end
 $$;
@@ -88,6 +88,7 @@ create or replace trigger tg_provider_methods__keep_list_entry_on_update
                      or coalesce(old.docs_url operator(pg_catalog.<>) new.docs_url,
                                  (old.docs_url is null) operator(pg_catalog.<>) (new.docs_url is null))
                      or old.enabled operator(pg_catalog.<>) new.enabled
+                     or old.source operator(pg_catalog.<>) new.source
                      or coalesce(old.embedding_model operator(pg_catalog.<>) new.embedding_model,
                                  (old.embedding_model is null) operator(pg_catalog.<>) (new.embedding_model is null)))
   execute function payrail.tg_provider_methods__keep_list_entry();

@@ -8,7 +8,8 @@ create or replace function payrail.list_provider_methods(
   p_cursor_provider_key text default null,
   p_cursor_method_key text default null,
   p_cursor_id bigint default null,
-  p_backwards boolean default false
+  p_backwards boolean default false,
+  p_source text default null
 )
 returns table (
   id bigint,
@@ -22,7 +23,8 @@ returns table (
   embedded boolean,
   provider_key text,
   method_key text,
-  matching bigint
+  matching bigint,
+  source text
 )
 language plpgsql
 stable
@@ -33,7 +35,7 @@ set search_path from current
 set plan_cache_mode = force_custom_plan
 as $$
 declare
-  v_filtered constant boolean := coalesce(p_text, '') operator(pg_catalog.<>) '' or p_state is not null;
+  v_filtered constant boolean := coalesce(p_text, '') operator(pg_catalog.<>) '' or p_state is not null or p_source is not null;
   v_text constant text := pg_catalog.lower(coalesce(p_text, ''));
   v_cursor constant boolean := p_cursor_id is not null;
 begin
@@ -48,7 +50,7 @@ begin
     return query
       select pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by,
              case when pm.enabled then 'enabled' when pm.has_current_vector then 'draft' else 'draft needing an embedding' end,
-             pm.has_current_vector, pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), null::bigint
+             pm.has_current_vector, pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), null::bigint, pm.source
       from payrail.provider_method_states as pm
       where not v_cursor or (case when p_backwards
         then (pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id) operator(pg_catalog.<) (p_cursor_provider_key, p_cursor_method_key, p_cursor_id)
@@ -68,13 +70,14 @@ begin
       select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
       from payrail.provider_method_list_entry_states as e
       where pg_catalog.strpos(e.filter_text, v_text) operator(pg_catalog.>) 0
+        and (p_source is null or e.source operator(pg_catalog.=) p_source)
         and (p_state is null
              or (p_state operator(pg_catalog.=) 'enabled' and e.enabled)
              or (p_state operator(pg_catalog.=) 'draft' and not e.enabled and e.has_current_vector)
              or (p_state operator(pg_catalog.=) 'draft needing an embedding' and not e.enabled and not e.has_current_vector)))
     select pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by,
            case when pm.id is null then null when pm.enabled then 'enabled' when e.has_current_vector then 'draft' else 'draft needing an embedding' end,
-           e.has_current_vector, e.provider_key, e.method_key, c.matching
+           e.has_current_vector, e.provider_key, e.method_key, c.matching, pm.source
     from (select pg_catalog.count(*) as matching from matches) as c
     left join lateral (
       select m.* from matches as m
@@ -92,15 +95,37 @@ begin
 end
 $$;
 
-comment on function payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean) is
+comment on function payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean, text) is
 $$The records list (the backoffice's, `payrail-embedder list`): records by provider and method ignoring case, then id, each with its state.
 
 p_text: only records whose provider, method, guidance, URLs or docs URL contain it, ignoring case;
 p_state: only those that are 'enabled', a 'draft' (with a vector of its current content, by
-payrail.provider_method_states' rule), or a 'draft needing an embedding' (22023 for another).
+payrail.provider_method_states' rule), or a 'draft needing an embedding' (22023 for another);
+p_source: only those whose source (where they came from) is p_source, exactly as written.
 p_limit: at most that many (NULL: every one). The cursor is a row's list key (provider_key,
 method_key, id): the page starts after it, or ends before it with p_backwards (then in reverse
 order). matching counts what the filter matches (NULL without one); a filtered page that is empty
 is one row of NULLs but matching. The whole list walks provider_methods_list_order_idx; a
 filtered one scans payrail.provider_method_list_entries, never the records' vectors:
-select provider, method, state from payrail.list_provider_methods('acme', 'draft', 100);$$;
+select provider, method, state from payrail.list_provider_methods('acme', 'draft', 100);
+select provider, method, state from payrail.list_provider_methods(p_source => 'bulk.jsonl', p_limit => 100);$$;
+
+create or replace function payrail.list_provider_method_sources()
+returns table (source text, records bigint, enabled bigint)
+language sql
+stable
+security invoker
+set search_path from current
+as $$
+  -- The narrow list entries (never the records' vectors): one scan, the same before and after ANALYZE.
+  select e.source, pg_catalog.count(*), pg_catalog.count(*) filter (where e.enabled)
+  from payrail.provider_method_list_entries as e
+  group by e.source
+  order by e.source
+$$;
+
+comment on function payrail.list_provider_method_sources() is
+$$Every source the records came from (provider_methods.source), with how many records and how many enabled ones it has, by source.
+
+What the records list's Source filter offers; counted from payrail.provider_method_list_entries:
+select * from payrail.list_provider_method_sources();$$;

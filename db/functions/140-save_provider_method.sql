@@ -71,7 +71,8 @@ create or replace function payrail.save_provider_method(
   p_enabled boolean default null,
   p_embedding vector default null,
   p_embedding_model text default null,
-  p_mixed_scripts boolean default null
+  p_mixed_scripts boolean default null,
+  p_source text default null
 )
 returns table (record_id bigint, record_version integer, outcome text)
 language plpgsql
@@ -84,6 +85,9 @@ declare
   v_provider text := payrail._canonical_name(p_provider);
   v_method text := payrail._canonical_name(p_method);
   v_embedding_content_hash bytea;
+  -- A new record's: the caller's, else the column's default ('psql', db/schema/030), which an
+  -- INSERT naming the column cannot ask for by name.
+  v_source text := coalesce(p_source, 'psql');
 begin
   if p_id is not null then
     select * into v_current from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id for update;
@@ -117,15 +121,15 @@ begin
   -- payrail_embedder can still create drafts and make URL-only edits; the vector rules (triggers)
   -- decide the rest.
   if v_current.id is null and p_embedding is null then
-    insert into payrail.provider_methods as pm (provider, method, urls, docs_url, guidance, enabled, mixed_scripts)
-    values (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false), coalesce(p_mixed_scripts, false))
+    insert into payrail.provider_methods as pm (provider, method, urls, docs_url, guidance, enabled, mixed_scripts, source)
+    values (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false), coalesce(p_mixed_scripts, false), v_source)
     returning pm.id, pm.version into record_id, record_version;
   elsif v_current.id is null then
     insert into payrail.provider_methods as pm
-      (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash, mixed_scripts)
+      (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash, mixed_scripts, source)
     values
       (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false),
-       p_embedding, p_embedding_model, v_embedding_content_hash, coalesce(p_mixed_scripts, false))
+       p_embedding, p_embedding_model, v_embedding_content_hash, coalesce(p_mixed_scripts, false), v_source)
     returning pm.id, pm.version into record_id, record_version;
   end if;
   if v_current.id is null then
@@ -142,7 +146,8 @@ begin
      and coalesce(p_docs_url operator(pg_catalog.=) v_current.docs_url, (p_docs_url is null) operator(pg_catalog.=) (v_current.docs_url is null))
      and coalesce(p_guidance operator(pg_catalog.=) v_current.guidance, (p_guidance is null) operator(pg_catalog.=) (v_current.guidance is null))
      and coalesce(p_enabled, v_current.enabled) operator(pg_catalog.=) v_current.enabled
-     and coalesce(p_mixed_scripts, v_current.mixed_scripts) operator(pg_catalog.=) v_current.mixed_scripts then
+     and coalesce(p_mixed_scripts, v_current.mixed_scripts) operator(pg_catalog.=) v_current.mixed_scripts
+     and coalesce(p_source, v_current.source) operator(pg_catalog.=) v_current.source then
     return query select v_current.id, v_current.version, 'unchanged'::text;
     return;
   end if;
@@ -150,14 +155,15 @@ begin
   if p_embedding is null then
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
-        enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts)
+        enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts),
+        source = coalesce(p_source, pm.source)
     where pm.id operator(pg_catalog.=) v_current.id
     returning pm.id, pm.version into record_id, record_version;
   else
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,
         enabled = coalesce(p_enabled, pm.enabled), mixed_scripts = coalesce(p_mixed_scripts, pm.mixed_scripts),
-        embedding = p_embedding, embedding_model = p_embedding_model, embedding_content_hash = v_embedding_content_hash
+        source = coalesce(p_source, pm.source), embedding = p_embedding, embedding_model = p_embedding_model, embedding_content_hash = v_embedding_content_hash
     where pm.id operator(pg_catalog.=) v_current.id
     returning pm.id, pm.version into record_id, record_version;
   end if;
@@ -166,7 +172,7 @@ begin
 end
 $$;
 
-comment on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean) is
+comment on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean, text) is
 $$Saves one record's public fields and enabled, with the vector of its content when one is given; one statement.
 
 The write path of import, `payrail-embedder edit` and the backoffice. p_id names the record;
@@ -179,6 +185,7 @@ p_guidance (as payrail._canonical_name stores the names) by the registry's model
 without one, the vector rules apply as to any edit: URL-only edits and enabling keep the
 current vector, a content edit of an enabled record is refused and a draft's is cleared.
 p_mixed_scripts: the operator's word that the names mix scripts on purpose (NULL keeps the
-record's; a new record starts without it).
+record's; a new record starts without it). p_source: where the record came from (an import's
+file name, backoffice, edit); NULL keeps the record's (a new record: 'psql').
 Returns the record's id, its version after the save, and created, updated or unchanged
 (nothing differed, so nothing was written and no version was made).$$;

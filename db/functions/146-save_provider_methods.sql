@@ -7,7 +7,7 @@ language sql
 immutable strict parallel safe
 security invoker
 set search_path from current
--- payrail_embedder.embedders.record_text says the same (tests/test_text_rules.py compares them).
+-- payrail_embedder.embedders.record_text says the same (tests/sql/test_text_rules.py compares them).
 return p_provider operator(pg_catalog.||) ': ' operator(pg_catalog.||) p_method operator(pg_catalog.||) E'\n' operator(pg_catalog.||) p_guidance;
 
 comment on function payrail._embedding_text(text, text, text) is
@@ -52,7 +52,7 @@ begin
       errcode = 'invalid_parameter_value',
       message = v_unknown,
       hint = 'Write each change as an object of record_id, expected_version, provider, method, urls, docs_url, guidance, '
-             'enabled, mixed_scripts, embedding, embedding_model and embedding_content_hash (\d payrail.provider_method_change).';
+             'enabled, mixed_scripts, embedding, embedding_model, embedding_content_hash, source and new_source (\d payrail.provider_method_change).';
   end if;
   if p_embeddings is not null and pg_catalog.cardinality(p_embeddings) operator(pg_catalog.<>) pg_catalog.jsonb_array_length(p_changes) then
     raise exception using
@@ -63,11 +63,11 @@ begin
   return (
     select coalesce(pg_catalog.array_agg(
              row(c.record_id, c.expected_version, c.provider, c.method, c.urls, c.docs_url, c.guidance, c.enabled, c.mixed_scripts,
-                 coalesce(p_embeddings[c.n::integer], c.embedding), c.embedding_model, c.embedding_content_hash)::payrail.provider_method_change
+                 coalesce(p_embeddings[c.n::integer], c.embedding), c.embedding_model, c.embedding_content_hash, c.source, c.new_source)::payrail.provider_method_change
              order by c.n), '{}')
     from pg_catalog.jsonb_populate_recordset(null::payrail.provider_method_change, p_changes) with ordinality
       as c(record_id, expected_version, provider, method, urls, docs_url, guidance, enabled, mixed_scripts,
-           embedding, embedding_model, embedding_content_hash, n));
+           embedding, embedding_model, embedding_content_hash, source, new_source, n));
 end
 $$;
 
@@ -80,6 +80,19 @@ numbers. An unknown key, or an element that is no object, is refused (22023), na
 select * from payrail.save_provider_methods(payrail.provider_method_changes(
   '[{"provider": "Acme Maps", "method": "Geocode", "guidance": "Purpose: turn an address into coordinates."}]'),
   p_embed_drafts => false);$$;
+
+-- The source a change saves its record with: its own, else for a new record (p_record_id NULL)
+-- its new_source; NULL keeps the record's (a new record's is then the column's default, psql).
+create or replace function payrail._change_source(p_change payrail.provider_method_change, p_record_id bigint)
+returns text
+language sql
+immutable
+security invoker
+set search_path from current
+return coalesce(p_change.source, case when p_record_id is null then p_change.new_source end);
+
+comment on function payrail._change_source(payrail.provider_method_change, bigint) is
+$$The source a change of payrail.save_provider_methods saves: its source, else for a new record its new_source (NULL: the record's).$$;
 
 create or replace function payrail._write_provider_method_change(
   p_change payrail.provider_method_change,
@@ -123,7 +136,7 @@ begin
       p_record_id, p_expected_version, p_change.provider, p_change.method, coalesce(p_change.urls, '{}'), p_change.docs_url,
       p_change.guidance, case when p_as_draft then false else p_change.enabled end,
       case when not p_as_draft then p_change.embedding end, case when not p_as_draft then p_change.embedding_model end,
-      p_change.mixed_scripts) as s;
+      p_change.mixed_scripts, payrail._change_source(p_change, p_record_id)) as s;
 end
 $$;
 
@@ -154,7 +167,8 @@ begin
                                                             'rule', c.rule, 'remedy', c.remedy))
     into v_rules
   from payrail.check_provider_method(p_record_id, p_change.provider, p_change.method, coalesce(p_change.urls, '{}'),
-                                     p_change.docs_url, p_change.guidance, p_change.mixed_scripts) as c;
+                                     p_change.docs_url, p_change.guidance, p_change.mixed_scripts,
+                                     payrail._change_source(p_change, p_record_id)) as c;
   if v_rules is not null then
     return v_rules;
   end if;
@@ -265,7 +279,7 @@ begin
                              c.n, coalesce(c.embedding_model, 'unnamed'), vector_dims(c.embedding), v_model.name, v_model.dimensions)
       into v_message
     from pg_catalog.unnest(p_changes) with ordinality as c(record_id, expected_version, provider, method, urls, docs_url, guidance,
-                                                          enabled, mixed_scripts, embedding, embedding_model, embedding_content_hash, n)
+                                                          enabled, mixed_scripts, embedding, embedding_model, embedding_content_hash, source, new_source, n)
     where c.embedding is not null
       and (coalesce(c.embedding_model operator(pg_catalog.<>) v_model.name, true)
            or vector_dims(c.embedding) operator(pg_catalog.<>) v_model.dimensions)
@@ -291,7 +305,7 @@ begin
                                                            'name ' operator(pg_catalog.||) k.name_key,
                                                            'change ' operator(pg_catalog.||) c.n::text)) as first
     from pg_catalog.unnest(p_changes) with ordinality as c(record_id, expected_version, provider, method, urls, docs_url, guidance,
-                                                          enabled, mixed_scripts, embedding, embedding_model, embedding_content_hash, n)
+                                                          enabled, mixed_scripts, embedding, embedding_model, embedding_content_hash, source, new_source, n)
     left join lateral (
       select pm.id, pm.provider, pm.method from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) c.record_id
       union all
@@ -327,7 +341,7 @@ begin
       end if;
     end if;
     v_stored := v_change.provider is null and v_change.method is null and v_change.guidance is null
-                and v_change.urls is null and v_change.docs_url is null;
+                and v_change.urls is null and v_change.docs_url is null and v_change.source is null;
     v_enabled := coalesce(v_change.enabled, v_record.enabled, false);
     v_answer := row(i, 'ready', v_record.id, v_record.version, null, null, v_enabled, false, null, null, null, null, null, null, null,
                     v_name_keys[i])::payrail.provider_method_outcome;
@@ -514,7 +528,7 @@ and the embedding_content_hash answered with the text: a vector of other content
 never saved). When nothing stands in the way, every change is saved (created, updated or
 unchanged). The triggers and constraints still judge every write, as they do an UPDATE in psql.
 
-A change without fields (provider, method, urls, docs_url and guidance NULL) is for its record_id as
+A change without fields (provider, method, urls, docs_url, guidance and source NULL) is for its record_id as
 stored: its vector (sync) or its enabled state (enable, disable). Errors: PYE02 for a vector of
 another model than the registry's; 40001 (serialization_failure) when another transaction changed
 what a change is for meanwhile: call again.

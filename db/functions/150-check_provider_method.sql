@@ -45,7 +45,8 @@ create or replace function payrail.check_provider_method(
   p_urls text[],
   p_docs_url text,
   p_guidance text,
-  p_mixed_scripts boolean default null
+  p_mixed_scripts boolean default null,
+  p_source text default null
 )
 returns table (constraint_name text, fields text[], rule text, remedy text)
 language plpgsql
@@ -72,6 +73,8 @@ begin
   v_row.mixed_scripts := coalesce(p_mixed_scripts,
                                   (select pm.mixed_scripts from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id),
                                   false);
+  -- NULL: the record's (a new record: the column's default, which holds).
+  v_row.source := coalesce(p_source, (select pm.source from payrail.provider_methods as pm where pm.id operator(pg_catalog.=) p_id));
   -- Each check constraint's own expression, so the table's constraints stay the one statement of
   -- every rule. A check passes when it is true or NULL, as PostgreSQL judges it. Printed and run
   -- on pg_catalog alone (until this function returns): every other name prints with its schema,
@@ -129,11 +132,12 @@ begin
 end
 $$;
 
-comment on function payrail.check_provider_method(bigint, text, text, text[], text, text, boolean) is
+comment on function payrail.check_provider_method(bigint, text, text, text[], text, text, boolean, text) is
 $$Every rule a record would break, all at once: one row per broken rule, with its fields and its words (payrail.rules).
 
 p_id is the record the values would be saved as (NULL: a new record), so its own name does not
-count as taken; p_mixed_scripts is the operator's word that the names mix scripts on purpose.
+count as taken; p_mixed_scripts is the operator's word that the names mix scripts on purpose,
+p_source where the record came from (NULL: the record's own).
 Judges the public fields as a draft would be stored, and whether a name or docs host looks like
 another record's (naming it); writes nothing. The write
 path asks it when the database refused a save, so every wrong field is marked in one go:

@@ -32,6 +32,7 @@ grant execute on function
   payrail._normalize_name(text),
   payrail._content_hash(text, text, text),
   payrail._is_valid_name(text),
+  payrail._is_valid_source(text),
   payrail._is_https_url(text),
   payrail._are_https_urls(text[]),
   payrail._has_duplicates(text[]),
@@ -74,11 +75,14 @@ grant execute on function
 
 -- Operators: the public fields and enabled; never the vector columns. The records list reads the
 -- list entries (counts, filters); only the trigger tg_provider_methods__keep_list_entry writes them.
-grant execute on function payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean) to payrail_operator, payrail_embedder;
+grant execute on function
+  payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean, text),
+  payrail.list_provider_method_sources()
+  to payrail_operator, payrail_embedder;
 grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
                 payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_operator;
-grant insert (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),
-      update (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),
+grant insert (provider, method, urls, docs_url, guidance, enabled, mixed_scripts, source),
+      update (provider, method, urls, docs_url, guidance, enabled, mixed_scripts, source),
       delete
   on payrail.provider_methods to payrail_operator;
 
@@ -101,12 +105,13 @@ grant execute on function
   payrail.save_provider_methods(payrail.provider_method_change[], boolean, boolean),
   payrail.provider_method_changes(jsonb, vector[]),
   payrail._write_provider_method_change(payrail.provider_method_change, bigint, integer, boolean),
+  payrail._change_source(payrail.provider_method_change, bigint),
   payrail._embedding_text(text, text, text),
   payrail._edit_conflict(bigint, payrail.provider_methods, integer),
   payrail._rules_in_words(jsonb)
   to payrail_operator, payrail_embedder;
 grant execute on function
-  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean),
+  payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean, text),
   payrail.delete_provider_method(bigint, integer, boolean),
   payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer),
   payrail._broken_rules(payrail.provider_method_change, bigint, text, text, text, text)
@@ -116,7 +121,7 @@ grant execute on function
 -- check_provider_method for all the rules a record breaks at once.
 grant select on payrail.rules to payrail_operator, payrail_embedder;
 grant execute on function
-  payrail.check_provider_method(bigint, text, text, text[], text, text, boolean),
+  payrail.check_provider_method(bigint, text, text, text[], text, text, boolean, text),
   payrail._offending_urls_in_words(text, text[])
   to payrail_operator;
 

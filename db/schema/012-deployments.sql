@@ -101,7 +101,7 @@ $$Runs the upgrade step p_name (db/upgrades/p_name.sql), whose PL/pgSQL block is
 The one guard-and-record every step goes through: a registry that had the step skips it; a
 registry this apply creates records it as not needed (the current definitions already hold what
 it brings). The block runs on the registry's search path, in the apply's transaction, so a step
-that fails is not recorded. A shipped step never changes (tests/test_sql_files.py keeps their
+that fails is not recorded. A shipped step never changes (tests/sql/test_sql_files.py keeps their
 hashes): what changes later is a new step.$$;
 
 create or replace function payrail._catalog_definitions()

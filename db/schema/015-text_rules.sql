@@ -41,7 +41,7 @@ set search_path from current
 -- and [[:space:]] follow the server's locale (ASCII only in C; no U+00A0, U+2007 or U+202F in
 -- glibc's C.UTF-8). Zero-width spaces and joiners, the word joiner and U+180E are no white space
 -- but invisible characters (_invisible_characters). search.QUERY_WHITE_SPACE is the Python copy;
--- tests/test_text_rules.py checks both against Unicode's White_Space, character by character.
+-- tests/sql/test_text_rules.py checks both against Unicode's White_Space, character by character.
 return E'\t\n\u000b\u000c\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff';
 
 comment on function payrail._white_space_characters() is
@@ -61,7 +61,7 @@ set search_path from current
 -- Unicode's Default_Ignorable_Code_Point: characters that display as nothing (zero-width
 -- spaces and joiners, bidi controls, variation selectors, tag characters, fillers), so a name
 -- or URL that holds one is not what it looks like. search.QUERY_INVISIBLE mirrors it;
--- tests/test_text_rules.py checks both against the regex module's \p{Default_Ignorable_Code_Point}.
+-- tests/sql/test_text_rules.py checks both against the regex module's \p{Default_Ignorable_Code_Point}.
 return '\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff';
 
 comment on function payrail._invisible_characters() is
@@ -88,7 +88,7 @@ security invoker
 set search_path from current
 -- Unicode's simple case folding (CaseFolding.txt, statuses C and S), one character for one, in
 -- every locale and on every PostgreSQL version (lower() follows the database's locale: ASCII
--- only in C; casefold() came with PostgreSQL 18). tests/test_text_rules.py checks the table
+-- only in C; casefold() came with PostgreSQL 18). tests/sql/test_text_rules.py checks the table
 -- against Python's str.casefold() and prints it anew when Unicode changes.
 -- translate() scans its whole table for every character of the text (0.1 ms a name), so text
 -- of ASCII only, nearly every name, folds through the table's first 26 entries alone.

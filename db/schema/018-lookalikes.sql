@@ -68,7 +68,7 @@ set search_path from current
 as $$
 begin
   if p_name operator(pg_catalog.!~) '[^\u0001-\u007f]' then
-    -- The prototypes of ASCII characters have no case but ASCII letters' (tests/test_unicode_security.py).
+    -- The prototypes of ASCII characters have no case but ASCII letters' (tests/security/test_unicode_security.py).
     return pg_catalog.translate(
       payrail._skeleton(pg_catalog.btrim(
         pg_catalog.regexp_replace(p_name, '[' operator(pg_catalog.||) payrail._white_space_characters() operator(pg_catalog.||) ']+', ' ', 'g'),

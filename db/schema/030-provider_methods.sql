@@ -1,6 +1,27 @@
 -- The registry's search path (010-schema.sql), so this file alone, rerun, leaves the same catalog.
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
+-- A record's source: a name in words, as a person recognises it in a list (a file's name, "backoffice"):
+-- no control or invisible characters, no white space at either end (payrail._white_space_characters),
+-- at most 255 characters (a file name's most on most systems). The import commands ask it of a
+-- file's name before they read a line. Two comparisons, not BETWEEN (db/CONVENTIONS.md: a dump
+-- and its restore print it alike). Here, not in 015: a new immutable function there would count
+-- as a changed name rule and rebuild the name indexes.
+create or replace function payrail._is_valid_source(p_source text)
+returns boolean
+language sql
+immutable strict parallel safe
+security invoker
+set search_path from current
+return pg_catalog.char_length(p_source) operator(pg_catalog.>=) 1
+   and pg_catalog.char_length(p_source) operator(pg_catalog.<=) 255
+   and payrail._trim_white_space(p_source) operator(pg_catalog.=) p_source
+   and p_source operator(pg_catalog.!~) '[\u0001-\u001f\u007f-\u009f]'
+   and p_source operator(pg_catalog.!~) ('[' operator(pg_catalog.||) payrail._invisible_characters() operator(pg_catalog.||) ']');
+
+comment on function payrail._is_valid_source(text) is
+$$True for a record's source (provider_methods_source_check): 1..255 characters, no white space at either end, no control or invisible characters.$$;
+
 create table if not exists payrail.provider_methods (
   id bigint generated always as identity primary key,
   provider text not null,
@@ -23,7 +44,11 @@ create table if not exists payrail.provider_methods (
   saved_by text,
   -- The operator's word that provider and method mix scripts on purpose (provider_methods_scripts_check).
   -- Last, where db/upgrades/007 adds it to registries created before it.
-  mixed_scripts boolean not null default false
+  mixed_scripts boolean not null default false,
+  -- The catalog the record came from: the file an import read ("records.jsonl"), "backoffice",
+  -- "edit", or 'psql' for a write that names none. Last, where db/upgrades/013 adds it to
+  -- registries created before it (their records say "before sources were kept").
+  source text not null default 'psql'
 );
 
 -- Search reads exact vectors in its second pass (a few rows per query), and in its first pass
@@ -69,6 +94,8 @@ select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_me
 -- Cyrillic і): refused unless the operator says the name mixes scripts on purpose.
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_scripts_check',
   'check (mixed_scripts or not (payrail._mixes_scripts(provider) or payrail._mixes_scripts(method)))');
+select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_source_check',
+  'check (payrail._is_valid_source(source))');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_enabled_needs_embedding_check',
   'check (not enabled or embedding is not null)');
 select payrail._ensure_check_constraint('payrail.provider_methods', 'provider_methods_embedding_content_check',
@@ -152,3 +179,12 @@ else the login, or the operating-system user the command line names for a superu
 ("ada (OS user, logged in as postgres)").
 
 NULL for a version saved before the registry kept it; vector-only writes keep it.$$;
+comment on column payrail.provider_methods.source is
+$$Where the record came from, in words: the catalog file an import read (its name, "records.jsonl"), its
+line's own "source", or the import's --source; "backoffice" or "edit" for a record created there;
+'psql' (the default) for a write that names none. An edit keeps it unless the editor changes it.
+
+1..255 characters, no control or invisible characters, no white space at either end
+(provider_methods_source_check). Part of the record's versions: the history keeps each one's.
+A filter and advice for operators (the records list, the bulk actions, eval's and the Quality
+page's figures by source), never ranking input: search never reads it, agents cannot read it.$$;

@@ -27,7 +27,10 @@ create table if not exists payrail.provider_method_history (
   -- before the registry kept it. Last, where db/upgrades/006 adds it to registries created before it.
   version_saved_by text,
   -- provider_methods.mixed_scripts of the version. Last, where db/upgrades/007 adds it.
-  mixed_scripts boolean not null default false
+  mixed_scripts boolean not null default false,
+  -- provider_methods.source of the version. Last, where db/upgrades/013 adds it (its entries say
+  -- "before sources were kept").
+  source text not null
 );
 
 select payrail._ensure_check_constraint('payrail.provider_method_history', 'provider_method_history_operation_check',
@@ -58,6 +61,8 @@ comment on column payrail.provider_method_history.guidance is 'Guidance of this 
 comment on column payrail.provider_method_history.enabled is 'Whether this version was enabled (searchable).';
 comment on column payrail.provider_method_history.mixed_scripts is
   'Whether the operator had said this version''s names mix scripts on purpose (provider_methods.mixed_scripts then).';
+comment on column payrail.provider_method_history.source is
+  'Where this version came from (provider_methods.source then): an import''s file name, backoffice, edit, psql; "before sources were kept" for an entry from before.';
 comment on column payrail.provider_method_history.version is 'Version number of this version (provider_methods.version then).';
 comment on column payrail.provider_method_history.version_saved_at is
   'When this version was saved (the record''s updated_at then): its public fields or enabled, not a later vector-only write.';

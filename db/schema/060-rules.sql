@@ -11,8 +11,11 @@ create table if not exists payrail.rules (
   rule text not null,
   remedy text not null,
   constraint rules_pkey primary key (constraint_name),
-  constraint rules_fields_check check (fields operator(pg_catalog.<@) array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled']::text[])
+  constraint rules_fields_check check (fields operator(pg_catalog.<@) array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled', 'source']::text[])
 );
+-- The fields a rule may name, replaced in a registry made before a field was added (source).
+select payrail._ensure_check_constraint('payrail.rules', 'rules_fields_check',
+  $$check (fields operator(pg_catalog.<@) array['provider', 'method', 'urls', 'docs_url', 'guidance', 'enabled', 'source']::text[])$$);
 
 insert into payrail.rules as r (constraint_name, fields, rule, remedy)
 values
@@ -61,6 +64,9 @@ values
   ('provider_methods_guidance_characters_check', '{guidance}',
    'must be plain text: no control characters but line breaks and tabs, and no invisible tag characters',
    'Remove them; they often come with text pasted from another program.'),
+  ('provider_methods_source_check', '{source}',
+   'must be 1 to 255 characters, without control characters, invisible ones or spaces at either end',
+   'Name the catalog as you would recognise it in a list: its file''s name ("records.jsonl"), or a word of your own ("curated").'),
   ('provider_methods_enabled_needs_embedding_check', '{enabled}',
    'an enabled record must carry an embedding of its current provider, method and guidance',
    'Save it with the backoffice, `payrail-embedder edit` or `import`, which embed first; in SQL, disable it in the same UPDATE, run `payrail-embedder sync`, then enable it.'),

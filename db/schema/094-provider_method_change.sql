@@ -20,7 +20,9 @@ begin
       mixed_scripts boolean,
       embedding vector,
       embedding_model text,
-      embedding_content_hash bytea
+      embedding_content_hash bytea,
+      source text,
+      new_source text
     );
   end if;
   if pg_catalog.to_regtype('payrail.provider_method_outcome') is null then
@@ -69,6 +71,11 @@ comment on column payrail.provider_method_change.embedding is
 comment on column payrail.provider_method_change.embedding_model is 'The model that made embedding.';
 comment on column payrail.provider_method_change.embedding_content_hash is
   'The embedding_content_hash save_provider_methods answered with the text the vector was made from: a vector of other content is stale, never saved.';
+
+comment on column payrail.provider_method_change.source is
+  'Where the record came from (provider_methods.source): a line''s own, import --source, backoffice, edit; NULL: as it is (a new record: new_source, else psql, the column''s default).';
+comment on column payrail.provider_method_change.new_source is
+  'The source of a new record whose change names none (an import''s file name); an existing record keeps its own, so a catalog imported again from a file of another name changes nothing.';
 
 comment on type payrail.provider_method_outcome is
 $$What payrail.save_provider_methods did with one change of its batch, or why it did not save it.

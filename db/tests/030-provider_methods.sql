@@ -1,7 +1,7 @@
 -- Field rules of payrail.provider_methods (DESIGN.md, "One record = one provider method"):
 -- every rule is a named constraint, so the error message names the rule that broke.
 begin;
-select plan(84);
+select plan(94);
 
 -- The exact message PostgreSQL gives for a check violation on provider_methods.
 create function pg_temp.violates(p_constraint text)
@@ -19,7 +19,7 @@ select results_eq(
            ('provider_methods_embedding_model_check'), ('provider_methods_embedding_nonzero_check'),
            ('provider_methods_enabled_needs_embedding_check'), ('provider_methods_guidance_characters_check'),
            ('provider_methods_guidance_length_check'), ('provider_methods_method_check'),
-           ('provider_methods_provider_check'), ('provider_methods_scripts_check'),
+           ('provider_methods_provider_check'), ('provider_methods_scripts_check'), ('provider_methods_source_check'),
            ('provider_methods_urls_ascii_host_check'), ('provider_methods_urls_count_check'),
            ('provider_methods_urls_https_check'), ('provider_methods_urls_unique_check'),
            ('provider_methods_version_check')$$,
@@ -204,6 +204,39 @@ select throws_ok(
   $$update payrail.provider_methods set method = 'HOTEL SEARCH' where method = 'Hotel Search Pro'$$,
   '23505', 'duplicate key value violates unique constraint "provider_methods_provider_method_key"',
   'unique: an update of the method onto an existing pair is refused');
+
+-- source: where the record came from, in words; 'psql' for a write that names none.
+select is(
+  (select source from payrail.provider_methods where provider = 'Initech'),
+  'psql',
+  'source: an INSERT that names none says psql (the column''s default)');
+select lives_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Longest', 'G.', repeat('s', 255))$$,
+  'source: 255 characters are accepted');
+select lives_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Words', 'G.', 'Katalog März 2026.jsonl')$$,
+  'source: a file name with spaces and letters of any language is accepted');
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Long', 'G.', repeat('s', 256))$$,
+  '23514', pg_temp.violates('provider_methods_source_check'), 'source: 256 characters are refused');
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Empty', 'G.', '')$$,
+  '23514', pg_temp.violates('provider_methods_source_check'), 'source: an empty one is refused');
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Padded', 'G.', ' bulk.jsonl')$$,
+  '23514', pg_temp.violates('provider_methods_source_check'), 'source: white space at its start is refused');
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Ideographic', 'G.', E'bulk.jsonl\u3000')$$,
+  '23514', pg_temp.violates('provider_methods_source_check'), 'source: Unicode white space at its end is refused');
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Escape', 'G.', E'bulk\u001b[31m.jsonl')$$,
+  '23514', pg_temp.violates('provider_methods_source_check'), 'source: a control character (a terminal escape) is refused');
+select throws_ok(
+  $$insert into payrail.provider_methods (provider, method, guidance, source) values ('Source Test', 'Bidi', 'G.', E'curated\u202e.jsonl')$$,
+  '23514', pg_temp.violates('provider_methods_source_check'), 'source: an invisible character (a bidi override) is refused');
+select throws_ok(
+  $$update payrail.provider_methods set source = null where provider = 'Initech'$$,
+  '23502', null, 'source: NULL is refused');
 
 select * from finish();
 rollback;

@@ -249,8 +249,8 @@ select lives_ok(
     select id, (select min(id) from payrail.provider_methods), 1 from payrail.golden_queries where query = 'Karte belasten, von Hand'$$,
   'operator: writes a language by hand, in any case');
 select results_eq(
-  $$select t.tag, (pg_temp.error_of(pg_catalog.format('select payrail.add_golden_query(%L, array[1]::bigint[], %L)', 'q ' || t.tag, t.tag))).e_constraint
-    from (values ('e'), ('english-uk'), ('en_US'), ('zh Hans'), ('日本'), ('UNTAGGED'), ('')) as t(tag) order by t.tag collate "C"$$,
+  format($$select t.tag, (pg_temp.error_of(pg_catalog.format('select payrail.add_golden_query(%%L, array[%s]::bigint[], %%L)', 'q ' || t.tag, t.tag))).e_constraint
+    from (values ('e'), ('english-uk'), ('en_US'), ('zh Hans'), ('日本'), ('UNTAGGED'), ('')) as t(tag) order by t.tag collate "C"$$, :charge),
   $$values ('', 'golden_queries_language_check'::text), ('UNTAGGED', 'golden_queries_language_check'), ('e', 'golden_queries_language_check'),
            ('en_US', 'golden_queries_language_check'), ('english-uk', 'golden_queries_language_check'),
            ('zh Hans', 'golden_queries_language_check'), ('日本', 'golden_queries_language_check')$$,

@@ -8,7 +8,7 @@ select is_empty(
   'no registry model yet: the semantic path returns no rows');
 
 -- PYE01's detail names the registry's model, so a client learns what to embed with from the name
--- path's answer alone (payrail_embedder's agent path reads it: tests/test_round_trips.py).
+-- path's answer alone (payrail_embedder's agent path reads it: tests/postgres/test_round_trips.py).
 create function pg_temp.detail_of(p_sql text) returns text language plpgsql as $f$
 declare
   v_detail text;

@@ -15,9 +15,9 @@ import psycopg
 from ..base import logs
 from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..model import quality
+from ..model import quality, restores
 from ..model.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
-from ..registry import advice, bulk, catalog, golden, history, stored, undo
+from ..registry import advice, bulk, catalog, golden, history, sources, stored, undo
 from ..registry.advice import Advice, AdviceCount, AdvisedRecord
 from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import RegistryModelMismatch
@@ -185,14 +185,16 @@ class RecordsList:
     matching: int | None
     # The operator's last bulk action, while it can be undone (not an undo, not undone).
     last_bulk: undo.BulkAction | None = None
+    # Every source of the records, for the Source filter.
+    source_counts: list[sources.SourceCount] = field(default_factory=list)
 
 
-def records_list(conn: psycopg.Connection, text: str, state: str | None, after: str | None, before: str | None) -> RecordsList:
+def records_list(conn: psycopg.Connection, shown: views.ListFilter, after: str | None, before: str | None) -> RecordsList:
     """A page of the records that match the filter (ValueError for a cursor that is not one)."""
-    page = stored.list_records(conn, text, state, after=after, before=before, limit=PAGE_SIZE)
+    page = stored.list_records(conn, shown.text, shown.state, shown.source, after=after, before=before, limit=PAGE_SIZE)
     last = undo.last_action(conn)
     undoable = last if last is not None and last.operation != "undo" and last.undone_by is None else None
-    return RecordsList(page, stored.counts(conn), page.matching, undoable)
+    return RecordsList(page, stored.counts(conn), page.matching, undoable, sources.registry_sources(conn))
 
 
 @dataclass
@@ -328,45 +330,90 @@ def try_query(conn: psycopg.Connection, embedder_factory: EmbedderFactory, row: 
     return trial
 
 
-def restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str, int | None]:
-    """Brings back the public fields a history entry kept, through the write path (history.restore).
-    Returns (kind, message, the record to show next): kind "info" or "error"; the record is the one
-    restored, which is a new one when the record was deleted meanwhile, or None when there is none."""
-    kind, message, saved = _restore(conn, embedder_factory, record_id, history_id, version)
-    _log(
-        "restore",
-        conn,
-        failed=saved is None,
-        outcome=saved.outcome if saved else "refused",
-        record=saved.record_id if saved else record_id,
-        history=history_id,
-        version=saved.version if saved else version,
-        reason=None if saved else message,
-    )
-    shown = saved.record_id if saved else (record_id if stored.get(conn, record_id) is not None else None)
-    return kind, message, shown
+@dataclass
+class RestoreQuestion:
+    """A Restore's confirmation page: what restoring the version changes (fields, golden queries'
+    top threes: restores.preview_restore), the version of the record it was measured on, which
+    its form carries, and why it is asked (again), if it is."""
+
+    preview: restores.RestorePreview
+    version: int
+    problem: str | None = None
 
 
-def _restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int) -> tuple[str, str, Saved | None]:
+@dataclass
+class RestoreOutcome:
+    """What a Restore did, or why there is nothing to ask: the message's kind ("info" or "error"),
+    its words and the record to show next (the one restored, a new one when it was deleted
+    meanwhile; None: the list); or, when the record changed since its confirmation page, that
+    page again, for the record as it is now."""
+
+    kind: str
+    text: str
+    shown: int | None = None
+    asked_again: RestoreQuestion | None = None
+
+
+def restore_question(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int, problem: str | None = None
+) -> RestoreQuestion | RestoreOutcome:
+    """What restoring the history entry into the record would change, measured on the record as it
+    is now (version: the one the page showed; a page older than the record says so), saving
+    nothing; or the outcome when there is nothing to ask (no such entry of this record, nothing to
+    restore, a refusal, or an effect that cannot be measured now)."""
     try:
-        restored = history.restore(conn, embedder_factory, history_id, record_id=record_id, expected_version=version)
+        preview = restores.preview_restore(conn, embedder_factory, history_id, record_id=record_id)
+    except WRITE_FAILURES + (SearchError,) as error:
+        return _restore_refused(conn, record_id, history_id, version, _not_saved(conn, error, "Not restored"))
+    if preview is None:
+        return _restore_refused(conn, record_id, history_id, version, f"Not restored: this record has no history entry {history_id}.")
+    current = preview.restoring.current
+    if preview.changes_nothing:
+        return RestoreOutcome("info", f"Nothing to restore: {preview.label} holds the same fields as the current version.", record_id)
+    if isinstance(preview.outcome, (Refused, Conflict)):
+        return _restore_refused(conn, record_id, history_id, version, f"Not restored: {preview.outcome.reason}")
+    if problem is None and current is not None and current["version"] != version:
+        problem = f"The record was saved since its page was shown (version {version} then, {current['version']} now): this is what restoring does now."
+    return RestoreQuestion(preview, current["version"] if current is not None else version, problem)
+
+
+def restore(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, history_id: int, version: int, embedding: Embedding | None
+) -> RestoreOutcome:
+    """The restore its confirmation page showed: the history entry's fields into the record at
+    version (the one the page measured), with the vector the page's preview made (None: made
+    now), through the write path; nothing when the record changed since (asked again)."""
+    restoring = history.restoring(conn, history_id, record_id=record_id, expected_version=version)
+    if restoring is None:
+        return _restore_refused(conn, record_id, history_id, version, f"Not restored: this record has no history entry {history_id}.")
+    try:
+        outcome = save_change(conn, embedder_factory, restoring.change, embedding)
     except WRITE_FAILURES as error:
-        return "error", _not_saved(conn, error, "Not restored"), None
-    if restored is None:
-        return "error", f"Not restored: this record has no history entry {history_id}.", None
-    entry, outcome = restored
-    label = f"version {entry['version']}" if entry["version"] is not None else f"history entry {history_id}"
-    if isinstance(outcome, Saved):
-        if outcome.outcome == "unchanged":
-            return "info", f"Nothing to restore: {label} holds the same fields as the current version.", outcome
-        if stored.get(conn, outcome.record_id) is None:
-            return "error", f"Restored {label} as version {outcome.version}, but another session has deleted the record since.", None
-        if outcome.record_id != record_id:  # history.restore brings a deleted record back as a new draft
-            return "info", views.restored_anew_message(outcome, label), outcome
-        return "info", views.saved_message(outcome, verb=f"Restored {label} into"), outcome
+        return _restore_refused(conn, record_id, history_id, version, _not_saved(conn, error, "Not restored"))
+    label = restoring.label
     if isinstance(outcome, Conflict):
-        return "error", f"Not restored: {outcome.reason}. Look at the history again before restoring.", None
-    return "error", f"Not restored: {outcome.reason}", None
+        problem = f"Not restored: {outcome.reason}. Nothing was changed. Below is what restoring {label} does now: Restore to do that."
+        asked = restore_question(conn, embedder_factory, record_id, history_id, version, problem)
+        if isinstance(asked, RestoreOutcome):
+            return asked
+        _log("restore", conn, failed=True, outcome="conflict", record=record_id, history=history_id, version=version, reason=outcome.reason)
+        return RestoreOutcome("error", problem, record_id, asked)
+    if isinstance(outcome, Refused):
+        return _restore_refused(conn, record_id, history_id, version, f"Not restored: {outcome.reason}")
+    _log("restore", conn, failed=False, outcome=outcome.outcome, record=outcome.record_id, history=history_id, version=outcome.version)
+    if outcome.outcome == "unchanged":
+        return RestoreOutcome("info", f"Nothing to restore: {label} holds the same fields as the current version.", outcome.record_id)
+    if stored.get(conn, outcome.record_id) is None:
+        return RestoreOutcome("error", f"Restored {label} as version {outcome.version}, but another session has deleted the record since.")
+    if outcome.record_id != record_id:  # a deleted record comes back as a new draft
+        return RestoreOutcome("info", views.restored_anew_message(outcome, label), outcome.record_id)
+    return RestoreOutcome("info", views.saved_message(outcome, verb=f"Restored {label} into"), outcome.record_id)
+
+
+def _restore_refused(conn: psycopg.Connection, record_id: int, history_id: int, version: int, problem: str) -> RestoreOutcome:
+    """A restore that changed nothing, logged: shown on the record's page, or the list's when it has none."""
+    _log("restore", conn, failed=True, outcome="refused", record=record_id, history=history_id, version=version, reason=problem)
+    return RestoreOutcome("error", problem, record_id if stored.get(conn, record_id) is not None else None)
 
 
 def delete(conn: psycopg.Connection, record_id: int, version: int, with_golden_queries: bool = False) -> tuple[dict | None, Conflict | Refused | None]:
@@ -456,14 +503,25 @@ def _records(n: int) -> str:
 
 
 def import_upload(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, data: bytes, source: str, skip_invalid: bool
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, data: bytes, source: str, skip_invalid: bool, records_source: str | None = None
 ) -> tuple[catalog.ImportReport | None, str | None]:
-    """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem)."""
+    """Imports an uploaded JSON Lines file as `payrail-embedder import` does; (report, problem).
+    source: the file's name as uploaded; records_source: the Source given for every record, which
+    overrides the lines' own (none: a line's own, else the file's name without its folders)."""
     started = time.monotonic()
     items = list(catalog_lines(io.BytesIO(data), source))
     if not items:
         _log("import", conn, failed=True, source=source, saved=False, reason="no records")
         return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
+    try:
+        if records_source is not None:
+            sources.check(conn, records_source, "the Source given")
+        else:
+            sources.check(conn, sources.of_upload(source), "the file's name", " Or give one in Source.")
+        items = list(catalog.sourced(items, sources.of_upload(source), records_source))
+    except sources.InvalidSource as error:
+        _log("import", conn, failed=True, source=source, saved=False, reason=str(error))
+        return None, f"Not imported: {error}"
     try:
         started_at = advice.clock(conn)
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import math
+from dataclasses import replace
 from urllib.parse import urlencode
 
 import psycopg
@@ -24,9 +25,12 @@ from starlette.staticfiles import StaticFiles
 from ..base import logs
 from ..base.errors import database_reason
 from ..embedders import made_once
+from ..model.restores import RestorePreview
+from ..postgres.connection import DatabaseUnavailable
 from ..postgres.local_server import embedded_stopped
-from ..registry import bulk
+from ..registry import bulk, sources
 from ..registry.changes import Refused
+from ..registry.history import differing
 from ..registry.records import FIELD_LABELS, NEW_RECORD
 from ..registry.stored import STATES, record_of
 from ..settings import Settings
@@ -34,8 +38,8 @@ from . import actions
 from .guard import Guard, allowed_hosts, origin_of
 from .limits import BodyLimit, BodyTooLarge, in_words
 from .sessions import Session, SessionEnded, SessionLimits, SessionLost, Sessions
-from .sign_in import EMBEDDED_STOPPED, DatabaseUnreachable, SignInRefused, SignInThrottle, open_connection, typed_problem
-from .views import differing, form_digest, last_seen, lines, record_from_form, record_name, saved_message
+from .sign_in import EMBEDDED_STOPPED, SignInRefused, SignInThrottle, open_connection, typed_problem
+from .views import ListFilter, form_digest, last_seen, lines, record_from_form, record_name, restore_digest, saved_message
 from .web import CSRF_FIELD, HERE, SESSION_COOKIE, SIGN_IN_COOKIE, redirect, render, same_token, set_cookie, sign_in_token, signed_in, signed_in_form, work
 
 
@@ -120,6 +124,9 @@ async def sign_in(request: Request) -> Response:
         failed = refused.failed
         logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=refused.reason)
         return _sign_in_form(request, refused.status, username, str(refused))
+    except DatabaseUnavailable as down:
+        logs.log("sign_in", logging.WARNING, role=username, outcome="failure", reason=str(down))
+        return _sign_in_form(request, 503, username, str(down))
     finally:
         throttle.end(username, failed=failed)
     logs.log("sign_in", role=username, outcome="success")
@@ -165,21 +172,18 @@ async def end_other_sessions(request: Request, session: Session, form: FormData)
 @signed_in
 async def records(request: Request, session: Session) -> Response:
     params = request.query_params
-    text = params.get("q", "").replace("\x00", "")
-    state = params.get("state")
-    state = state if state in STATES else None
+    shown = ListFilter.of(params) or ListFilter()
     try:
-        listed = await work(request, session, actions.records_list, text, state, params.get("after"), params.get("before"))
+        listed = await work(request, session, actions.records_list, shown, params.get("after"), params.get("before"))
     except ValueError:
         return render(request, "message.html", 400, title="No such page", text="That page link is not one the backoffice made: start from the first page.")
     # The filter, kept in the links to the pages before and after.
-    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
     pages = {
-        direction: f"/records?{urlencode(kept | {direction: cursor})}"
+        direction: f"/records?{urlencode(shown.query() | {direction: cursor})}"
         for direction, cursor in (("before", listed.page.before), ("after", listed.page.after))
         if cursor
     }
-    return render(request, "records.html", listed=listed, pages=pages, text=text, state=state, states=STATES)
+    return render(request, "records.html", listed=listed, pages=pages, list_filter=shown, states=STATES)
 
 
 # The most records one bulk action names by id: a page lists PAGE_SIZE; more goes by the filter.
@@ -201,22 +205,16 @@ def _refused(request: Request, text: str) -> Response:
     return render(request, "message.html", 400, title="Refused", text=f"Refused: {text} Nothing was changed.")
 
 
-def _bulk_request(params) -> tuple[str, str, str | None] | None:
-    """The action ("enable" or "disable"), filter text and state a bulk request names, or None when one is not one of the list's."""
-    action, text, state = params.get("action"), str(params.get("q", "")).replace("\x00", ""), str(params.get("state", "")) or None
-    if action not in ("enable", "disable") or (state is not None and state not in STATES):
+def _bulk_request(params) -> tuple[str, ListFilter] | None:
+    """The action ("enable" or "disable") and the list's filter a bulk request names, or None when one is not one of the list's."""
+    action, asked = params.get("action"), ListFilter.of(params, strict=True)
+    if action not in ("enable", "disable") or asked is None:
         return None
-    return action, text, state
+    return action, asked
 
 
-def _list_url(text: str, state: str | None) -> str:
-    """The records list under this filter."""
-    kept = {name: value for name, value in (("q", text), ("state", state)) if value}
-    return f"/records?{urlencode(kept)}" if kept else "/records"
-
-
-def _bulk_page(request: Request, question: actions.BulkQuestion, action: str, text: str, state: str | None, status_code: int = 200) -> Response:
-    return render(request, "bulk.html", status_code, question=question, action=action, text=text, state=state, back=_list_url(text, state))
+def _bulk_page(request: Request, question: actions.BulkQuestion, action: str, asked: ListFilter, status_code: int = 200) -> Response:
+    return render(request, "bulk.html", status_code, question=question, action=action, list_filter=asked)
 
 
 # “All matching” acts under a filter only: every record is no slip of a click.
@@ -230,11 +228,11 @@ async def confirm_bulk(request: Request, session: Session) -> Response:
     asked = _bulk_request(request.query_params)
     if asked is None:
         return _incomplete(request)
-    action, text, state = asked
-    if not (text or state):
+    action, matching = asked
+    if not matching.given:
         return _refused(request, ALL_MATCHING_UNFILTERED)
-    question = await work(request, session, actions.bulk_question, bulk.Selection.matching(text, state), action == "enable")
-    return _bulk_page(request, question, action, text, state)
+    question = await work(request, session, actions.bulk_question, matching.selection(), action == "enable")
+    return _bulk_page(request, question, action, matching)
 
 
 @signed_in_form
@@ -243,16 +241,16 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
     asked, scope = _bulk_request(form), form.get("scope")
     if asked is None or scope not in ("selected", "matching"):
         return _incomplete(request)
-    action, text, state = asked
-    back = redirect(_list_url(text, state))
+    action, matching = asked
+    back = redirect(matching.url())
     confirmed = None
     if scope == "matching":
-        if not (text or state):
+        if not matching.given:
             return _refused(request, ALL_MATCHING_UNFILTERED)
         confirmed = form.get("plan")
         if not isinstance(confirmed, str) or not confirmed:
             return _incomplete(request)
-        selection = bulk.Selection.matching(text, state)
+        selection = matching.selection()
     else:
         ids = _record_ids(form.getlist("record"))
         if ids is None:
@@ -265,7 +263,7 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
         selection = bulk.Selection.of_ids(ids)
     outcome = await work(request, session, actions.set_enabled, selection, action == "enable", confirmed)
     if outcome.asked_again is not None:
-        return _bulk_page(request, outcome.asked_again, action, text, state, 409)
+        return _bulk_page(request, outcome.asked_again, action, matching, 409)
     session.messages.append((outcome.kind, outcome.text))
     return back
 
@@ -273,12 +271,11 @@ async def bulk_enable(request: Request, session: Session, form: FormData) -> Res
 @signed_in_form
 async def undo_bulk(request: Request, session: Session, form: FormData) -> Response:
     """Undo of the operator's last bulk action: the one the list showed (its id in the form), or nothing."""
-    action_id = _record_ids([form.get("bulk_action")])
-    text, state = str(form.get("q", "")).replace("\x00", ""), str(form.get("state", "")) or None
-    if not action_id or (state is not None and state not in STATES):
+    action_id, shown = _record_ids([form.get("bulk_action")]), ListFilter.of(form, strict=True)
+    if not action_id or shown is None:
         return _incomplete(request)
     session.messages.append(await work(request, session, actions.undo_last, _embedder(request), action_id[0]))
-    return redirect(_list_url(text, state))
+    return redirect(shown.url())
 
 
 def _record_form(request: Request, status_code: int = 200, **context) -> Response:
@@ -307,7 +304,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
 
 @signed_in
 async def new_record(request: Request, session: Session) -> Response:
-    return _record_form(request, record=NEW_RECORD, record_id=None, version=0)
+    return _record_form(request, record=replace(NEW_RECORD, source=sources.BACKOFFICE), record_id=None, version=0)
 
 
 async def _save(request: Request, session: Session, form: FormData, record_id: int | None, *, preview_only: bool = False) -> Response:
@@ -325,7 +322,7 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
             previewed = session.previews.get(digest) if form.get("previewed") == digest else None
             save = functools.partial(actions.save_record, previewed=previewed)
             result = await work(request, session, save, _embedder(request), record, record_id, version)
-    except (DatabaseUnreachable, SessionEnded) as error:
+    except (DatabaseUnavailable, SessionEnded) as error:
         return _unsaved_form(request, error, record=record, record_id=record_id, version=version)
     if result.saved is not None:
         session.previews.pop(digest, None)
@@ -364,7 +361,7 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
 def _unsaved_form(request: Request, error: Exception, **form) -> Response:
     """The form with what the operator typed, when the database could not take the save: it is
     down (the session stays: Save again), or the session ended (copy the text, sign in again)."""
-    if isinstance(error, DatabaseUnreachable):
+    if isinstance(error, DatabaseUnavailable):
         problem = f"Not saved. {error} Your text is below, unchanged: Save again once the database is back."
         return _record_form(request, 503, problem=problem, **form)
     request.state.session = None
@@ -486,14 +483,30 @@ async def advice_page(request: Request, session: Session) -> Response:
 
 @signed_in_form
 async def restore(request: Request, session: Session, form: FormData) -> Response:
+    """A history entry's Restore: its confirmation page first (what restoring changes, measured
+    as an edit's preview is, saving nothing); that page's Restore (the form it carries: the same
+    entry, the version it measured) restores it, or asks again when the record changed since."""
     record_id = request.path_params["record_id"]
     history_id, version = _form_int(form, "history_id"), _form_int(form, "version")
     if history_id is None or version is None:
         return _incomplete(request)
-    kind, message, shown = await work(request, session, actions.restore, _embedder(request), record_id, history_id, version)
-    session.messages.append((kind, message))
+    digest = restore_digest(record_id, history_id, version)
+    if form.get("previewed") == digest:
+        previewed = session.previews.pop(digest, None)
+        embedding = previewed.embedding if isinstance(previewed, RestorePreview) else None
+        outcome = await work(request, session, actions.restore, _embedder(request), record_id, history_id, version, embedding)
+        asked = outcome.asked_again
+    else:
+        asked = await work(request, session, actions.restore_question, _embedder(request), record_id, history_id, version)
+        outcome = asked if isinstance(asked, actions.RestoreOutcome) else None
+    if isinstance(asked, actions.RestoreQuestion):
+        shown = restore_digest(record_id, history_id, asked.version)
+        session.remember_preview(shown, asked.preview)
+        return render(request, "restore.html", 409 if outcome else 200, question=asked, record_id=record_id, history_id=history_id, previewed=shown)
+    assert outcome is not None
+    session.messages.append((outcome.kind, outcome.text))
     # The record restored (a new one when it was deleted meanwhile), or the list when there is none.
-    return redirect(f"/records/{shown}" if shown is not None else "/records")
+    return redirect(f"/records/{outcome.shown}" if outcome.shown is not None else "/records")
 
 
 def _delete_page(request: Request, row: dict, status_code: int = 200, problem: str | None = None, golden: list | None = None) -> Response:
@@ -541,7 +554,8 @@ async def import_catalog(request: Request, session: Session, form: FormData) -> 
     if not isinstance(upload, UploadFile) or not upload.filename:
         return render(request, "import.html", 422, report=None, problem="Choose a JSON Lines file to import.")
     data = await upload.read()
-    report, problem = await work(request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form)
+    source = str(form.get("source", "")).strip(" \t") or None
+    report, problem = await work(request, session, actions.import_upload, _embedder(request), data, upload.filename, "skip_invalid" in form, source)
     ok = report is not None and not report.refused
     return render(request, "import.html", 200 if ok else 422, report=report, problem=problem)
 
@@ -565,8 +579,8 @@ async def session_ended(request: Request, error: Exception) -> Response:
     return response
 
 
-async def database_unreachable(request: Request, error: Exception) -> Response:
-    assert isinstance(error, DatabaseUnreachable)
+async def database_unavailable(request: Request, error: Exception) -> Response:
+    assert isinstance(error, DatabaseUnavailable)
     text = f"{error} Your session is kept: try again in a moment."
     return render(request, "message.html", 503, title="The database cannot be reached", text=text)
 
@@ -667,7 +681,7 @@ def create_app(
         ],
         exception_handlers={
             SessionEnded: session_ended,
-            DatabaseUnreachable: database_unreachable,
+            DatabaseUnavailable: database_unavailable,
             BodyTooLarge: body_too_large,
             psycopg.Error: database_failed,
         },

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..base import logs
 from ..base.safe_text import one_line
-from .sign_in import DatabaseUnreachable, SessionsFull, SignInRefused
+from .sign_in import SessionsFull, SignInRefused
 
 # Previewed forms a session keeps (each holds one vector: 6 kB at 1,536 dimensions).
 MAX_PREVIEWS = 4
@@ -221,7 +221,7 @@ class Sessions:
         accepted the password more than limits.recheck seconds ago. Call it holding session.lock.
 
         Raises SessionLost (the session ends) when PostgreSQL no longer accepts the password,
-        DatabaseUnreachable (it stays) when the database cannot take a connection now, and
+        DatabaseUnavailable (it stays) when the database cannot take a connection now, and
         SessionEnded when the session ended while the caller waited for its lock.
         """
         with self._lock:
@@ -236,8 +236,6 @@ class Sessions:
         session.conn.close()  # first: the session never holds two connections
         try:
             conn = self._connect(session.role, _unseal(token, session.sealed_password))
-        except DatabaseUnreachable:
-            raise
         except (SignInRefused, InvalidTag) as refused:
             with self._lock:
                 self._sessions.pop(session.id, None)

@@ -59,12 +59,6 @@ class SignInRefused(Exception):
         self.reason = reason or message
 
 
-class DatabaseUnreachable(SignInRefused):
-    """The database cannot take a connection now (down, restarting, out of slots); the role is fine."""
-
-    status = 503
-
-
 class SessionsFull(SignInRefused):
     """The backoffice holds as many sessions as it may (in all, or for this role)."""
 
@@ -93,7 +87,7 @@ def open_connection(database_url: str, role: str, password: str, *, embedded: bo
     when PostgreSQL asked for password and accepted it.
 
     Raises SignInRefused when PostgreSQL refuses the role or its password, or the role lacks one
-    of OPERATOR_GRANTS (naming it); DatabaseUnreachable when the database cannot take it now.
+    of OPERATOR_GRANTS (naming it); DatabaseUnavailable when the database cannot take it now.
     embedded: database_url is the embedded default's (its refusals name the command that starts it).
     prepared_statements: off behind a pooler that cannot carry them (settings.py).
     """
@@ -117,17 +111,17 @@ def open_connection(database_url: str, role: str, password: str, *, embedded: bo
     return conn
 
 
-def _refusal(text: str, embedded: bool) -> SignInRefused:
+def _refusal(text: str, embedded: bool) -> SignInRefused | connection.DatabaseUnavailable:
     """What a failed connection attempt means for the operator; libpq's text never holds the password."""
     if CREDENTIAL_FAILURE.search(text):
         return SignInRefused(CREDENTIALS_REFUSED, failed=True, reason=" ".join(text.split()))
     fatal = re.search(r"FATAL:\s*(.+)", text, flags=re.S)
     if fatal is None:  # the server was not reached
         reason = text.splitlines()[0] if text else "no reason given"
-        return DatabaseUnreachable(EMBEDDED_STOPPED if embedded else f"The database cannot be reached now ({reason}).")
+        return connection.DatabaseUnavailable(one_line(EMBEDDED_STOPPED if embedded else f"The database cannot be reached now ({reason})."))
     reason = fatal.group(1).strip()
     if BUSY.search(reason):
-        return DatabaseUnreachable(f"The database cannot take a connection now ({reason}).")
+        return connection.DatabaseUnavailable(one_line(f"The database cannot take a connection now ({reason})."))
     # Said only once the password was right (e.g. the role may not log in): safe to show.
     return SignInRefused(f"PostgreSQL refused the sign-in: {reason}")
 

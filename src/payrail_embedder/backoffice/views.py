@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
+from ..registry import bulk
 from ..registry.changes import Saved
-from ..registry.history import author
-from ..registry.records import FIELD_LABELS, ProviderMethod
-from ..registry.stored import record_of
+from ..registry.history import FieldChange, author, changes
+from ..registry.records import ProviderMethod
+from ..registry.stored import STATES, record_of
 from ..registry.undo import BulkAction, BulkChange
 from .sessions import duration
 
@@ -28,9 +29,55 @@ def _text(form: Mapping[str, object], name: str) -> str:
 TYPED_SPACE = " \t"
 
 
+@dataclass(frozen=True)
+class ListFilter:
+    """The records list's filter, as its URL and its forms carry it: q (text), state and source
+    (none: every record). Empty values are no filter."""
+
+    text: str = ""
+    state: str | None = None
+    source: str | None = None
+
+    @classmethod
+    def of(cls, params: Mapping[str, object], *, strict: bool = False) -> ListFilter | None:
+        """The filter params name; a state the list has not is no filter, or with strict, None
+        (a form that is not one of the list's). NUL, which no record holds, is dropped from the
+        text and the state; a source is compared exactly, so one with NUL matches none (stored.list_records)."""
+        text, state = (str(params.get(name, "")).replace("\x00", "") for name in ("q", "state"))
+        source = str(params.get("source", ""))
+        if state and state not in STATES:
+            if strict:
+                return None
+            state = ""
+        return cls(text, state or None, source or None)
+
+    @property
+    def given(self) -> bool:
+        return bool(self.text or self.state or self.source)
+
+    def query(self) -> dict[str, str]:
+        """The URL's parameters of the filter, those given only."""
+        return {name: value for name, value in (("q", self.text), ("state", self.state), ("source", self.source)) if value}
+
+    def url(self) -> str:
+        """The records list under this filter."""
+        return f"/records?{urlencode(self.query())}" if self.given else "/records"
+
+    def selection(self) -> bulk.Selection:
+        """Every record the filter matches, as a bulk action names them."""
+        return bulk.Selection.matching(self.text, self.state, self.source)
+
+    def in_words(self) -> str:
+        """What it matches, as the confirmation page says it: 'the text “acme” and the source “bulk.jsonl”'."""
+        words = [f"the text “{self.text}”" if self.text else "", f"the state {self.state}" if self.state else ""]
+        words.append(f"the source “{self.source}”" if self.source else "")
+        return " and ".join(filter(None, words))
+
+
 def record_from_form(form: Mapping[str, object]) -> ProviderMethod:
     """The record as the operator typed it: URLs one per line (blank lines ignored), an empty Docs
-    URL is none, Enabled is the checkbox. Values are not judged here: the database does."""
+    URL is none, Enabled is the checkbox, Source as typed (a form without the field: the record's
+    kept). Values are not judged here: the database does."""
     urls = lines(str(form.get("urls", "")))
     return ProviderMethod(
         provider=_text(form, "provider"),
@@ -40,6 +87,7 @@ def record_from_form(form: Mapping[str, object]) -> ProviderMethod:
         guidance=_text(form, "guidance"),
         enabled="enabled" in form,
         mixed_scripts="mixedScripts" in form,
+        source=_text(form, "source").strip(TYPED_SPACE) if "source" in form else None,
     )
 
 
@@ -48,6 +96,12 @@ def form_digest(record: ProviderMethod, record_id: int | None, version: int) -> 
     form still holds the same (the hidden field "previewed" carries it)."""
     form = json.dumps([record.to_json(), record.mixed_scripts, record_id, version], ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(form.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def restore_digest(record_id: int, history_id: int, version: int) -> str:
+    """What a Restore's confirmation page showed: the entry restored into the record at the version
+    it was measured on. Its Restore (the hidden field "previewed" carries it) is that restore."""
+    return hashlib.sha256(json.dumps(["restore", record_id, history_id, version]).encode()).hexdigest()
 
 
 def lines(text: str) -> list[str]:
@@ -91,15 +145,6 @@ def restored_anew_message(saved: Saved, label: str) -> str:
 
 
 @dataclass(frozen=True)
-class FieldChange:
-    label: str
-    before: str
-    after: str
-    # For multi-line text: the lines removed and added, in order, as ("removed" | "added", line).
-    lines: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
 class Version:
     number: int | None  # None: an entry written before records had versions
     record: ProviderMethod
@@ -112,40 +157,6 @@ class Version:
     history_id: int | None
     # The bulk action that saved it, if one did.
     bulk_action: BulkAction | None = None
-
-
-def _shown(record: ProviderMethod, name: str) -> str:
-    if name == "urls":
-        return "\n".join(record.urls)
-    if name == "enabled":
-        return "enabled" if record.enabled else "draft"
-    if name == "mixedScripts":
-        return "yes" if record.mixed_scripts else "no"
-    return record.to_json().get(name) or ""
-
-
-def differing(first: ProviderMethod, second: ProviderMethod) -> list[str]:
-    """The fields (form names, in the form's order) whose values differ, as the page shows them."""
-    return [name for name in FIELD_LABELS if _shown(first, name) != _shown(second, name)]
-
-
-def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange, ...]:
-    """What differs from before to after, field by field, in the form's order."""
-    found = []
-    for name in differing(before, after):
-        label, old, new = FIELD_LABELS[name], _shown(before, name), _shown(after, name)
-        lines: tuple[tuple[str, str], ...] = ()
-        if name in ("guidance", "urls"):
-            old_lines, new_lines = old.split("\n"), new.split("\n")
-            matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-            lines = tuple(
-                item
-                for tag, i1, i2, j1, j2 in matcher.get_opcodes()
-                if tag != "equal"
-                for item in [("removed", line) for line in old_lines[i1:i2]] + [("added", line) for line in new_lines[j1:j2]]
-            )
-        found.append(FieldChange(label, old, new, lines))
-    return tuple(found)
 
 
 def versions(current: Mapping, history: Sequence[Mapping], bulk_changes: Sequence[BulkChange] = ()) -> list[Version]:

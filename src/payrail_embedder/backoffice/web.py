@@ -23,8 +23,8 @@ from starlette.templating import Jinja2Templates
 
 from ..base.safe_text import escape_controls
 from ..model import golden_answers, rank_words
+from ..postgres.connection import DatabaseUnavailable
 from .sessions import Session, duration
-from .sign_in import DatabaseUnreachable
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "payrail_session"
@@ -147,7 +147,7 @@ async def work(request: Request, session: Session, function: Callable, *args):
     (Sessions.connection), and once more when it breaks under function (the database restarted,
     the backend was terminated): every function here is one transaction, or reads, so running it
     again is safe, and a save that did commit meets its own version as a conflict. Raises
-    SessionEnded (SessionLost) or DatabaseUnreachable (see Sessions.connection).
+    SessionEnded (SessionLost) or DatabaseUnavailable (see Sessions.connection).
     """
     sessions = request.app.state.sessions
     token = request.cookies.get(SESSION_COOKIE, "")
@@ -162,7 +162,7 @@ async def work(request: Request, session: Session, function: Callable, *args):
                     if not conn.broken:
                         raise
                     if not again:
-                        raise DatabaseUnreachable(f"The connection to the database broke again ({str(error).strip()}).") from None
+                        raise DatabaseUnavailable(f"The connection to the database broke again ({str(error).strip()}).") from None
                 sessions.reconnect(session, token)
                 conn = session.conn
 

@@ -1,4 +1,4 @@
-"""The SQLSTATEs the package branches on: a mirror of db/ERRCODES.md (tests/test_docs.py checks it)."""
+"""The SQLSTATEs the package branches on: a mirror of db/ERRCODES.md (tests/docs/test_docs.py checks it)."""
 
 INVALID_PARAMETER_VALUE = "22023"
 QUERY_EMBEDDING_REQUIRED = "PYE01"

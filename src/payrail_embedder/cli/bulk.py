@@ -18,6 +18,7 @@ NAMES_ARGUMENT = click.argument("names", nargs=-1, metavar="[RECORD]...")
 FILTER_OPTIONS = (
     click.option("--text", default="", help="Every record whose provider, method, guidance or URLs contain TEXT, ignoring case (as `list`)."),
     click.option("--state", type=click.Choice(stored.STATES), help="Every record in this state (as `list`)."),
+    click.option("--source", metavar="NAME", help="Every record that came from NAME: a catalog at once (as `list`)."),
     click.option("--all", "every", is_flag=True, help="Every record of the registry."),
     click.option(
         "--yes",
@@ -52,15 +53,15 @@ def show(settings: Settings, name, as_json):
         emit(stored.ShownRecord(row, tuple(advice.advice_on(conn, stored.record_of(row)))), as_json)
 
 
-def selection_of(conn, names: tuple[str, ...], text: str, state: str | None, every: bool) -> bulk.Selection:
+def selection_of(conn, names: tuple[str, ...], text: str, state: str | None, source: str | None, every: bool) -> bulk.Selection:
     """RECORD arguments (a record id, "Provider / Method", or a provider's name: all its methods),
-    or the list's filter (--text, --state), or --all; one of them."""
-    given = [bool(names), bool(text or state), every]
+    or the list's filter (--text, --state, --source), or --all; one of them."""
+    given = [bool(names), bool(text or state or source is not None), every]
     if sum(given) != 1:
-        raise click.UsageError('name records (an id, "Provider / Method" or a provider), or give --text / --state, or --all: one of them')
+        raise click.UsageError('name records (an id, "Provider / Method" or a provider), or give --text / --state / --source, or --all: one of them')
     if names:
         return bulk.Selection.of_ids(record_id for name in names for record_id in stored.ids_named(conn, name))
-    return bulk.Selection.matching(text, state)
+    return bulk.Selection.matching(text, state, source)
 
 
 # The records a question names, at most: the count says the rest.
@@ -98,11 +99,11 @@ def changed_since(conn, shown: bulk.BulkResult | bulk.BulkDeleteResult, error: b
     return Failure("unavailable", f"{error}: {'; '.join(words)}. Run it again to be asked again")
 
 
-def set_enabled(settings: Settings, names, text, state, every, yes, as_json, enabled: bool) -> None:
+def set_enabled(settings: Settings, names, text, state, source, every, yes, as_json, enabled: bool) -> None:
     verb = "enable" if enabled else "disable"
     started = time.monotonic()
     with settings.connect() as conn:
-        selection = selection_of(conn, names, text, state, every)
+        selection = selection_of(conn, names, text, state, source, every)
         if yes:
             result = bulk.set_enabled(conn, selection, enabled)
         else:
@@ -125,7 +126,7 @@ def set_enabled(settings: Settings, names, text, state, every, yes, as_json, ena
 @NAMES_ARGUMENT
 @filter_options
 @click.pass_obj
-def enable(settings: Settings, names, text, state, every, yes, as_json):
+def enable(settings: Settings, names, text, state, source, every, yes, as_json):
     """Enable records, so agents can find them: by name or id, or every record a filter matches.
 
     A draft without an embedding of its current content stays a draft and is named (run
@@ -133,21 +134,21 @@ def enable(settings: Settings, names, text, state, every, yes, as_json):
     version in its history. Asks before changing more than one record (--yes: does not).
     Exits 2 when some record was refused.
     """
-    set_enabled(settings, names, text, state, every, yes, as_json, True)
+    set_enabled(settings, names, text, state, source, every, yes, as_json, True)
 
 
 @click.command("disable")
 @NAMES_ARGUMENT
 @filter_options
 @click.pass_obj
-def disable(settings: Settings, names, text, state, every, yes, as_json):
+def disable(settings: Settings, names, text, state, source, every, yes, as_json):
     """Disable records, making them drafts agents cannot find: by name or id, or by a filter.
 
     One transaction, each record changed with a new version in its history. Asks before
     changing more than one record, naming them (--yes: does not); if what it would change is not
     what it asked about when you answer, changes nothing and says so (exit 1).
     """
-    set_enabled(settings, names, text, state, every, yes, as_json, False)
+    set_enabled(settings, names, text, state, source, every, yes, as_json, False)
 
 
 @click.command("delete")
@@ -155,7 +156,7 @@ def disable(settings: Settings, names, text, state, every, yes, as_json):
 @filter_options
 @click.option("--with-golden-queries", is_flag=True, help="Also take the records out of the golden queries that name them (a query left naming none goes too).")
 @click.pass_obj
-def delete(settings: Settings, names, text, state, every, yes, as_json, with_golden_queries):
+def delete(settings: Settings, names, text, state, source, every, yes, as_json, with_golden_queries):
     """Delete records: by name or id, or every record a filter matches.
 
     The history keeps each one's last version (`payrail-embedder restore` brings it back as a
@@ -166,7 +167,7 @@ def delete(settings: Settings, names, text, state, every, yes, as_json, with_gol
     """
     started = time.monotonic()
     with settings.connect() as conn:
-        selection = selection_of(conn, names, text, state, every)
+        selection = selection_of(conn, names, text, state, source, every)
         if yes:
             result = bulk.delete_records(conn, selection, with_golden_queries=with_golden_queries)
         else:

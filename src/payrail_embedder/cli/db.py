@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from .. import status as status_module
 from ..base import logs, paths
 from ..base.reports import emit
 from ..base.safe_text import one_line
+from ..faces import status as status_module
 from ..postgres import connection, deploy, local_server
 from ..settings import FiniteRange, Settings
 from .common import JSON_OPTION, Failure

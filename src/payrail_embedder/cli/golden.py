@@ -14,7 +14,7 @@ from ..base.output_files import output_file
 from ..base.reports import emit
 from ..model import evaluation
 from ..registry import golden as golden_module
-from ..registry import labelled_queries
+from ..registry import labelled_queries, sources
 from ..registry.embedding_model import registry_model
 from ..registry.search import check_query
 from ..settings import FiniteRange, Settings
@@ -50,9 +50,9 @@ def floor_option(name: str, metric: str):
     "as_json",
     is_flag=True,
     help='Print {"queries", "metrics", "ranks": {"meanRank", "medianRank", "hit@10", "unranked"}, "misses", "labelWarnings", '
-    '"belowFloors"}, each miss with "ranks" (each relevant record\'s "rank" and "fromTopThree"), "byLanguage": {LANGUAGE: '
-    '{"queries", "metrics"}} when a query has a language tag, and with --compare "compare": {"model", "metrics", "ranks", '
-    '"misses"} (and its "byLanguage").',
+    '"belowFloors", "bySource": [{"source", "enabled", "places", "wanted", "unwanted", "missed"}, ...]}, each miss with "ranks" '
+    '(each relevant record\'s "rank" and "fromTopThree"), "byLanguage": {LANGUAGE: {"queries", "metrics"}} when a query has a '
+    'language tag, and with --compare "compare": {"model", "metrics", "ranks", "misses", "bySource"} (and its "byLanguage").',
 )
 @click.pass_obj
 def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_mrr, as_json):
@@ -67,8 +67,12 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
     recall@3 and MRR@3; the exact rank of each query's first relevant record among every enabled
     record, in search's order (its mean and median, and hit@10); and the queries with no relevant
     method in the top 3, each with the three that came instead and each relevant record's rank
-    ("rank 41: 38 places from the top three"; for operators: agents get three records); when a query has a language tag (a line's, or a golden query's), the
-    metrics of each language too (queries without one as "untagged"). Labels naming a record the
+    ("rank 41: 38 places from the top three"; for operators: agents get three records); when a
+    query has a language tag (a line's, or a golden query's), the metrics of each language too
+    (queries without one as "untagged"). By source: for each catalog the answers' records came
+    from (`list --sources`), the top-three places its records take, how many of those a query
+    should find (wanted) or not (unwanted), and how many of its records a query should find are
+    not in its top three (missed): which catalog takes whose places. Labels naming a record the
     registry lacks, or holds only as a draft, are warned about. Exits 3 when a metric is below its floor
     (--min-hit-at-3, --min-mrr), naming it; 1 when search is unavailable; 2 for bad input.
     """
@@ -90,8 +94,11 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
         if candidate_model:
             candidate = replace(settings, model=candidate_model).embedder()
             compared = candidate_model, evaluation.evaluate_candidate(conn, candidate, queries)
+        # Which catalogs the answers' records came from, read as the registry holds them now.
+        by_source = sources.places_by_source(conn, evaluation.answers_by_id(report))
+        compared_by_source = sources.places_by_source(conn, evaluation.answers_by_id(compared[1])) if compared else []
     below = report.below(floors)
-    emit(evaluation.Evaluation(report, model.name if model else "no model", below, compared), as_json)
+    emit(evaluation.Evaluation(report, model.name if model else "no model", below, compared, by_source, compared_by_source), as_json)
     for failed in below:
         click.echo(f"below the floor: {failed['metric']} {failed['value']:.3f} < {failed['floor']:.3f}", err=True)
     if below:

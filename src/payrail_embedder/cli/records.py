@@ -11,18 +11,19 @@ from pathlib import Path
 import click
 import psycopg
 
-from .. import edit as edit_module
 from ..base import input_files
 from ..base.errors import EXIT_STATUS
 from ..base.output_files import output_file
 from ..base.progress import progress
 from ..base.reports import emit
-from ..model import golden_rankings
-from ..registry import advice, catalog, stored
+from ..faces import edit as edit_module
+from ..model import golden_rankings, restores
+from ..registry import advice, catalog, sources, stored
 from ..registry import history as history_module
 from ..registry import sync as sync_module
 from ..registry.changes import Conflict, Refused, Saved
 from ..registry.records import RECORD_LINE, Line, parse_lines
+from ..registry.write import save_change
 from ..settings import Settings
 from .common import BATCH_SIZE_OPTION, JSON_OPTION, NAME_ARGUMENT, Failure, embedding_run_fields, log_change
 
@@ -45,12 +46,20 @@ def count_lines(inputs: list[input_files.InputFile]) -> int:
 @click.option(
     "--enable", "enable", is_flag=True, help="Enable every record of the files, whatever their lines say (a catalog you trust): agents can find them at once."
 )
+@click.option(
+    "--source",
+    metavar="NAME",
+    help='Where the records came from, for every line whatever it says (default: a line\'s own "source", else its file\'s name for a new record; - is "stdin").',
+)
 @JSON_OPTION
 @click.pass_obj
-def import_(settings: Settings, files, skip_invalid, enable, as_json):
+def import_(settings: Settings, files, skip_invalid, enable, source, as_json):
     """Upsert records from JSON Lines FILES, by (provider, method); - reads standard input.
 
-    Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}. Every line is
+    Each line: {"provider", "method", "urls", "docsUrl", "guidance", "enabled"}, and optionally
+    "source": where the record came from, which `list --source`, the bulk commands and eval's
+    figures by source go by (default: a new record gets the file's name, without its folders;
+    an existing one keeps its own). Every line is
     checked against every rule first; new or changed content is then embedded and saved with the
     fields, a transaction per 2,048 lines (a rerun finishes an import that stopped midway). One
     refused line saves nothing unless --skip-invalid; exits 2 when a line was refused. Ends with
@@ -65,7 +74,9 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
         total = count_lines(inputs)
 
         def lines():
-            items = (item for each in inputs for item in parse_lines(each.lines(), each.source))
+            items = (
+                item for path, each in zip(files, inputs) for item in catalog.sourced(parse_lines(each.lines(), each.source), sources.of_file(path), source)
+            )
             # Content is embedded before it is saved, so every record imported can be enabled.
             return (
                 dataclasses.replace(item, record=dataclasses.replace(item.record, enabled=True)) if enable and isinstance(item, Line) else item
@@ -73,6 +84,10 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
             )
 
         with settings.connect() as conn:
+            for path in files if source is None else ():
+                sources.check(conn, sources.of_file(path), f"the name of {path},", " Or give one with --source NAME.")
+            if source is not None:
+                sources.check(conn, source, "--source")
             started_at = advice.clock(conn)
             with progress("import", total) as advance:
                 report = catalog.import_records(conn, settings.embedder, lines, skip_invalid=skip_invalid, progress=advance)
@@ -115,18 +130,23 @@ def export(settings: Settings, output):
 @click.command("list")
 @click.option("--text", default="", help="Only records whose provider, method, guidance or URLs contain TEXT, ignoring case.")
 @click.option("--state", type=click.Choice(stored.STATES), help="Only records in this state.")
+@click.option("--source", metavar="NAME", help="Only records that came from NAME (exactly as written: `list --sources` names them).")
+@click.option("--sources", "list_sources", is_flag=True, help="List the sources instead: each with how many records, and enabled ones, came from it.")
 @JSON_OPTION
 @click.pass_obj
-def list_(settings: Settings, text, state, as_json):
-    """List the records by provider and method (ignoring case): state, version, when and by whom saved.
+def list_(settings: Settings, text, state, source, list_sources, as_json):
+    """List the records by provider and method (ignoring case): state, version, source, when and by whom saved.
 
     The backoffice's filters: --text matches provider, method, guidance and URLs ignoring case;
     --state is enabled, draft (with a vector of its current content) or "draft needing an
-    embedding". With --json: {"records": [{"recordId", "provider", "method", "state", "version",
-    "savedAt", "savedBy"}, ...]}.
+    embedding"; --source is where they came from (an import's file name, backoffice, edit, psql).
+    With --json: {"records": [{"recordId", "provider", "method", "state", "version", "source",
+    "savedAt", "savedBy"}, ...]}; with --sources, {"sources": [{"source", "records", "enabled"}, ...]}.
     """
+    if list_sources and (text or state or source):
+        raise click.UsageError("--sources lists every source; it takes no --text, --state or --source")
     with settings.connect() as conn:
-        listed = history_module.listed_records(conn, text, state)
+        listed = history_module.listed_sources(conn) if list_sources else history_module.listed_records(conn, text, state, source)
     emit(listed, as_json)
 
 
@@ -250,27 +270,42 @@ def history_id_of(conn: psycopg.Connection, target: tuple[str, ...]) -> int:
 @click.command("restore")
 @click.argument("target", nargs=-1, required=True, metavar="HISTORY_ID")
 @click.option("--as-draft", is_flag=True, help="Restore it as a draft (disabled), e.g. to check it with preview before enabling it.")
+@click.option("--yes", "-y", is_flag=True, help="Restore without asking (for scripts); it still prints what it changes.")
 @JSON_OPTION
 @click.pass_obj
-def restore(settings: Settings, target, as_draft, as_json):
+def restore(settings: Settings, target, as_draft, yes, as_json):
     """Bring back the fields of an earlier version (HISTORY_ID, from `history`), through the write path.
+
+    First it shows what the restore changes, field by field, and which golden queries' top three
+    it changes (measured as an edit's preview is: saved in a transaction and rolled back), then
+    asks on the terminal; without a terminal it restores nothing (exit 2) unless --yes. What it restores
+    is what it showed: a save of the record meanwhile is a conflict (exit 1).
 
     The record keeps its enabled state (a draft with --as-draft): other content restored into an
     enabled record is embedded first, and the record stays enabled. A deleted record comes back
     as a new draft. The version it replaces is kept in the history, so a restore can be undone.
-    Given a record's name instead, says the history ids of its versions.
+    Given a record's name instead, says the history ids of its versions. With --json:
+    {"preview": {"historyId", "recordId", "version", "currentVersion", "deletedSince", "fields",
+    "effect"}, "restored": true | false, and, restored, "outcome", "embeddedNow" and the record}.
     """
     started = time.monotonic()
     with settings.connect() as conn:
         history_id = history_id_of(conn, target)
-        restored = history_module.restore(conn, settings.embedder, history_id, as_draft=as_draft)
-        if restored is None:
+        preview = restores.preview_restore(conn, settings.embedder, history_id, as_draft=as_draft)
+        if preview is None:
             raise Failure("unknown_record", f"there is no history entry {history_id}; `payrail-embedder history PROVIDER METHOD` lists them")
-        entry, outcome = restored
+        outcome = preview.outcome
+        if isinstance(outcome, Saved) and not preview.changes_nothing:
+            if not as_json:
+                click.echo("\n".join(preview.describe()))
+            if not (yes or confirmed_restore(preview, as_json)):
+                emit(restores.Restored(preview, None), as_json)
+                return
+            outcome = save_change(conn, settings.embedder, preview.restoring.change, preview.embedding)
         if isinstance(outcome, Refused):
             raise Failure("invalid_input", f"not restored: {outcome.reason}")
         if isinstance(outcome, Conflict):
-            raise Failure("unavailable", f"not restored: {outcome.reason}; run it again")
+            raise Failure("unavailable", f"not restored: {outcome.reason}; nothing was changed, run it again to see what it changes now")
         log_change(
             "restore",
             conn,
@@ -281,5 +316,20 @@ def restore(settings: Settings, target, as_draft, as_json):
             outcome=outcome.outcome,
             embedded=outcome.embedded,
         )
+        entry = preview.restoring.entry
         deleted_since = entry["provider_method_id"] if outcome.record_id != entry["provider_method_id"] else None
-        emit(saved_record(conn, outcome, deleted_since), as_json)
+        restored = restores.Restored(preview, saved_record(conn, outcome, deleted_since))
+    emit(restored, as_json)
+
+
+def confirmed_restore(preview: restores.RestorePreview, as_json: bool) -> bool:
+    """The operator's answer to the restore shown (with --json, shown on standard error); refused
+    in words off a terminal (no --yes)."""
+    if not sys.stdin.isatty():
+        raise Failure(
+            "invalid_input",
+            f"not restored: restoring {preview.label} asks first, and standard input is not a terminal; add --yes to restore it without asking",
+        )
+    if as_json:
+        click.echo("\n".join(preview.describe()), err=True)
+    return click.confirm(f"Restore {preview.label}?", err=True)

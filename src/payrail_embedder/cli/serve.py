@@ -58,8 +58,8 @@ def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path |
     every request for one there too; beyond loopback it needs --token-file. Every error answer is
     {"error": CODE, "detail": ...} (on /mcp, a JSON-RPC error's data).
     """
-    from ..api import Registry
-    from ..mcp_server import serve  # the MCP SDK loads only for this command
+    from ..faces.api import Registry
+    from ..faces.mcp_server import serve  # the MCP SDK loads only for this command
 
     given_http_options = host != LOOPBACK or token_file is not None or max_connections != MAX_CONNECTIONS
     if http_port is None and given_http_options:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class LocalEmbedder(Embedder):
         self.batch_size = batch_size
         self.runtime = runtime
         self.models_dir = models_dir or tuned_models.models_dir(None)
-        self._model = None
+        self._model: Any = None  # a SentenceTransformer or a local_model.OnnxSentenceEncoder: both encode()
         self._followed: dict[str, LocalEmbedder] = {}
         self._follow_lock = threading.Lock()
 

@@ -24,6 +24,7 @@ from ..postgres.connection import one_value
 from ..registry.embedding_model import embedder_for, registry_model
 from ..registry.labelled_queries import UNTAGGED, LabelledQuery, NormalizedNames, Pair, label_problem, origin_text
 from ..registry.search import SearchError, SearchUnavailable, embed_queries, holding, search_provider_methods
+from ..registry.sources import Answer, SourcePlaces, places_lines
 from . import wanted_ranks
 from .rank_words import figures_in_words, places_from_top, rank_figures, rank_in_words
 
@@ -197,14 +198,24 @@ class Evaluation(Report):
     below_floors: list[dict]
     # The candidate model's name and its report.
     compared: tuple[str, EvaluationReport] | None = None
+    # The figures of each source of the records in the answers (sources.places_by_source): the
+    # report's, and the candidate's beside it.
+    by_source: list[SourcePlaces] = field(default_factory=list)
+    compared_by_source: list[SourcePlaces] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        answer = {**self.report.to_json(), "belowFloors": self.below_floors}
+        answer = {**self.report.to_json(), "belowFloors": self.below_floors, "bySource": [f.to_json() for f in self.by_source]}
         if (by_language := self.report.by_language()) is not None:
             answer["byLanguage"] = by_language
         if self.compared is not None:
             name, candidate = self.compared
-            answer["compare"] = {"model": name, "metrics": candidate.metrics, "ranks": candidate.ranks, "misses": candidate.misses}
+            answer["compare"] = {
+                "model": name,
+                "metrics": candidate.metrics,
+                "ranks": candidate.ranks,
+                "misses": candidate.misses,
+                "bySource": [f.to_json() for f in self.compared_by_source],
+            }
             if (by_language := candidate.by_language()) is not None:
                 answer["compare"]["byLanguage"] = by_language
         return answer
@@ -213,12 +224,13 @@ class Evaluation(Report):
         report, lines = self.report, [f"{self.report.queries} queries"]
         if self.compared is None:
             lines += [f"{metric:<16} {value:.3f}" for metric, value in report.metrics.items()] + [figures_in_words(report.ranks)]
-            return lines + _titled("by language:", report.by_language_lines()) + report.misses_lines()
+            return lines + _titled("by language:", report.by_language_lines()) + places_lines(self.by_source, report.queries) + report.misses_lines()
         name, candidate = self.compared
         lines += side_by_side([f"{self.model} (registry)", name], [report.metrics, candidate.metrics])
         lines += [f"{self.model}: {figures_in_words(report.ranks)}", f"{name}: {figures_in_words(candidate.ranks)}"]
         by_language = [*_titled(f"by language, {self.model}:", report.by_language_lines()), *_titled(f"by language, {name}:", candidate.by_language_lines())]
-        return lines + by_language + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
+        by_source = [*places_lines(self.by_source, report.queries, self.model), *places_lines(self.compared_by_source, candidate.queries, name)]
+        return lines + by_language + by_source + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
 
     def warnings(self) -> list[str]:
         return self.report.label_warning_lines()
@@ -376,6 +388,11 @@ def results_of(
             )
         )
     return found
+
+
+def answers_by_id(report: EvaluationReport) -> list[Answer]:
+    """Each query's answer by record id, for its figures by source (sources.places_by_source)."""
+    return [(tuple(r.record_id for r in result.relevant), tuple(r.record_id for r in result.returned)) for result in report.results]
 
 
 def average_metrics(results: Sequence[QueryResult]) -> dict[str, float]:

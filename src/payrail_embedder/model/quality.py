@@ -8,7 +8,9 @@ Definitions (docs/operators.md, "The Quality page"):
 - never found: an enabled record in no golden query's top three, so no golden query finds it
   (those golden queries name come first: they should find it and do not);
 - confused: records a and b where a golden query labelled with a (an enabled record) and not
-  with b gets b above a (a lower in its top three, or not in it). Counted per pair, both ways.
+  with b gets b above a (a lower in its top three, or not in it). Counted per pair, both ways;
+- by source: each source's places in the top threes, wanted or not, and its records missed
+  (sources.SourcePlaces), eval's figures by source.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import psycopg
 
 from ..embedders import Embedder
 from ..registry.embedding_model import EmbeddingModel, registry_model
+from ..registry.sources import SourcePlaces, places_by_source
 from .evaluation import METRICS
 from .golden_rankings import Ranked, Ranking, rank_golden_queries
 from .rank_words import closeness, rank_figures
@@ -88,6 +91,8 @@ class QualityReport:
     confusions: list[Confusion]
     # Golden queries without a vector kept, embedded for this report.
     embedded_now: int
+    # The figures of each source of the records in the top threes (sources.places_by_source).
+    by_source: list[SourcePlaces] = field(default_factory=list)
     # The exact rank of each golden query's first record to find: eval's figures (rank_words.rank_figures).
     ranks: dict = field(default_factory=lambda: rank_figures([]))
 
@@ -112,6 +117,7 @@ def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embe
         len(by_provider),
         confusions(rankings),
         embedded_now,
+        places_by_source(conn, [([r.record_id for r in ranking.golden.relevant], [r.record_id for r in ranking.top]) for ranking in rankings]),
         rank_figures([r.first_rank for r in rankings]),
     )
 

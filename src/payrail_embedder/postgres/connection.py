@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote, urlencode
 
 import psycopg
@@ -244,21 +244,26 @@ def pinned_if_needed(conn: PinnedConnection, query: object):
 class PinnedCursor(psycopg.Cursor):
     """A cursor whose every statement runs on the registry's search path (needs_pin)."""
 
+    @property
+    def pinned_connection(self) -> PinnedConnection:
+        # Only a PinnedConnection makes PinnedCursors (its cursor_factory).
+        return cast("PinnedConnection", self.connection)
+
     def execute(self, query, params=None, **options):
-        with pinned_if_needed(self.connection, query):
+        with pinned_if_needed(self.pinned_connection, query):
             return super().execute(query, params, **options)
 
     def executemany(self, query, params_seq, **options):
-        with pinned_if_needed(self.connection, query):
+        with pinned_if_needed(self.pinned_connection, query):
             return super().executemany(query, params_seq, **options)
 
     def stream(self, query, params=None, **options):
-        with pinned_if_needed(self.connection, query):
+        with pinned_if_needed(self.pinned_connection, query):
             yield from super().stream(query, params, **options)
 
     @contextmanager
     def copy(self, statement, params=None, **options):
-        with pinned_if_needed(self.connection, statement), super().copy(statement, params, **options) as copy:
+        with pinned_if_needed(self.pinned_connection, statement), super().copy(statement, params, **options) as copy:
             yield copy
 
 

@@ -57,21 +57,22 @@ LOCK_ATTEMPTS = 3
 @dataclass(frozen=True)
 class Selection:
     """The records a bulk action is for: record_ids when given, else every record the records
-    list's filter matches (text and state as stored.list_records takes them; neither: every record)."""
+    list's filter matches (text, state and source as stored.list_records takes them; none: every record)."""
 
     record_ids: tuple[int, ...] | None = None
     text: str = ""
     state: str | None = None
+    source: str | None = None
 
     @classmethod
     def of_ids(cls, record_ids: Iterable[int]) -> Selection:
         return cls(record_ids=tuple(dict.fromkeys(record_ids)))
 
     @classmethod
-    def matching(cls, text: str = "", state: str | None = None) -> Selection:
+    def matching(cls, text: str = "", state: str | None = None, source: str | None = None) -> Selection:
         """ValueError for an unknown state (one of stored.STATES or None)."""
         stored.check_state(state)
-        return cls(text=text, state=state)
+        return cls(text=text, state=state, source=source)
 
     def _ids(self) -> sql.Composed:
         """A statement selecting the ids of the records it names, in id order (_locked adds the lock)."""
@@ -79,8 +80,10 @@ class Selection:
             where = sql.SQL("pm.id = any({}::bigint[])").format(sql.Literal(list(self.record_ids)))
         else:
             # The records the list shows for the filter (payrail.list_provider_methods).
-            where = sql.SQL("pm.id = any(select l.id from payrail.list_provider_methods({}, {}) as l)").format(
-                sql.Literal(self.text.replace("\x00", "") or None), sql.Literal(self.state)
+            where = sql.SQL("pm.id = any(select l.id from payrail.list_provider_methods({}, {}, p_source => {}) as l)").format(
+                sql.Literal(self.text.replace("\x00", "") or None),
+                sql.Literal(self.state),
+                sql.Literal(self.source.replace("\x00", "\x01") if self.source is not None else None),
             )
         return sql.SQL("select pm.id from payrail.provider_methods as pm where {} order by pm.id").format(where)
 
@@ -93,6 +96,7 @@ class Selection:
         text = self.text.replace("\x00", "")
         words = [f"text {json_text(text[:SELECTION_TEXT_SHOWN] + ('…' if len(text) > SELECTION_TEXT_SHOWN else ''))}" if text else ""]
         words.append(f"state {self.state}" if self.state else "")
+        words.append(f"source {json_text(self.source[:SELECTION_TEXT_SHOWN])}" if self.source is not None else "")
         return ", ".join(filter(None, words)) or "every record"
 
 

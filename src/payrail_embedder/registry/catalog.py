@@ -82,6 +82,20 @@ class ImportInterrupted(CodedError):
         self.report = report
 
 
+def sourced(items: Iterable[Line | Refusal], default: str, override: str | None = None) -> Iterator[Line | Refusal]:
+    """Each line with where its record came from: override (import --source) for every record where
+    given, else the line's own "source" (an export's, so an export imported again keeps its
+    sources); a line that names none gives default (its file's name: sources.of_file) to a new
+    record only, and an existing record keeps its own: a catalog imported again from a file of
+    another name, or a file of fixes, changes no record's source."""
+    for item in items:
+        if isinstance(item, Line) and override is not None:
+            item = replace(item, record=replace(item.record, source=override))
+        elif isinstance(item, Line) and item.record.source is None:
+            item = replace(item, new_source=default)
+        yield item
+
+
 def _batches(items: Iterable[Line | Refusal], size: int) -> Iterator[list[Line | Refusal]]:
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
@@ -161,7 +175,7 @@ class _ImportRun:
     def outcomes_of(self, batch: list[Line | Refusal], run) -> Iterator[tuple[Line | Refusal, Outcome | Refusal | None]]:
         """Each item of the batch with its outcome; run gets the changes and positions of its lines."""
         lines = [item for item in batch if isinstance(item, Line)]
-        outcomes = iter(run([Change(line.record) for line in lines], [self.position(line) for line in lines]) if lines else [])
+        outcomes = iter(run([Change(line.record, new_source=line.new_source) for line in lines], [self.position(line) for line in lines]) if lines else [])
         for item in batch:
             yield item, item if isinstance(item, Refusal) else next(outcomes)
 
@@ -240,7 +254,7 @@ def export_records(conn: psycopg.Connection) -> Iterable[str]:
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         """
-        select provider, method, urls, docs_url, guidance, enabled, mixed_scripts
+        select provider, method, urls, docs_url, guidance, enabled, mixed_scripts, source
         from payrail.provider_methods
         order by payrail._normalize_name(provider), payrail._normalize_name(method)
         """

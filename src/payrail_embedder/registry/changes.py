@@ -22,6 +22,8 @@ class Change:
     # The version the caller read and showed: a save over another version is a Conflict. 0: the
     # record must be new. None: no check (import: whatever is stored under the name is replaced).
     expected_version: int | None = None
+    # The source of a new record whose record names none (an import's file name); an existing record keeps its own.
+    new_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ def as_json(change: AnyChange, embedding: Embedding | None) -> dict:
             "guidance": record.guidance,
             "enabled": record.enabled,
             "mixed_scripts": record.mixed_scripts,
+            "source": record.source,
+            "new_source": change.new_source,
         }
     if embedding is not None:
         fields |= {"embedding_model": embedding.model, "embedding_content_hash": "\\x" + embedding.content_hash.hex()}

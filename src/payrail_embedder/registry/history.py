@@ -1,9 +1,11 @@
-"""Earlier versions of a provider method (payrail.provider_method_history), who saved each, and
-restoring one through the write path, for operators (the CLI and the backoffice)."""
+"""Earlier versions of a provider method (payrail.provider_method_history), who saved each, what
+differs between two versions, and the change that restores one (model.restores previews and saves
+it), for operators (the CLI and the backoffice)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -11,10 +13,10 @@ from psycopg.rows import dict_row
 
 from ..base.reports import Report
 from ..base.safe_text import escape_controls
-from ..embedders import Embedder
 from . import stored, undo
-from .changes import Change, Outcome, Saved
-from .write import save_change
+from .changes import Change, Saved
+from .records import FIELD_LABELS, ProviderMethod
+from .sources import SourceCount, registry_sources
 
 UNKNOWN_AUTHOR = "unknown"
 
@@ -43,13 +45,32 @@ class ListedRecords(Report):
     def describe(self) -> list[str]:
         lines = [
             f"{record['provider']} / {record['method']}  ({record['state']}, version {record['version']}, "
-            f"saved {record['savedAt']} by {escape_controls(record['savedBy'])})"
+            f"from {record['source']}, saved {record['savedAt']} by {escape_controls(record['savedBy'])})"
             for record in self.records
         ]
         return [*lines, f"{len(self.records)} record{'' if len(self.records) == 1 else 's'}"]
 
 
-def listed_records(conn: psycopg.Connection, text: str, state: str | None) -> ListedRecords:
+@dataclass(frozen=True)
+class ListedSources(Report):
+    """`list --sources`: where the records came from, each source with its records and enabled ones."""
+
+    sources: list[SourceCount]
+
+    def to_json(self) -> dict:
+        return {"sources": [{"source": s.source, "records": s.records, "enabled": s.enabled} for s in self.sources]}
+
+    def describe(self) -> list[str]:
+        lines = [f"{s.source}  ({s.records:,} record{'' if s.records == 1 else 's'}, {s.enabled:,} enabled)" for s in self.sources]
+        return [*lines, f"{len(self.sources)} source{'' if len(self.sources) == 1 else 's'}"]
+
+
+def listed_sources(conn: psycopg.Connection) -> ListedSources:
+    """Every source of the registry's records (sources.registry_sources), as `list --sources` shows them."""
+    return ListedSources(registry_sources(conn))
+
+
+def listed_records(conn: psycopg.Connection, text: str, state: str | None, source: str | None = None) -> ListedRecords:
     """The records list's first page (stored.list_records: its filters), as `list` shows it."""
     return ListedRecords(
         [
@@ -59,10 +80,11 @@ def listed_records(conn: psycopg.Connection, text: str, state: str | None) -> Li
                 "method": row["method"],
                 "state": row["state"],
                 "version": row["version"],
+                "source": row["source"],
                 "savedAt": row["updated_at"].isoformat(),
                 "savedBy": author(row["saved_by"], None),
             }
-            for row in stored.list_records(conn, text, state).rows
+            for row in stored.list_records(conn, text, state, source).rows
         ]
     )
 
@@ -88,7 +110,7 @@ class RecordHistory(Report):
             state = ("enabled" if record["enabled"] else "draft") + (", embedded" if record["embedded"] else ", no vector")
             lines = [
                 f"{record['provider']} / {record['method']}: record {record['recordId']}, version {record['version']}, "
-                f"{state}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
+                f"{state}, from {record['source']}, saved {record['savedAt']} by {escape_controls(record['savedBy'])}"
             ]
         if record is not None and record.get("bulkAction"):
             lines.append(f"  saved in {record['bulkAction']['inWords']}")
@@ -100,7 +122,7 @@ class RecordHistory(Report):
                 f"\nhistory {version['historyId']}: version {version['version']} of record {version['recordId']}, saved "
                 f"{version['savedAt']} by {saved_by}; {version['operation']}d {version['changedAt']} by "
                 f"{changed_by} (session {session_user}){in_bulk}",
-                f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'})",
+                f"  {version['provider']} / {version['method']} ({'enabled' if version['enabled'] else 'draft'}, from {version['source']})",
                 f"  docs: {version['docsUrl'] or '-'}",
                 *(f"  url:  {url}" for url in version["urls"]),
                 *(f"  {line}" for line in version["guidance"].split("\n")),
@@ -182,29 +204,102 @@ def history_entry(conn: psycopg.Connection, history_id: int) -> dict | None:
     return conn.cursor(row_factory=dict_row).execute("select * from payrail.provider_method_history where id = %s", (history_id,)).fetchone()
 
 
-def restore(
-    conn: psycopg.Connection,
-    embedder_factory: Callable[[], Embedder],
-    history_id: int,
-    *,
-    as_draft: bool = False,
-    record_id: int | None = None,
-    expected_version: int | None = None,
-) -> tuple[dict, Outcome] | None:
-    """Brings back the public fields a history entry kept, through the write path: (the entry,
-    the save's outcome), or None when there is no such entry (of record_id, if given).
+@dataclass(frozen=True)
+class Restoring:
+    """A restore of a history entry, as the write path takes it: the entry, the record as it is
+    stored now (None: deleted since), and the change that brings the entry's fields back."""
+
+    entry: dict
+    current: dict | None
+    change: Change
+
+    @property
+    def label(self) -> str:
+        """The version restored, in words (an entry kept before versions were numbered has none)."""
+        version = self.entry["version"]
+        return f"version {version}" if version is not None else f"history entry {self.entry['id']}"
+
+    @property
+    def fields(self) -> tuple[FieldChange, ...]:
+        """What the restore changes, field by field (none for a deleted record: it comes back whole)."""
+        return changes(stored.record_of(self.current), self.restored) if self.current is not None else ()
+
+    @property
+    def restored(self) -> ProviderMethod:
+        """The record as the restore leaves it: the entry's fields, in the state it keeps or gets."""
+        kept = self.current["enabled"] if self.current is not None else False
+        return replace(self.change.record, enabled=kept if self.change.record.enabled is None else self.change.record.enabled)
+
+
+def restoring(
+    conn: psycopg.Connection, history_id: int, *, as_draft: bool = False, record_id: int | None = None, expected_version: int | None = None
+) -> Restoring | None:
+    """The restore of a history entry (None when there is none, of record_id if given), saved
+    through the write path by the caller.
 
     The record keeps its enabled state (a draft with as_draft), so other content restored into
     an enabled record is embedded first; a deleted record comes back as a new draft.
-    expected_version: the version the caller showed (a Conflict if it moved); None: as it is now.
+    expected_version: the version the caller showed (a Conflict if it moved); None: the version
+    stored now, so the save is the restore that was read, or a Conflict.
     """
     entry = history_entry(conn, history_id)
     if entry is None or (record_id is not None and entry["provider_method_id"] != record_id):
         return None
-    exists = stored.get(conn, entry["provider_method_id"]) is not None
-    record = replace(stored.record_of(entry), enabled=False if as_draft or not exists else None)
-    change = Change(record, entry["provider_method_id"], expected_version) if exists else Change(record, None, 0)
-    return entry, save_change(conn, embedder_factory, change)
+    current = stored.get(conn, entry["provider_method_id"])
+    record = replace(stored.record_of(entry), enabled=False if as_draft or current is None else None)
+    if current is None:
+        return Restoring(entry, None, Change(record, None, 0))
+    version = current["version"] if expected_version is None else expected_version
+    return Restoring(entry, current, Change(record, entry["provider_method_id"], version))
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """What differs in one field between two versions of a record, as the history shows it."""
+
+    # The field's JSON name, and its label on the record form.
+    name: str
+    label: str
+    before: str
+    after: str
+    # For multi-line text: the lines removed and added, in order, as ("removed" | "added", line).
+    lines: tuple[tuple[str, str], ...] = ()
+
+
+def _shown(record: ProviderMethod, name: str) -> str:
+    if name == "urls":
+        return "\n".join(record.urls)
+    if name == "enabled":
+        return "enabled" if record.enabled else "draft"
+    if name == "mixedScripts":
+        return "yes" if record.mixed_scripts else "no"
+    if name == "source":
+        return record.source or ""
+    return record.to_json().get(name) or ""
+
+
+def differing(first: ProviderMethod, second: ProviderMethod) -> list[str]:
+    """The fields (form names, in the form's order) whose values differ, as the page shows them."""
+    return [name for name in FIELD_LABELS if _shown(first, name) != _shown(second, name)]
+
+
+def changes(before: ProviderMethod, after: ProviderMethod) -> tuple[FieldChange, ...]:
+    """What differs from before to after, field by field, in the form's order."""
+    found = []
+    for name in differing(before, after):
+        label, old, new = FIELD_LABELS[name], _shown(before, name), _shown(after, name)
+        lines: tuple[tuple[str, str], ...] = ()
+        if name in ("guidance", "urls"):
+            old_lines, new_lines = old.split("\n"), new.split("\n")
+            matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+            lines = tuple(
+                item
+                for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+                if tag != "equal"
+                for item in [("removed", line) for line in old_lines[i1:i2]] + [("added", line) for line in new_lines[j1:j2]]
+            )
+        found.append(FieldChange(name, label, old, new, lines))
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import idna
 
 from ..base.input_files import LineLimit, NumberedLine, UnreadableLine, json_lines, open_input
 
-FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled", "mixedScripts")
+FIELDS = ("provider", "method", "urls", "docsUrl", "guidance", "enabled", "mixedScripts", "source")
 REQUIRED = ("provider", "method", "guidance")
 # The JSON name of each column of payrail.provider_methods that a record carries.
 JSON_NAME_OF_COLUMN = {
@@ -24,6 +24,7 @@ JSON_NAME_OF_COLUMN = {
     "guidance": "guidance",
     "enabled": "enabled",
     "mixed_scripts": "mixedScripts",
+    "source": "source",
 }
 # Each field's name for people, by JSON name: the backoffice form's labels (the accessible names
 # DESIGN.md fixes), and how `edit` and the refusals name fields.
@@ -35,17 +36,18 @@ FIELD_LABELS = {
     "guidance": "Guidance",
     "enabled": "Enabled",
     "mixedScripts": "Mixed scripts",
+    "source": "Source",
 }
 
 
 # The longest line a record can take, whoever wrote it: the most characters its fields may hold
-# (provider and method 120 each, 10 URLs of 2,048, docsUrl 2,048, guidance 8,000: 30,768, counted
-# as PostgreSQL counts them, in code points), each written at its longest in JSON, 12 bytes (a
-# character outside the Basic Multilingual Plane as an escaped surrogate pair, "\ud83d\ude00";
-# UTF-8 takes at most 4 bytes, a \u escape 6), and 4,096 bytes for the keys (escaped too), the
-# punctuation and white space between them: 373,312 bytes. Names are stored trimmed and in NFC,
+# (provider and method 120 each, 10 URLs of 2,048, docsUrl 2,048, guidance 8,000, source 255:
+# 31,023, counted as PostgreSQL counts them, in code points), each written at its longest in JSON,
+# 12 bytes (a character outside the Basic Multilingual Plane as an escaped surrogate pair,
+# "\ud83d\ude00"; UTF-8 takes at most 4 bytes, a \u escape 6), and 4,096 bytes for the keys
+# (escaped too), the punctuation and white space between them: 376,372 bytes. Names are stored trimmed and in NFC,
 # so a valid name may be typed longer than 120 characters; the bound leaves it 1,440 bytes.
-RECORD_CHARACTERS = 2 * 120 + 10 * 2_048 + 2_048 + 8_000
+RECORD_CHARACTERS = 2 * 120 + 10 * 2_048 + 2_048 + 8_000 + 255
 RECORD_LINE = LineLimit(12 * RECORD_CHARACTERS + 4_096, "more than any record can take (docs/operators.md, Catalog files)")
 
 
@@ -67,18 +69,25 @@ class ProviderMethod:
     # The operator's word that provider and method mix scripts on purpose (payrail's
     # provider_methods_scripts_check). None: keep an existing record's; a new record has it not.
     mixed_scripts: bool | None = None
+    # Where the record came from (payrail's provider_methods.source): an import's file name,
+    # "backoffice", "edit". None: keep an existing record's; a new record's is then "psql".
+    source: str | None = None
 
     def to_json(self) -> dict:
         """The catalog line's fields; mixedScripts only where it is said (true), so the lines of
-        every other record read as they always have."""
-        return {
-            "provider": self.provider,
-            "method": self.method,
-            "urls": list(self.urls),
-            "docsUrl": self.docs_url,
-            "guidance": self.guidance,
-            "enabled": self.enabled,
-        } | ({"mixedScripts": True} if self.mixed_scripts else {})
+        every other record read as they always have; source where it is known (a stored record's)."""
+        return (
+            {
+                "provider": self.provider,
+                "method": self.method,
+                "urls": list(self.urls),
+                "docsUrl": self.docs_url,
+                "guidance": self.guidance,
+                "enabled": self.enabled,
+            }
+            | ({"mixedScripts": True} if self.mixed_scripts else {})
+            | ({"source": self.source} if self.source is not None else {})
+        )
 
 
 # What a new record starts as, in the editor and the backoffice's form: a draft with guidance's three headings.
@@ -107,6 +116,9 @@ class Line:
     source: str
     line: int
     record: ProviderMethod
+    # The source a new record of this line gets when the line names none (its file's name); an
+    # existing record keeps its own.
+    new_source: str | None = None
 
 
 def parse_record(data: object) -> ProviderMethod:
@@ -134,7 +146,10 @@ def parse_record(data: object) -> ProviderMethod:
     mixed_scripts = data.get("mixedScripts")
     if mixed_scripts is not None and not isinstance(mixed_scripts, bool):
         raise ValueError("mixedScripts must be true or false")
-    record = ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled, mixed_scripts)
+    source = data.get("source")
+    if source is not None and not isinstance(source, str):
+        raise ValueError("source must be a string or null")
+    record = ProviderMethod(data["provider"], data["method"], urls, docs_url, data["guidance"], enabled, mixed_scripts, source)
     problems = unstorable_fields(record)
     if problems:
         raise ValueError(problems[0][1])
@@ -148,7 +163,7 @@ def unstorable_fields(record: ProviderMethod) -> list[tuple[str, str]]:
     than failing a whole import in the driver.
     """
     values: list[tuple[str, str | None]] = [("provider", record.provider), ("method", record.method), ("guidance", record.guidance)]
-    values += [("urls", url) for url in record.urls] + [("docsUrl", record.docs_url)]
+    values += [("urls", url) for url in record.urls] + [("docsUrl", record.docs_url), ("source", record.source)]
     problems = []
     for name, value in values:
         if value is None:

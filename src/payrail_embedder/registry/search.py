@@ -154,7 +154,7 @@ def embed_queries(embedder: Embedder, queries: Sequence[str]) -> list[np.ndarray
 # What payrail._is_blank ignores: a query of these characters alone is empty. White space is
 # payrail._white_space_characters, character for character (Unicode's White_Space but U+0085, and
 # U+FEFF); invisible characters are Unicode's Default_Ignorable_Code_Point
-# (payrail._invisible_characters). tests/test_text_rules.py compares this copy with the
+# (payrail._invisible_characters). tests/sql/test_text_rules.py compares this copy with the
 # database's definitions and rule, character by character.
 QUERY_WHITE_SPACE = "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
 QUERY_INVISIBLE = "".join(

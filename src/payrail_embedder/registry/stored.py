@@ -32,7 +32,7 @@ RECORDS = "payrail.provider_method_states"
 LIST_ENTRIES = "payrail.provider_method_list_entry_states"
 RECORD_COLUMNS = """
   pm.id, pm.version, pm.provider, pm.method, pm.urls, pm.docs_url, pm.guidance, pm.enabled, pm.updated_at, pm.saved_by,
-  pm.mixed_scripts, pm.has_current_vector as embedded
+  pm.mixed_scripts, pm.source, pm.has_current_vector as embedded
 """
 
 
@@ -48,7 +48,9 @@ def as_json(row: dict) -> dict:
 
 
 def record_of(row: Mapping) -> ProviderMethod:
-    return ProviderMethod(row["provider"], row["method"], list(row["urls"]), row["docs_url"], row["guidance"], row["enabled"], row["mixed_scripts"])
+    return ProviderMethod(
+        row["provider"], row["method"], list(row["urls"]), row["docs_url"], row["guidance"], row["enabled"], row["mixed_scripts"], row["source"]
+    )
 
 
 def get(conn: psycopg.Connection, record_id: int) -> dict | None:
@@ -185,6 +187,7 @@ class ShownRecord(Report):
             f"{row['provider']} / {row['method']}",
             f"record {row['id']}, version {row['version']}, {state}: {why}",
             f"saved {row['updated_at'].isoformat()} by {row['saved_by']}",
+            f"source: {row['source']} (operators see where it came from; agents never do)",
             *(f"url: {url}" for url in row["urls"]),
             f"docs: {row['docs_url'] or 'none'}",
             "",
@@ -352,13 +355,14 @@ def check_state(state: str | None) -> None:
         raise ValueError(f"unknown state {state!r}; states are {', '.join(STATES)}")
 
 
-LIST = SelfPinned("select * from payrail.list_provider_methods(%s, %s, %s, %s, %s, %s, %s)")
+LIST = SelfPinned("select * from payrail.list_provider_methods(%s, %s, %s, %s, %s, %s, %s, %s)")
 
 
 def list_records(
     conn: psycopg.Connection,
     text: str = "",
     state: str | None = None,
+    source: str | None = None,
     *,
     after: str | None = None,
     before: str | None = None,
@@ -367,7 +371,7 @@ def list_records(
     """A page of records (get's columns but the text, and its state), by provider and method
     ignoring case: the first `limit` (every one when None), or those after or before a cursor.
     text: only those whose provider, method, guidance, URLs or docs URL contain it, ignoring case;
-    state: only those in it. ValueError for an unknown state or a cursor that is not one.
+    state: only those in it; source: only those that came from it (exactly). ValueError for an unknown state or a cursor that is not one.
 
     payrail.list_provider_methods reads the page in one statement: unfiltered a walk of
     provider_methods_list_order_idx; filtered one scan of the narrow list entries (the same before
@@ -377,9 +381,13 @@ def list_records(
     given = before if backwards else after
     cursor: tuple[str | None, str | None, int | None] = decode_cursor(given) if given is not None else (None, None, None)
     text = text.replace("\x00", "")  # PostgreSQL text cannot hold it; no record does
+    # A source no record can have (PostgreSQL text cannot hold NUL): one that matches none.
+    source = source.replace("\x00", "\x01") if source is not None else None
     # One more than the page: whether there is another after it.
-    found = conn.cursor(row_factory=dict_row).execute(LIST, (text or None, state, limit + 1 if limit is not None else None, *cursor, backwards)).fetchall()
-    matching = found[0]["matching"] if found and (text or state is not None) else None
+    found = (
+        conn.cursor(row_factory=dict_row).execute(LIST, (text or None, state, limit + 1 if limit is not None else None, *cursor, backwards, source)).fetchall()
+    )
+    matching = found[0]["matching"] if found and (text or state is not None or source is not None) else None
     rows = [row for row in found if row["id"] is not None]
     more = limit is not None and len(rows) > limit
     rows = rows[:limit] if limit is not None else rows

@@ -308,6 +308,12 @@ def connections_of(database_url: str, role: str = OPERATOR, *, settles_at: int |
         return settles_at
 
 
+def confirmation(page: str) -> dict:
+    """What a Restore's confirmation page posts (but its CSRF token): the entry, the version it
+    measured, and the digest of what it showed."""
+    return dict(re.findall(r'name="(history_id|version|previewed)" value="([^"]*)"', page))
+
+
 def record_form(record: dict, version: int, token: str, **changes) -> dict:
     """The record page's form fields as the browser posts them."""
     record = {**record, **changes}

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import anyio
 
-from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.settings import Settings
 from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, mcp_client
-from payrail_test_support.backoffice import HttpClient, http_sign_in, record_form
+from payrail_test_support.backoffice import HttpClient, confirmation, http_sign_in, record_form
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
 from payrail_test_support.remote_agents import tool_answer
 
@@ -143,9 +143,12 @@ class BackofficeOperator:
         return self._get(f"/records/{record_id}?query={query.replace(' ', '+')}").body
 
     def restore_oldest(self, record_id: int) -> None:
+        """Restore of the record's oldest version: its confirmation page, then that page's Restore."""
         page = self._get(f"/records/{record_id}").body
         history_ids = re.findall(r'name="history_id" value="(\d+)"', page)
-        reply = self._post(f"/records/{record_id}/restore", {"history_id": history_ids[-1], "version": str(self.version(record_id))})
+        question = self._post(f"/records/{record_id}/restore", {"history_id": history_ids[-1], "version": str(self.version(record_id))})
+        assert question.status == 200 and "Not restored yet" in question.body, (question.status, question.body[:2000])
+        reply = self._post(f"/records/{record_id}/restore", confirmation(question.body))
         assert reply.status == 303, (reply.status, reply.body[:2000])
 
     def delete(self, record_id: int) -> None:

@@ -1,5 +1,5 @@
 """The soak benchmark's checker (benchmarks/soak.py): is a search answer right in the snapshot it
-was given in? tests/test_soak.py shows it catches the wrong answers it exists to catch.
+was given in? tests/postgres/test_soak.py shows it catches the wrong answers it exists to catch.
 
 The connection must have pgvector's types registered (pgvector.psycopg.register_vector) and read
 in the search's own REPEATABLE READ transaction; records must carry the fake OpenAI server's

@@ -55,3 +55,19 @@ def assert_whole_or_nothing(row: dict, dimensions=FAKE_DIMENSIONS) -> bool:
     expected = fake_embedding(record_text(row["provider"], row["method"], row["guidance"]), dimensions)
     np.testing.assert_allclose(row["embedding"].to_numpy(), expected, rtol=1e-6, atol=1e-7)
     return True
+
+
+def scanned(conn, text: str, state_condition: str = "true") -> list[tuple[str, str]]:
+    """What the filter matched before the list entries: every record's text read, lower-cased,
+    searched; (provider, method) in the list's order."""
+    return [
+        tuple(row)
+        for row in conn.execute(
+            f"""select pm.provider, pm.method from payrail.provider_method_states as pm
+                where pg_catalog.strpos(pg_catalog.lower(pm.provider || ' ' || pm.method || ' ' || pm.guidance || ' '
+                      || pg_catalog.array_to_string(pm.urls, ' ') || ' ' || coalesce(pm.docs_url, '')), pg_catalog.lower(%s)) > 0
+                  and {state_condition}
+                order by pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id""",
+            (text,),
+        ).fetchall()
+    ]
