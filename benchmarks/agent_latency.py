@@ -75,12 +75,62 @@ SEMANTIC_QUERIES = [
     "search for flights between two airports",
     "transcribe an audio recording",
 ]
-WORDS = (
-    "account address api audio balance booking calendar card charge city contact currency customer data "
-    "date document email event file flight forecast hotel image invoice language location map message "
-    "order payment phone price product quote rate receipt refund report room route schedule search "
-    "shipment sms stock subscription text ticket time transfer translation user video weather"
-).split()
+WORDS = [
+    "account",
+    "address",
+    "api",
+    "audio",
+    "balance",
+    "booking",
+    "calendar",
+    "card",
+    "charge",
+    "city",
+    "contact",
+    "currency",
+    "customer",
+    "data",
+    "date",
+    "document",
+    "email",
+    "event",
+    "file",
+    "flight",
+    "forecast",
+    "hotel",
+    "image",
+    "invoice",
+    "language",
+    "location",
+    "map",
+    "message",
+    "order",
+    "payment",
+    "phone",
+    "price",
+    "product",
+    "quote",
+    "rate",
+    "receipt",
+    "refund",
+    "report",
+    "room",
+    "route",
+    "schedule",
+    "search",
+    "shipment",
+    "sms",
+    "stock",
+    "subscription",
+    "text",
+    "ticket",
+    "time",
+    "transfer",
+    "translation",
+    "user",
+    "video",
+    "weather",
+]
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -163,7 +213,7 @@ def sql_samples(url: str, embedder: LocalEmbedder, calls: int, *, own_transactio
 
     own_transaction: sent as a statement that is not self-pinned (connection.SelfPinned), in a
     transaction of its own that sets the search path first."""
-    embeddings = dict(zip(SEMANTIC_QUERIES, embedder.embed(SEMANTIC_QUERIES)))
+    embeddings = dict(zip(SEMANTIC_QUERIES, embedder.embed(SEMANTIC_QUERIES), strict=True))
     with connection.connect(url, autocommit=True) as conn:
         statement = str(SEARCH_SQL) if own_transaction else SEARCH_SQL
 
@@ -203,7 +253,7 @@ def pooled_samples(server, url: str, embedder: LocalEmbedder, calls: int) -> tup
                 turns = itertools.cycle((first, second))
                 failed = made = 0
 
-                def call(query):
+                def call(query, turns=turns):
                     nonlocal failed, made
                     made += 1
                     try:

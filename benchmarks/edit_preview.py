@@ -180,7 +180,7 @@ def measure(args, dimensions: int) -> list[tuple[str, list[float], str]]:
             rows = []
             with connection.connect(url, autocommit=True) as conn:
                 for label, change in edits(conn, catalog, golden_lines):
-                    samples, effect = timed(lambda: golden_rankings.measured_edit(conn, embedder, change).effect, args.repeats)
+                    samples, effect = timed(lambda change=change: golden_rankings.measured_edit(conn, embedder, change).effect, args.repeats)
                     gains, loses, displaced = effect.counts()
                     rows.append((f"preview: {label}", samples, f"{len(effect.changes)} changed ({gains} gain, {loses} lose, {displaced} displaced)"))
                 samples, report = timed(lambda: quality.quality_report(conn, embedder), args.repeats)

@@ -107,7 +107,7 @@ def print_table(headers: list[str], rows: list[list], decimals: int = 2) -> None
     cells = [headers] + [[f"{c:.{decimals}f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for number, row in enumerate(cells):
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
         if number == 0:
             print("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
 

@@ -182,16 +182,18 @@ def main() -> None:
     )
     print("| interface | warm ms | while stopped ms | answer while stopped | first after restart ms | answer after restart | stderr lines |")
     print("|---|---:|---:|---|---:|---|---:|")
+
+    def median(samples):
+        return f"{statistics.median(ms for ms, _ in samples):.1f}"
+
+    def answers(samples):
+        return ", ".join(sorted({answer for _, answer in samples}))
+
     for name, row in rows.items():
-
-        def median(phase):
-            return f"{statistics.median(ms for ms, _ in row[phase]):.1f}"
-
-        def answers(phase):
-            return ", ".join(sorted({answer for _, answer in row[phase]}))
-
         label = {"cli": "CLI, new process", "api": "Python API, warm", "mcp": "MCP stdio, warm"}[name]
-        print(f"| {label} | {median('warm')} | {median('down')} | {answers('down')} | {median('back')} | {answers('back')} | {row['stderr lines']} |")
+        print(
+            f"| {label} | {median(row['warm'])} | {median(row['down'])} | {answers(row['down'])} | {median(row['back'])} | {answers(row['back'])} | {row['stderr lines']} |"
+        )
 
     with throwaway_postgres() as server:
         url = server.registry("embedding_outage")

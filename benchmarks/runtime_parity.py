@@ -39,7 +39,7 @@ def answers(conn, embedder: LocalEmbedder, queries, vectors) -> list[list[tuple[
     """Each query's answer through the product's search, given its vector."""
     return [
         [(m["provider"], m["method"]) for m in search.search_provider_methods(search.holding(conn), lambda: embedder, q.query, query_vector=v)]
-        for q, v in zip(queries, vectors)
+        for q, v in zip(queries, vectors, strict=True)
     ]
 
 
@@ -111,7 +111,7 @@ def main() -> None:
         ["metric", "torch", "onnx", "identical"],
         [(m, torch_run["metrics"][m], onnx_run["metrics"][m], torch_run["metrics"][m] == onnx_run["metrics"][m]) for m in METRICS],
     )
-    same = sum(a == b for a, b in zip(torch_run["answers"], onnx_run["answers"]))
+    same = sum(a == b for a, b in zip(torch_run["answers"], onnx_run["answers"], strict=True))
     print(f"answers: {same} of {len(queries)} queries get the same three records in the same order\n")
 
     semantic = [i for i, named in enumerate(torch_run["name_path"]) if not named]

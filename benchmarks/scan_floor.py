@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from functools import partial
 
 import numpy as np
 import psycopg
@@ -42,7 +43,7 @@ HALF_VECTORS = "payrail.provider_method_half_vectors"
 
 def p50_ms(run, queries: list[np.ndarray]) -> float:
     """The median of one run per query, after 3 runs that warm up caches and prepare statements."""
-    times = [timed(lambda: run(q))[1] for q in [*queries[:3], *queries]]
+    times = [timed(partial(run, q))[1] for q in [*queries[:3], *queries]]
     return statistics.median(times[3:])
 
 

@@ -34,6 +34,7 @@ import statistics
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 # OpenBLAS's idle threads spin for about 0.1 s of CPU after every call on all cores (measured:
@@ -168,6 +169,10 @@ def timed(run) -> tuple[object, float]:
     return result, (time.perf_counter() - started) * 1000
 
 
+def fetch_all(conn: psycopg.Connection, sql, params) -> list:
+    return conn.execute(sql, params).fetchall()
+
+
 def first_pass_workers(url: str, table: str, queries: list[np.ndarray]) -> tuple[int, float]:
     """The workers the first pass over `table` plans, as PostgreSQL prints its plans
     (debug_print_plan) in a new session where every statement of the search is planned afresh,
@@ -205,11 +210,11 @@ def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generat
             provider = catalog_record(int(rng.integers(count)))["provider"].lower()
 
             with threadpool_limits(limits=1):
-                top, numpy_ms = timed(lambda: top3(matrix, q))
-            _, numpy_all_cores_ms = timed(lambda: top3(matrix, q))
-            semantic, semantic_ms = timed(lambda: conn.execute(SEARCH, (f"benchmark question {number}", q, MODEL)).fetchall())
-            alone, one_core_ms = timed(lambda: one_core.execute(SEARCH, (f"benchmark question {number}", q, MODEL)).fetchall())
-            named, name_ms = timed(lambda: conn.execute(NAME_SEARCH, (provider,)).fetchall())
+                top, numpy_ms = timed(partial(top3, matrix, q))
+            _, numpy_all_cores_ms = timed(partial(top3, matrix, q))
+            semantic, semantic_ms = timed(partial(fetch_all, conn, SEARCH, (f"benchmark question {number}", q, MODEL)))
+            alone, one_core_ms = timed(partial(fetch_all, one_core, SEARCH, (f"benchmark question {number}", q, MODEL)))
+            named, name_ms = timed(partial(fetch_all, conn, NAME_SEARCH, (provider,)))
 
             if number == 0:  # the same answer, or the comparison is meaningless
                 expected = [catalog_record(int(i))["method"] for i in top]
@@ -223,7 +228,7 @@ def latencies(url: str, matrix: np.ndarray, queries: int, rng: np.random.Generat
                 times["name after semantic"].append(name_ms)
         for number in range(queries + 5):
             provider = catalog_record(int(rng.integers(count)))["provider"].lower()
-            _, name_ms = timed(lambda: conn.execute(NAME_SEARCH, (provider,)).fetchall())
+            _, name_ms = timed(partial(fetch_all, conn, NAME_SEARCH, (provider,)))
             if number >= 5:
                 times["name"].append(name_ms)
     return times
@@ -298,10 +303,7 @@ def main() -> None:
                 database = f"speed_{dimensions}_{size}"
                 url = server.registry(database)
                 matrix = full[:size]
-                if args.load == "import":
-                    load_seconds = load_by_import(url, fake, size, scratch)
-                else:
-                    load_seconds = load_by_copy(url, matrix, args.storage)
+                load_seconds = load_by_import(url, fake, size, scratch) if args.load == "import" else load_by_copy(url, matrix, args.storage)
                 # Dropping the half-precision table cannot be undone: the exact first pass comes last.
                 analyzed = False
                 for state, first_pass in [("after load", "half"), ("after analyze", "half"), ("after analyze", "exact")]:

@@ -51,6 +51,7 @@ from payrail_embedder.registry.records import Line, ProviderMethod
 from payrail_embedder.registry.search import embed_queries
 from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, fake_embedding
 from payrail_test_support.search_checker import SEARCH_SQL, check_answer
+from sync_throughput import WORDS
 
 SEARCH_CLIENTS = 4
 SYNC_INTERVAL = 0.2
@@ -60,11 +61,6 @@ EDIT_INTERVAL = 0.01
 STOP_GRACE = 60.0
 EXAMPLES_KEPT = 20
 
-WORDS = (
-    "hotel availability flight offers weather forecast payment refund invoice geocode address route "
-    "sms email translate currency exchange rate stock quote search index image caption speech text "
-    "calendar booking ticket parcel tracking tax validation identity check map tiles news feed"
-).split()
 # Method names several providers share, so method-name queries meet the limit of 3.
 SHARED_METHODS = ["Search", "Create a refund", "Get a quote"]
 

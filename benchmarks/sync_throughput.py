@@ -21,11 +21,47 @@ from pathlib import Path
 
 from payrail_embedder.embedders import Embedder
 
-WORDS = (
-    "hotel availability flight offers weather forecast payment refund invoice geocode address route "
-    "sms email translate currency exchange rate stock quote search index image caption speech text "
-    "calendar booking ticket parcel tracking tax validation identity check map tiles news feed"
-).split()
+WORDS = [
+    "hotel",
+    "availability",
+    "flight",
+    "offers",
+    "weather",
+    "forecast",
+    "payment",
+    "refund",
+    "invoice",
+    "geocode",
+    "address",
+    "route",
+    "sms",
+    "email",
+    "translate",
+    "currency",
+    "exchange",
+    "rate",
+    "stock",
+    "quote",
+    "search",
+    "index",
+    "image",
+    "caption",
+    "speech",
+    "text",
+    "calendar",
+    "booking",
+    "ticket",
+    "parcel",
+    "tracking",
+    "tax",
+    "validation",
+    "identity",
+    "check",
+    "map",
+    "tiles",
+    "news",
+    "feed",
+]
 
 
 def generated_records(count: int) -> list[tuple[str, str, str]]:
@@ -110,7 +146,7 @@ def main() -> None:
             local = CountingEmbedder(LocalEmbedder(runtime=runtime))
             local.embed(["warm up: load the model before the clock starts"])
             local.calls = 0
-            results.append(run(server, f"local_{runtime}", local, records, lambda: local.calls))
+            results.append(run(server, f"local_{runtime}", local, records, lambda local=local: local.calls))
 
         fake = FakeOpenAI().start()
         try:

@@ -78,7 +78,7 @@ def main() -> None:
             code, summary, _ = row[0]
             print(
                 f"| {summary} (`{code}`) | "
-                + " | ".join(f"{records:,} ({records / measured[name][0]:.0%})" for (_, _, records), name in zip(row, measured))
+                + " | ".join(f"{records:,} ({records / measured[name][0]:.0%})" for (_, _, records), name in zip(row, measured, strict=True))
                 + " |"
             )
         print()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import icu
@@ -84,7 +85,7 @@ def bracket_expression(ranges: list[tuple[int, str]], wanted) -> str:
     """The inside of a regular expression bracket matching the code points of the runs for whose
     script set wanted is true."""
     merged: list[list[int]] = []
-    for (start, scripts), following in zip(ranges, ranges[1:] + [(0x110000, "")]):
+    for (start, scripts), following in pairwise([*ranges, (0x110000, "")]):
         if not wanted(scripts):
             continue
         start = max(start, 1)

@@ -399,7 +399,7 @@ def test_cli_searches_waiting_on_a_hanging_service_hold_no_connection(cli_env, d
                 search.kill()
     assert (code, answer) == (0, {"matches": expected_name_matches("Stripe")}), (answer, stderr)
     assert all(still_waiting), "a search gave up before the name was answered"
-    for search, (stdout, stderr) in zip(searches, outputs):
+    for search, (stdout, stderr) in zip(searches, outputs, strict=True):
         assert search.returncode == 0, (stdout, stderr)
         assert json.loads(stdout) == {"matches": expected_semantic_matches(SEMANTIC_QUERY)}, stderr
         assert "Traceback" not in stderr

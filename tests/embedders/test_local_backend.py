@@ -68,7 +68,7 @@ def test_local_vectors_are_deterministic(local_embedder):
     first = local_embedder.embed(texts)
     second = local_embedder.embed(texts)
 
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6)
     # Distinct texts really do get distinct vectors (determinism is not a constant output).
     assert not np.allclose(first[0], first[1], atol=1e-3)

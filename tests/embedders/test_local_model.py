@@ -259,7 +259,7 @@ def test_concurrent_first_uses_export_the_graph_once_and_agree(tmp_path, torch_e
     ]
     outputs = [process.communicate(timeout=600) for process in processes]
 
-    for process, (out, err) in zip(processes, outputs):
+    for process, (_, err) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, err[-2000:]
     expected = torch_embedder.embed([SEMANTIC_QUESTION])[0]
     for out, _ in outputs:

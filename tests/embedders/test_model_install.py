@@ -309,7 +309,7 @@ def test_model_list_shows_any_tuning_json_escaped_or_says_why_not_and_never_fail
     """Before: a FIFO or a link to /dev/zero hung `model list`, nesting, NaN and wrong types ended in
     a traceback, and terminal escapes and bidirectional controls reached the terminal raw."""
     models = tmp_path / "data" / "models"
-    for n, (kind, (plant, _)) in enumerate(MANIFESTS.items()):
+    for n, (plant, _) in enumerate(MANIFESTS.values()):
         model_dir = models / f"{BASE}-tuned-{n:012x}"
         model_dir.mkdir(parents=True)
         (model_dir / "modules.json").write_text("[]")

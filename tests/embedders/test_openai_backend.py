@@ -268,7 +268,7 @@ def test_openai_embedder_returns_the_servers_vectors(openai_fake):
     vectors = direct_embedder(openai_fake).embed(texts)
 
     assert len(vectors) == len(texts)
-    for text, vector in zip(texts, vectors):
+    for text, vector in zip(texts, vectors, strict=True):
         assert vector.shape == (FAKE_DIMENSIONS,)
         assert vector.dtype == np.float32
         np.testing.assert_allclose(vector, fake_embedding(text), atol=1e-6)
@@ -284,7 +284,7 @@ def test_openai_embedder_keeps_order_across_batches(openai_fake):
     vectors = direct_embedder(openai_fake, batch_size=2).embed(texts)
 
     assert [request["input"] for request in openai_fake.requests] == [texts[0:2], texts[2:4], texts[4:5]]
-    for text, vector in zip(texts, vectors):
+    for text, vector in zip(texts, vectors, strict=True):
         np.testing.assert_allclose(vector, fake_embedding(text), atol=1e-6)
 
 

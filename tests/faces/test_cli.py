@@ -97,7 +97,7 @@ def stored_row(url: str, provider: str, method: str) -> dict:
         ).fetchone()
     assert row is not None, (provider, method)
     keys = ("provider", "method", "urls", "docsUrl", "guidance", "enabled", "embedding", "embedding_model")
-    return dict(zip(keys, row))
+    return dict(zip(keys, row, strict=True))
 
 
 def assert_embedded_from(row: dict, record: dict) -> None:
@@ -577,9 +577,8 @@ def test_deployment_login_roles_run_the_workflow(cli_env, database_url, openai_f
         agent_env = {**cli_env, "PAYRAIL_DATABASE_URL": url_for(agent)}
         matches = search_matches(agent_env, "Acme Travel")
         assert [(m["provider"], m["method"]) for m in matches] == [("Acme Travel", "Hotel Search")]
-        with psycopg.connect(url_for(agent)) as conn:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("select provider from payrail.provider_methods")
+        with psycopg.connect(url_for(agent)) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("select provider from payrail.provider_methods")
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(f"drop role if exists {operator}")

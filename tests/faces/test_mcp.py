@@ -159,29 +159,28 @@ def test_streamable_http_on_localhost(mcp_env, tmp_path):
     from mcp.client import Client
 
     port = unused_port()
-    log = open(tmp_path / "http.log", "w")
-    server = subprocess.Popen([str(CLI), "mcp", "--http", str(port)], env=mcp_env, cwd=REPO, stdout=log, stderr=log)
-    try:
+    with open(tmp_path / "http.log", "w") as log:
+        server = subprocess.Popen([str(CLI), "mcp", "--http", str(port)], env=mcp_env, cwd=REPO, stdout=log, stderr=log)
+        try:
 
-        def listening() -> bool:
-            assert server.poll() is None, (tmp_path / "http.log").read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            except OSError:
-                return False
-            return True
+            def listening() -> bool:
+                assert server.poll() is None, (tmp_path / "http.log").read_text()
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except OSError:
+                    return False
+                return True
 
-        # Its start is imports and the pool's first connection: seconds alone, over 30 s with four
-        # workers on two cores; the wait is for liveness, not a measure of speed (benchmarks time it).
-        wait_until(listening, lambda: f"the MCP server to listen on {port}: {(tmp_path / 'http.log').read_text()}", timeout=90)
+            # Its start is imports and the pool's first connection: seconds alone, over 30 s with four
+            # workers on two cores; the wait is for liveness, not a measure of speed (benchmarks time it).
+            wait_until(listening, lambda: f"the MCP server to listen on {port}: {(tmp_path / 'http.log').read_text()}", timeout=90)
 
-        async def main():
-            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                return await client.call_tool(TOOL, {"query": "stripe"})
+            async def main():
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    return await client.call_tool(TOOL, {"query": "stripe"})
 
-        result = anyio.run(main)
-        assert result.structured_content == {"matches": [as_match(r) for r in CATALOG[:2]]}
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+            result = anyio.run(main)
+            assert result.structured_content == {"matches": [as_match(r) for r in CATALOG[:2]]}
+        finally:
+            server.terminate()
+            server.wait(timeout=10)

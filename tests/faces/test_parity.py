@@ -82,7 +82,7 @@ def cli_answers(env: dict[str, str]) -> dict[str, dict]:
         return json.loads(result.stdout)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        return dict(zip(QUERIES, pool.map(ask, QUERIES)))
+        return dict(zip(QUERIES, pool.map(ask, QUERIES), strict=True))
 
 
 def mcp_answers(env: dict[str, str], errlog) -> dict[str, dict]:

@@ -204,9 +204,11 @@ def assert_carried_over_and_working(
         history = conn.execute("select id, provider from payrail.provider_method_history where id > %s order by id", (last_history_id,)).fetchall()
     assert sorted(provider for _, provider in history) == ["Acme Maps", "Amadeus", "Duffel", "Twilio"]
     # The golden queries' rules came through: a record they name is not deleted while they do.
-    with psycopg.connect(url) as conn:
-        with pytest.raises(psycopg.errors.ForeignKeyViolation, match='"Stripe / Create a refund" is not deleted: 1 golden query names it'):
-            conn.execute("delete from payrail.provider_methods where method = 'Create a refund'")
+    with (
+        psycopg.connect(url) as conn,
+        pytest.raises(psycopg.errors.ForeignKeyViolation, match='"Stripe / Create a refund" is not deleted: 1 golden query names it'),
+    ):
+        conn.execute("delete from payrail.provider_methods where method = 'Create a refund'")
 
 
 @pytest.mark.slow

@@ -282,7 +282,7 @@ def sql_answers(url: str) -> dict[str, dict]:
                 "select provider, method, urls, docs_url, guidance from payrail.search_provider_methods(%s, %s::vector, %s)",
                 (query, vector, None if vector is None else FAKE_MODEL),
             ).fetchall()
-            answers[query] = {"matches": [dict(zip(keys, row)) for row in rows]}
+            answers[query] = {"matches": [dict(zip(keys, row, strict=True)) for row in rows]}
         return answers
 
 
@@ -310,8 +310,12 @@ def test_every_interface_at_once_through_pgbouncer(pool_mode, server, catalog_ur
         registry = api_registry(agents)
         for number in range(4):
             run.agent(f"api-{number}", lambda: mismatches(expected, {q: answer_json(registry, q) for q in QUERIES}))
-        run.agent("mcp-stdio", lambda: mismatches(expected, dict(zip(QUERIES, mcp_stdio_answers(agents, QUERIES, tmp_path / "mcp.log")))), pause=PROCESS_PAUSE)
-        run.agent("mcp-http", lambda: mismatches(expected, dict(zip(QUERIES, mcp_http.answers(QUERIES)))))
+        run.agent(
+            "mcp-stdio",
+            lambda: mismatches(expected, dict(zip(QUERIES, mcp_stdio_answers(agents, QUERIES, tmp_path / "mcp.log"), strict=True))),
+            pause=PROCESS_PAUSE,
+        )
+        run.agent("mcp-http", lambda: mismatches(expected, dict(zip(QUERIES, mcp_http.answers(QUERIES), strict=True))))
         cli_queries = {query: expected[query] for query in (NAME_QUERIES[0], SEMANTIC_QUERY)}
         run.agent("cli", lambda: mismatches(cli_queries, {query: cli_answer(agents, query) for query in cli_queries}), pause=PROCESS_PAUSE)
 

@@ -15,7 +15,7 @@ import anyio
 import psycopg
 import pytest
 
-from payrail_embedder.api import Registry
+from payrail_embedder.faces.api import Registry
 from payrail_embedder.postgres.connection import connect
 from payrail_embedder.registry import bulk
 from payrail_test_support.agent_helpers import mcp_client

@@ -301,7 +301,7 @@ def test_model_switch_stages_while_the_old_model_answers_resumes_after_a_failure
     assert cli_json(cli_env, "search", "--json", "Stripe")[1]["matches"] == [public(CATALOG[2])]
 
     code, report, _ = cli_json(new_env, "model", "switch", NEW_MODEL, "--json")
-    assert (code, report["switched"], report["error"] if "error" in report else None) == (0, False, None)
+    assert (code, report["switched"], report.get("error")) == (0, False, None)
     assert "already uses" in run_cli(new_env, "model", "switch", NEW_MODEL).stdout
 
 

@@ -68,9 +68,8 @@ def test_the_logins_statement_timeout_ends_a_search_that_waits(database_url, age
 
 
 def test_the_logins_connection_limit_refuses_one_more_session(agent_login):
-    with psycopg.connect(agent_login), psycopg.connect(agent_login):
-        with pytest.raises(psycopg.OperationalError, match="too many connections for role"):
-            psycopg.connect(agent_login)
+    with psycopg.connect(agent_login), psycopg.connect(agent_login), pytest.raises(psycopg.OperationalError, match="too many connections for role"):
+        psycopg.connect(agent_login)
 
 
 def test_a_session_that_lifts_its_logins_statement_timeout_cannot_search_however_it_lifts_it(agent_login):
@@ -123,9 +122,8 @@ def test_every_face_says_in_words_that_the_session_lifted_its_logins_limit(agent
     assert answer["error"] == "search_unavailable" and answer["detail"].startswith(refusal(login)), answer
     # The Python API, lifted by the connection string's options.
     url = f"{agent_login}&options=-c%20statement_timeout%3D0"
-    with api_registry(cli_environment(url, openai_fake, tmp_path)) as registry:
-        with pytest.raises(SearchUnavailable) as raised:
-            registry.search_provider_methods("Stripe")
+    with api_registry(cli_environment(url, openai_fake, tmp_path)) as registry, pytest.raises(SearchUnavailable) as raised:
+        registry.search_provider_methods("Stripe")
     assert raised.value.cause == "configuration" and raised.value.detail.startswith(refusal(login)), raised.value.detail
 
 
@@ -192,11 +190,13 @@ def test_an_agent_login_that_gives_itself_other_settings_is_held_to_the_bounds_a
         assert raised.value.diag.message_primary.startswith("idle_in_transaction_session_timeout is 0 (off) in this session, but login ")
         agent.execute("set idle_in_transaction_session_timeout = '10s'")
         assert agent.execute("select payrail.query_takes_name_path('Stripe')").fetchone() == (False,), "at its bounds it searches"
-    with psycopg.connect(kept_agent, autocommit=True, options="-c statement_timeout=300ms -c idle_in_transaction_session_timeout=5s") as agent:
-        with psycopg.connect(database_url) as editor:
-            editor.execute("lock table payrail.provider_methods in access exclusive mode")
-            with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
-                agent.execute(SEARCH)
+    with (
+        psycopg.connect(kept_agent, autocommit=True, options="-c statement_timeout=300ms -c idle_in_transaction_session_timeout=5s") as agent,
+        psycopg.connect(database_url) as editor,
+    ):
+        editor.execute("lock table payrail.provider_methods in access exclusive mode")
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            agent.execute(SEARCH)
 
 
 @pytest.mark.parametrize(("option", "value"), [("--statement-timeout", "0"), ("--idle-in-transaction-timeout", "0ms")])

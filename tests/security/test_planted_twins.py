@@ -169,7 +169,9 @@ def twins_of(conn: psycopg.Connection, found: set[Call]) -> set[Twin]:
                 continue  # count(*), row_number(): called without arguments, no twin can take them
         arguments = list(call.arguments) + [None] * (len(declared) - len(call.arguments))
         types = []
-        for written, own in zip(arguments, declared):
+        # A call of a VARIADIC "any" function (format, jsonb_build_object) passes more arguments
+        # than the function declares: the twin takes the declared ones.
+        for written, own in zip(arguments, declared, strict=False):
             if written is not None and written < 0:  # op ANY (array): the array's element type
                 written = conn.execute("select typelem from pg_catalog.pg_type where oid = %s", (-written,)).fetchone()[0]
             types.append(written if written is not None else own)

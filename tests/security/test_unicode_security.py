@@ -49,7 +49,7 @@ def test_the_skeleton_is_icus_on_every_character(database_url):
             """,
             (texts,),
         ).fetchone()
-    compared = [(text, got) for text, pg_nfd, got in zip(texts, decomposed, in_sql) if pg_nfd == nfd.normalize(text)]
+    compared = [(text, got) for text, pg_nfd, got in zip(texts, decomposed, in_sql, strict=True) if pg_nfd == nfd.normalize(text)]
     assert len(compared) > 0.9 * len(texts)
     differing = [(text, got, checker.getSkeleton(0, text)) for text, got in compared if got != checker.getSkeleton(0, text)]
     assert differing == [], differing[:20]

@@ -62,7 +62,7 @@ def agent_lookup(url: str, query: str) -> tuple[str | None, str]:
 
 
 def delta(before: dict, after: dict) -> dict:
-    return {name: tuple(a - b for a, b in zip(after[name], before[name])) for name in after}
+    return {name: tuple(a - b for a, b in zip(after[name], before[name], strict=True)) for name in after}
 
 
 @pytest.mark.parametrize(

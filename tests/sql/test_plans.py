@@ -124,9 +124,9 @@ def lookups(conn: psycopg.Connection, run) -> dict:
         before = conn.execute(COUNTERS).fetchone()
         run()
         after = conn.execute(COUNTERS).fetchone()
-    records, history, indexes, normalized = (int(a - b) for a, b in zip(after, before))
+    records, history, indexes, normalized = (int(a - b) for a, b in zip(after, before, strict=True))
     return {
-        "sequential scans": {table: n for table, n in zip(TABLES, (records, history)) if n},
+        "sequential scans": {table: n for table, n in zip(TABLES, (records, history), strict=True) if n},
         "index scans": indexes,
         "names normalized": normalized,
     }

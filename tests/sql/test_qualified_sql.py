@@ -168,7 +168,7 @@ def check_sql(text: str, where: str, bare: set[str]) -> list[Problem]:
     # operator(...) takes the precedence of "any other operator", below * and + and above the
     # comparisons: what the text means must be what it would mean with each operator unqualified.
     unqualified = pglast.parse_sql(QUALIFIED_OPERATOR.sub(r"\1", text))
-    for raw, plain in zip(pglast.parse_sql(text), unqualified):
+    for raw, plain in zip(pglast.parse_sql(text), unqualified, strict=True):
         if meaning(raw.stmt) != meaning(plain.stmt):
             problems.append(
                 Problem(

@@ -105,7 +105,7 @@ def test_mcp_refuses_a_never_valid_query_while_the_database_is_down(env, tmp_pat
                 return [await client.call_tool("search_provider_methods", {"query": query}) for query in [*NEVER_VALID, "Stripe"]]
 
     *refused, control = anyio.run(main)
-    for query, result in zip(NEVER_VALID, refused):
+    for query, result in zip(NEVER_VALID, refused, strict=True):
         assert result.is_error, query
         assert json.loads(result.content[0].text)["error"] == "invalid_query", (query, result.content[0].text)
     assert json.loads(control.content[0].text)["error"] == "search_unavailable"

@@ -57,7 +57,7 @@ def load(conn: psycopg.Connection, vectors: np.ndarray, enabled: np.ndarray) -> 
     guidance = "Purpose: random two-pass test record."
     with conn.cursor().copy(copy_sql) as copy:
         copy.set_types(["text", "text", "text", "bool", "vector", "text", "bytea"])
-        for number, (vector, is_enabled) in enumerate(zip(vectors, enabled)):
+        for number, (vector, is_enabled) in enumerate(zip(vectors, enabled, strict=True)):
             # Providers in the reverse order of numbers, so names, not insertion, break ties.
             provider, method = f"Provider {9999 - number // 7:04d}", f"method {number:05d}"
             copy.write_row((provider, method, guidance, bool(is_enabled), vector, MODEL, content_hash(provider, method, guidance)))

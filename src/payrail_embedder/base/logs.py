@@ -131,10 +131,7 @@ class LineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         keys = self.fields(record)
-        if self.log_format == "json":
-            line = json.dumps(keys, ensure_ascii=False)
-        else:
-            line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in keys.items())
+        line = json.dumps(keys, ensure_ascii=False) if self.log_format == "json" else " ".join(f"{key}={_logfmt_value(value)}" for key, value in keys.items())
         # The control characters JSON leaves raw (C1, DEL, U+2028, ...) only ever occur inside a
         # quoted value (logfmt leaves a value bare only if it is printable), where JSON's escape
         # reads back as the same character.

@@ -86,10 +86,7 @@ def _known_secrets() -> list[str]:
 def scrub(text: str) -> str:
     """text with every configured secret and everything shaped like one replaced by HIDDEN."""
     for secret in _known_secrets():
-        if len(secret) >= MIN_SECRET_LENGTH:
-            text = text.replace(secret, HIDDEN)
-        else:
-            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", HIDDEN, text)
+        text = text.replace(secret, HIDDEN) if len(secret) >= MIN_SECRET_LENGTH else re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", HIDDEN, text)
     for shape, replacement in SHAPES:
         text = shape.sub(replacement, text)
     return text

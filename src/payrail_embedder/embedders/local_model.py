@@ -183,7 +183,7 @@ class OnnxSentenceEncoder:
         width = max(len(encoding.ids) for encoding in encodings)
         arrays = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in INPUTS}
         for row, encoding in enumerate(encodings):
-            for name, values in zip(INPUTS, (encoding.ids, encoding.attention_mask, encoding.type_ids)):
+            for name, values in zip(INPUTS, (encoding.ids, encoding.attention_mask, encoding.type_ids), strict=True):
                 arrays[name][row, : len(values)] = values
         (tokens,) = self._session.run([TOKEN_EMBEDDINGS], {name: arrays[name] for name in self._inputs})
         return self._pool(tokens, arrays["attention_mask"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import psycopg
 from psycopg.rows import dict_row
@@ -118,7 +119,7 @@ def stage(
             raise EmbeddingUnavailable(f"{embedder.model_name} returned {len(vectors[0])} dimensions, earlier {report.dimensions}")
         report.dimensions = len(vectors[0])
         unwritten = []
-        for record, vector in zip(batch, vectors):
+        for record, vector in zip(batch, vectors, strict=True):
             if not conn.execute(STAGE, {"model": embedder.model_name, "embedding": vector, **record}).rowcount:
                 unwritten.append(record["id"])
         return unwritten
@@ -179,7 +180,7 @@ def switch_model(
             report.error = f"golden queries: {reason(error)}"
             return report
         try:
-            report.moved, report.drafts_cleared = connection.retry_transient(lambda: _switch(conn, model))
+            report.moved, report.drafts_cleared = connection.retry_transient(partial(_switch, conn, model))
         except psycopg.Error as error:
             # PYE02: a record was edited after it was staged. Stage it again and retry, a few times.
             if error.sqlstate != errcodes.EMBEDDING_MODEL_MISMATCH or attempt == PASSES:

@@ -203,8 +203,8 @@ class NormalizedNames:
             """,
             ([provider for provider, _ in pairs], [method for _, method in pairs]),
         ).fetchall()
-        self._key = {pair: (provider, method) for pair, (provider, method, _, _) in zip(pairs, rows)}
-        self._record = {pair: (record_id, enabled) for pair, (_, _, record_id, enabled) in zip(pairs, rows) if record_id is not None}
+        self._key = {pair: (provider, method) for pair, (provider, method, _, _) in zip(pairs, rows, strict=True)}
+        self._record = {pair: (record_id, enabled) for pair, (_, _, record_id, enabled) in zip(pairs, rows, strict=True) if record_id is not None}
 
     def pair(self, provider: str, method: str) -> Pair:
         """The comparison key of the pair."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, Protocol, TypeVar
 
 import psycopg
@@ -64,20 +65,20 @@ def save_measured(
     (sent,), refused = storable([change])
     if refused:
         return Measured(refused[0], None, False, None)
+
+    def once(embedding: Embedding | None) -> tuple[dict, M | None, bool]:
+        with conn.transaction() as transaction:
+            measure.before(conn)
+            (answer,) = answered(conn, [sent], [embedding])
+            measured = measure.after(conn, saved_of(answer, embedding)) if answer["outcome"] in SAVED else None
+            kept = measured is not None and keep(measured)
+            if not kept:
+                raise psycopg.Rollback(transaction)  # the block ends here, rolled back
+        return answer, measured, kept
+
     for _ in range(MOST_CALLS):
         measure.prepare(conn, embedding)
-
-        def once() -> tuple[dict, M | None, bool]:
-            with conn.transaction() as transaction:
-                measure.before(conn)
-                (answer,) = answered(conn, [sent], [embedding])
-                measured = measure.after(conn, saved_of(answer, embedding)) if answer["outcome"] in SAVED else None
-                kept = measured is not None and keep(measured)
-                if not kept:
-                    raise psycopg.Rollback(transaction)  # the block ends here, rolled back
-            return answer, measured, kept
-
-        answer, measured, committed = retry_transient(once)
+        answer, measured, committed = retry_transient(partial(once, embedding))
         if answer["outcome"] != "needs_embedding":
             outcome = saved_of(answer, embedding) if answer["outcome"] in SAVED else unsaved_of(answer, [0])
             return Measured(outcome, measured, committed, embedding)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import psycopg
 from psycopg.rows import dict_row
@@ -106,7 +107,7 @@ def embed_in_batches(
                 if not batch:
                     continue
                 vectors = checked_vectors(embedder.embed([r["text"] for r in batch]), len(batch), embedder.model_name)
-                unwritten = connection.retry_transient(lambda: _write(conn, write_batch, batch, vectors))
+                unwritten = connection.retry_transient(partial(_write, conn, write_batch, batch, vectors))
             except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
                 run.error = reason(error)
                 run.pending = todo_names[start:] + changed_names
@@ -127,7 +128,7 @@ def embed_in_batches(
 
 def _write(conn: psycopg.Connection, write_batch: WriteBatch, batch: Sequence[dict], vectors: Sequence) -> list[int]:
     """One batch in one transaction, its records in id order (embedded shortest first)."""
-    by_id = sorted(zip(batch, vectors), key=lambda pair: pair[0]["id"])
+    by_id = sorted(zip(batch, vectors, strict=True), key=lambda pair: pair[0]["id"])
     with conn.transaction():
         return write_batch([record for record, _ in by_id], [vector for _, vector in by_id])
 
@@ -244,14 +245,14 @@ def sync(
     def write_vectors(batch: Sequence[dict], vectors: Sequence) -> list[int]:
         """Saves each record's vector; one whose content changed meanwhile (its vector stale) or that
         was deleted is left out (the batch is saved all or nothing), and returned."""
-        left = [(AsStored(r["id"]), Embedding(v, embedder.model_name, bytes(r["content_hash"]))) for r, v in zip(batch, vectors)]
+        left = [(AsStored(r["id"]), Embedding(v, embedder.model_name, bytes(r["content_hash"]))) for r, v in zip(batch, vectors, strict=True)]
         unwritten: list[int] = []
         while left:
             outcomes = [a["outcome"] for a in answered(conn, [c for c, _ in left], [e for _, e in left])]
             if all(outcome in ("updated", "unchanged") for outcome in outcomes):
                 break
-            unwritten += [c.record_id for (c, _), outcome in zip(left, outcomes) if outcome != "ready"]
-            left = [pair for pair, outcome in zip(left, outcomes) if outcome == "ready"]
+            unwritten += [c.record_id for (c, _), outcome in zip(left, outcomes, strict=True) if outcome != "ready"]
+            left = [pair for pair, outcome in zip(left, outcomes, strict=True) if outcome == "ready"]
         return unwritten
 
     run = embed_in_batches(

@@ -372,7 +372,7 @@ def _restore_result(
     """What the restore did or would do, or each record the write path refuses to bring back and why (nothing restored)."""
     refusals = [
         f"{escape_controls(names[record_id])} cannot come back: {outcome.reason}"
-        for record_id, outcome in zip(ids, outcomes)
+        for record_id, outcome in zip(ids, outcomes, strict=True)
         if outcome is not None and not isinstance(outcome, Saved)
     ]
     return UndoResult(action, ids, names, tuple(_named(refusals)), applied=not preview and not refusals, reenabled=reenabled)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TypeVar
 
 import psycopg
@@ -74,7 +75,9 @@ def answered(
     do with each answer (sync)."""
     vectors = [e.vector if e is not None else None for e in embeddings] if any(e is not None for e in embeddings) else None
     try:
-        cursor = conn.cursor(row_factory=dict_row).execute(SAVE, (Jsonb([as_json(c, e) for c, e in zip(changes, embeddings)]), vectors, embed_drafts, checked))
+        cursor = conn.cursor(row_factory=dict_row).execute(
+            SAVE, (Jsonb([as_json(c, e) for c, e in zip(changes, embeddings, strict=True)]), vectors, embed_drafts, checked)
+        )
     except psycopg.Error as error:
         if error.sqlstate == errcodes.INVALID_PARAMETER_VALUE and error.diag.column_name == "embedding":
             # The database refused the vector the model returned (its length: payrail._is_storable_vector_length).
@@ -108,7 +111,7 @@ def embedded(embedder_factory: Callable[[], Embedder], answers: Sequence[dict], 
     for batch in batched(answers, embedder.batch_size):
         vectors = checked_vectors(embedder.embed([a["embedding_text"] for a in batch]), len(batch), embedder.model_name)
         refuse_other_dimensions(model, embedder, vectors[0].size)
-        made += [Embedding(vector, embedder.model_name, bytes(a["embedding_content_hash"])) for a, vector in zip(batch, vectors)]
+        made += [Embedding(vector, embedder.model_name, bytes(a["embedding_content_hash"])) for a, vector in zip(batch, vectors, strict=True)]
         progress(len(batch))
     return made
 
@@ -152,8 +155,8 @@ def save_changes(
     for _ in range(MOST_CALLS):
         if not todo:
             return outcomes
-        answers = retry_transient(lambda: _call(conn, [sent[i] for i in todo], [made[i] for i in todo], embed_drafts, checked, in_transaction))
-        unsaved = {i: unsaved_of(a, todo) for i, a in zip(todo, answers) if a["outcome"] in ("refused", "conflict")}
+        answers = retry_transient(partial(_call, conn, [sent[i] for i in todo], [made[i] for i in todo], embed_drafts, checked, in_transaction))
+        unsaved = {i: unsaved_of(a, todo) for i, a in zip(todo, answers, strict=True) if a["outcome"] in ("refused", "conflict")}
         if unsaved:
             for i, outcome in unsaved.items():
                 outcomes[i] = outcome
@@ -161,12 +164,12 @@ def save_changes(
                 return outcomes
             todo = [i for i in todo if i not in unsaved]
             continue
-        needing = [(i, a) for i, a in zip(todo, answers) if a["outcome"] == "needs_embedding"]
+        needing = [(i, a) for i, a in zip(todo, answers, strict=True) if a["outcome"] == "needs_embedding"]
         if not needing:
-            for i, answer in zip(todo, answers):
+            for i, answer in zip(todo, answers, strict=True):
                 outcomes[i] = saved_of(answer, made[i])
             return outcomes
-        for (i, _), embedding in zip(needing, embedded(embedder_factory, [a for _, a in needing], progress)):
+        for (i, _), embedding in zip(needing, embedded(embedder_factory, [a for _, a in needing], progress), strict=True):
             made[i] = embedding
     raise TransientFailure("the records kept changing while they were embedded and saved; nothing was saved, run it again")
 
@@ -222,7 +225,7 @@ def check_changes(
 
     outcomes: list[Refused | Conflict | None] = [refused.get(i) for i in range(len(changes))]
     first_of_key = {} if seen is None else seen
-    for i, answer in zip(todo, retry_transient(judged)):
+    for i, answer in zip(todo, retry_transient(judged), strict=True):
         if answer["outcome"] in ("refused", "conflict"):
             outcomes[i] = unsaved_of(answer, [positions[j] for j in todo])
             continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 
 # nodes/primnodes.h, CoercionForm: what the parser added to make an argument fit.
 IMPLICIT_CAST = "2"
@@ -81,12 +82,10 @@ def written(node):
     while isinstance(node, Node):
         if node.kind == "FUNCEXPR" and node["funcformat"] == IMPLICIT_CAST:
             node = node["args"][0]
-        elif (
+        elif node.kind == "NAMEDARGEXPR" or (
             node.kind in ("RELABELTYPE", "COERCEVIAIO", "ARRAYCOERCEEXPR")
             and node.get({"RELABELTYPE": "relabelformat", "COERCEVIAIO": "coerceformat", "ARRAYCOERCEEXPR": "coerceformat"}[node.kind]) == IMPLICIT_CAST
         ):
-            node = node["arg"]
-        elif node.kind == "NAMEDARGEXPR":
             node = node["arg"]
         else:
             return node
@@ -172,7 +171,7 @@ def calls(tree) -> Iterator[Call]:
             left, right = types(node["args"])
             yield Call("operator", int(node["opno"]), (left, -right if right else None))
         elif node.kind == "ROWCOMPAREEXPR":
-            for opno, left, right in zip(node["opnos"][1:], node["largs"], node["rargs"]):
+            for opno, left, right in zip(node["opnos"][1:], node["largs"], node["rargs"], strict=True):
                 yield Call("operator", int(opno), types([left, right]))
         elif node.kind == "FUNCEXPR" and node["funcformat"] not in CAST_FORMATS:
             returns_set = node["funcretset"] == "true"
@@ -195,7 +194,7 @@ def logged_trees(stderr: str, wanted) -> Iterator[Node]:
     (the innermost PL/pgSQL or SQL function of the message's context, by the name it printed),
     None for a statement the session sent itself."""
     starts = [m.end() for m in MESSAGE.finditer(stderr)] + [len(stderr)]
-    for start, end in zip(starts, starts[1:]):
+    for start, end in pairwise(starts):
         message = stderr[start:end]
         frame = FRAME.search(message.partition("\nCONTEXT:  ")[2])
         if wanted((frame.group(1) or frame.group(2)) if frame else None):

@@ -171,10 +171,7 @@ class FakeOpenAI:
                 data = []
                 for index, text in enumerate(inputs):
                     vector = fake.embedding(text, dimensions) * fake.scale
-                    if base64_asked:
-                        embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode()
-                    else:
-                        embedding = vector.tolist()
+                    embedding = base64.b64encode(vector.astype("<f4").tobytes()).decode() if base64_asked else vector.tolist()
                     data.append({"object": "embedding", "index": index, "embedding": embedding})
                 return {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 

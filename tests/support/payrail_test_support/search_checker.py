@@ -42,7 +42,7 @@ def check_answer(conn: psycopg.Connection, query: str, path: str, rows: list[tup
         """,
         ([p for p, _ in returned], [m for _, m in returned]),
     ).fetchall()
-    for row, (provider, method, record_id, enabled, urls, docs_url, guidance, embedding, model, current, registry) in zip(rows, stored):
+    for row, (provider, method, record_id, enabled, urls, docs_url, guidance, embedding, model, current, registry) in zip(rows, stored, strict=True):
         label = f"{provider} / {method}"
         if record_id is None:
             problems.append(f"returned {label}, which does not exist")
@@ -84,7 +84,7 @@ def semantic_problems(returned: list[tuple[str, str]], enabled: list[dict], vect
     # Equal distances may come back in either order in float32: same length, and each position's
     # distance equal to the expected one within the tolerance.
     if len(set(returned)) == len(returned) == len(expected) and all(
-        name in distance_of and abs(distance_of[name] - distance_of[want]) <= TIE_TOLERANCE for name, want in zip(returned, expected)
+        name in distance_of and abs(distance_of[name] - distance_of[want]) <= TIE_TOLERANCE for name, want in zip(returned, expected, strict=True)
     ):
         return [], True
     return [f"semantic path: returned {returned}, expected {expected}"], False
