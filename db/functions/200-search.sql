@@ -156,7 +156,6 @@ as $$
     order by (found.pm).id, found.rank
   ) as m
   order by m.rank, payrail._normalize_name((m.pm).provider), payrail._normalize_name((m.pm).method)
-  limit 3
 $$;
 
 comment on function payrail._name_path_matches(text, bigint) is
@@ -166,7 +165,8 @@ p_counted_draft_id, when given, counts that record as enabled (payrail.preview_s
 
 Names compare normalized (payrail._normalize_name). A pair is written "provider method" or
 "provider / method". Order: pair matches, then provider matches, then method matches; ties by
-normalized provider, then normalized method. At most 3 rows.$$;
+normalized provider, then normalized method. Every match, in that order: search returns the first
+3, and a golden query's wanted record further down has its place in it as its rank (db/SEARCH.md).$$;
 
 create or replace function payrail.query_takes_name_path(query text)
 returns boolean
@@ -331,9 +331,12 @@ begin
   perform payrail._refuse_lifted_limits();
   perform payrail._check_query(p_query);
 
+  -- The first 3 of the name path's order.
   return query
     select m.provider, m.method, m.urls, m.docs_url, m.guidance
-    from payrail._name_path_matches(p_query, p_counted_draft_id) as m;
+    from rows from (payrail._name_path_matches(p_query, p_counted_draft_id)) with ordinality as m
+    order by m.ordinality
+    limit 3;
   if found then
     return;
   end if;

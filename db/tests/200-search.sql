@@ -1,6 +1,6 @@
 -- payrail.search_provider_methods and payrail.query_takes_name_path (DESIGN.md, "Search").
 begin;
-select plan(37);
+select plan(38);
 
 -- Before any embedding model is set there is no vector, so the semantic path has no answer.
 select is_empty(
@@ -58,6 +58,12 @@ select results_eq(
   $$select provider, method from payrail.search_provider_methods('acme')$$,
   $$values ('Acme', 'Flights'), ('Acme', 'Hotel Search'), ('Acme', 'Pay')$$,
   'name path: a provider name returns its first 3 methods by normalized method name');
+-- Every match, in the same order, is what a golden query's wanted record is ranked in: search's
+-- three are its first three, and Acme / Weather has rank 4 (payrail_embedder's wanted_ranks).
+select results_eq(
+  $$select m.provider, m.method, m.ordinality from rows from (payrail._name_path_matches('acme')) with ordinality as m$$,
+  $$values ('Acme', 'Flights', 1::bigint), ('Acme', 'Hotel Search', 2), ('Acme', 'Pay', 3), ('Acme', 'Weather', 4)$$,
+  'name path: _name_path_matches returns every match in search''s order, search the first 3');
 select results_eq(
   $$select provider, method from payrail.search_provider_methods(E'  ACME \t')$$,
   $$values ('Acme', 'Flights'), ('Acme', 'Hotel Search'), ('Acme', 'Pay')$$,

@@ -423,3 +423,60 @@ def test_the_delete_page_names_the_golden_queries_that_go_with_the_record(page, 
         CONDITIONS: [MORE[0]["method"]],
         "geocode or weather": [WEATHER["method"]],
     }
+
+
+# --- exact ranks (issue 43) ------------------------------------------------------------------------
+
+FAR = "check that a street address exists, then send a text message to translate"
+
+
+def eval_ranks(env) -> dict[str, list[int | None]]:
+    """Each golden query's records' exact ranks as eval gives them (its misses)."""
+    return {miss["query"]: [r["rank"] for r in miss["ranks"]] for miss in eval_report(env)["misses"]}
+
+
+def in_words(rank: int | None) -> str:
+    if rank is None or rank <= 3:
+        return f"rank {rank}"
+    return f"rank {rank}: {rank - 3} {'place' if rank == 4 else 'places'} from the top three"
+
+
+def test_ranks_past_the_top_three_sort_the_quality_pages_misses_show_on_a_records_page_and_move_in_a_preview(page, golden_registry, database_url, tmp_path):
+    assert run_cli(golden_registry, "golden", "add", FAR, "--relevant", name(MORE[0])).returncode == 0
+    ranks = eval_ranks(golden_registry)
+    far = ranks[FAR][0]
+    assert far > 3 and ranks[REVERSE] == [None], ranks
+    # The Quality page: eval's hit@10 and median rank; the misses, the closest first (none ranked
+    # last), each with its ranks in words.
+    figures = eval_report(golden_registry)["ranks"]
+    page.goto("/quality")
+    table = page.get_by_role("table").first
+    expect(table.get_by_role("row", name="hit@10")).to_contain_text(f"{figures['hit@10']:.3f}")
+    expect(table.get_by_role("row", name="median rank")).to_contain_text(f"{figures['medianRank']:g}")
+    misses = page.get_by_role("region", name=re.compile(r"^Misses: "))
+    order = sorted(ranks, key=lambda query: (ranks[query][0] is None, ranks[query][0] or 0))
+    expect(misses.get_by_role("heading", level=3)).to_have_text(order)
+    far_miss = misses.get_by_role("listitem").filter(has=page.get_by_role("heading", name=FAR))
+    expect(far_miss.locator(".ranks")).to_have_text(f"Ranks: {name(MORE[0])}: {in_words(far)}.")
+    expect(misses.get_by_role("listitem").filter(has=page.get_by_role("heading", name=REVERSE)).locator(".ranks")).to_contain_text(
+        "not ranked: a draft, which search never returns"
+    )
+    # The record's page: its golden query with its rank.
+    forecast = record_id(database_url, MORE[0])
+    page.goto(f"/records/{forecast}")
+    item = page.get_by_role("region", name="Golden queries").get_by_role("listitem").filter(has=page.get_by_role("heading", name=FAR))
+    expect(item.locator(".missed")).to_contain_text(f"Not in the top three: {in_words(far)}.")
+    # A preview that brings it nearer: its rank before and after, what eval then finds.
+    page.get_by_label("Guidance").fill("Purpose: weather forecast for a city, by the hour; send it as a text message.")
+    page.get_by_role("button", name="Preview changes").click()
+    effect = page.get_by_role("region", name="What saving changes")
+    moved = effect.get_by_role("listitem").filter(has=page.get_by_role("link", name=FAR))
+    expect(moved.locator(".rank-moves")).to_contain_text(f"{name(MORE[0])} (this record): rank {far} -> ")
+    said = moved.locator(".rank-moves").inner_text()
+    take_screenshot(page, tmp_path, "backoffice-preview-ranks.png", full_page=True)
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status").filter(has_text="Saved")).to_be_visible()
+    after = eval_ranks(golden_registry).get(FAR, [None])[0]
+    tops = eval_tops(database_url, golden_registry)[FAR]
+    after = tops.index(name(MORE[0])) + 1 if name(MORE[0]) in tops else after
+    assert f"rank {far} -> {after};" in said, (said, after)

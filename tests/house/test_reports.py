@@ -31,7 +31,13 @@ from payrail_embedder.registry.write import Saved
 SAVED_AT = datetime(2026, 12, 6, 5, 30, tzinfo=UTC)
 METRICS = {metric: 0.5 for metric in evaluation.METRICS}
 BETTER = {metric: 0.75 for metric in evaluation.METRICS}
-MISS = {"line": 4, "query": "refund a card payment", "relevant": [["Stripe", "Refund"]], "returned": [["Adyen", "Cancel"]]}
+MISS = {
+    "line": 4,
+    "query": "refund a card payment",
+    "relevant": [["Stripe", "Refund"]],
+    "returned": [["Adyen", "Cancel"]],
+    "ranks": [{"provider": "Stripe", "method": "Refund", "recordId": 3, "enabled": True, "rank": 41, "fromTopThree": 38}],
+}
 STORED = {
     "id": 7,
     "version": 3,

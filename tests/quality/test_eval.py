@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from payrail_test_support.cli import cli_import, cli_json, run_cli
-from payrail_test_support.openai_fake import FAKE_MODEL
-from payrail_test_support.ranking import normalized, search_answer
+from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
+from payrail_test_support.ranking import DECIDING_GAP, cosine_ranking, fake_vector, name_key, name_path, normalized, search_answer
 
 CATALOG = [
     ("Stripe", "Create a PaymentIntent", "Purpose: Charge a customer card in a chosen currency.", True),
@@ -119,6 +119,68 @@ def test_eval_reports_the_metrics_of_the_search_path(cli_env, openai_fake, regis
     assert f"{len(missed_lines)} missed" in text.stdout
     for line in missed_lines:
         assert f"line {line}: {LABELLED[line - 1]['query']}" in text.stdout
+
+
+def expected_rank(query: str, pair: list[str]) -> int | None:
+    """A relevant record's rank in search's whole order, written out here: its place among every
+    match of the name path, else among every enabled record by exact distance, ties by names;
+    None for a draft or a record the name path passes over. Refuses a near tie around it."""
+    enabled = [r for r in RECORDS if r["enabled"]]
+    key = (normalized(pair[0]), normalized(pair[1]))
+    named = name_path(enabled, query, limit=None)
+    if named:
+        return next((rank for rank, r in enumerate(named, start=1) if name_key(r) == key), None)
+    ranked = cosine_ranking(enabled, fake_embedding(query, FAKE_DIMENSIONS), fake_vector)
+    for rank, (distance, record) in enumerate(ranked, start=1):
+        if name_key(record) == key:
+            assert all(d == distance or abs(d - distance) > DECIDING_GAP for d, _ in ranked), f"a near tie decides {pair}'s rank"
+            return rank
+    return None
+
+
+# LABELLED and queries whose records search puts far down: a miss at rank 5, one at 7.
+RANKED = [
+    *LABELLED,
+    {"query": "hotel room prices for tonight", "relevant": [["Twilio", "Send an SMS"]]},
+    {"query": "card charge in a currency", "relevant": [["OpenWeather", "Daily forecast"], ["Duffel", "Search flights"]]},
+]
+
+
+def test_eval_gives_every_relevant_records_exact_rank_in_searchs_whole_order(cli_env, registry, tmp_path):
+    labelled = tmp_path / "ranked.jsonl"
+    labelled.write_text("".join(json.dumps(item) + "\n" for item in RANKED))
+    expected = [[expected_rank(item["query"], pair) for pair in item["relevant"]] for item in RANKED]
+    firsts = [min((rank for rank in ranks if rank is not None), default=None) for ranks in expected]
+    ranked = sorted(rank for rank in firsts if rank is not None)
+    # The file holds ranks past the top three, a draft (no rank), ranks 1 to 3 and a name-path query.
+    assert max(ranked) > 3 and None in firsts and 1 in ranked
+
+    code, report, stderr = cli_json(cli_env, "eval", "--json", labelled)
+
+    assert code == 0, (report, stderr)
+    assert report["ranks"] == {
+        "meanRank": pytest.approx(sum(ranked) / len(ranked)),
+        "medianRank": pytest.approx((ranked[(len(ranked) - 1) // 2] + ranked[len(ranked) // 2]) / 2),
+        "hit@10": pytest.approx(sum(rank <= 10 for rank in ranked) / len(RANKED)),
+        "unranked": firsts.count(None),
+    }
+    assert [m["line"] for m in report["misses"]] == [line for line, rank in enumerate(firsts, start=1) if rank is None or rank > 3]
+    for miss in report["misses"]:
+        ranks = expected[miss["line"] - 1]
+        assert [r["rank"] for r in miss["ranks"]] == ranks, miss
+        assert [r["fromTopThree"] for r in miss["ranks"]] == [None if rank is None else max(0, rank - 3) for rank in ranks]
+
+    # The registry's own model as --compare's candidate, ranked in memory: the same ranks.
+    code, compared, stderr = cli_json(cli_env, "eval", "--json", labelled, "--compare", FAKE_MODEL)
+    assert code == 0, (compared, stderr)
+    assert (compared["compare"]["ranks"], compared["compare"]["misses"]) == (report["ranks"], report["misses"])
+
+    text = run_cli(cli_env, "eval", str(labelled))
+    assert text.returncode == 0, text.stderr
+    assert f"rank of the first record to find: mean {sum(ranked) / len(ranked):.1f}" in text.stdout
+    far = max(ranked)
+    assert f"rank {far}: {far - 3} places from the top three" in text.stdout
+    assert "Amadeus / Hotel Search: not ranked: a draft, which search never returns" in text.stdout
 
 
 def test_eval_refuses_a_malformed_labelled_file(cli_env, tmp_path):
@@ -227,8 +289,14 @@ def test_compare_ranks_a_candidate_in_memory_exactly_as_the_registry_ranks(cli_e
     code, report, stderr = cli_json(cli_env, "eval", "--json", registry, "--compare", FAKE_MODEL)
 
     assert code == 0, (report, stderr)
-    # The same model ranks alike, so its figures by source are the registry's too.
-    assert report["compare"] == {"model": FAKE_MODEL, "metrics": report["metrics"], "misses": report["misses"], "bySource": report["bySource"]}
+    # The same model ranks alike, so its ranks and figures by source are the registry's too.
+    assert report["compare"] == {
+        "model": FAKE_MODEL,
+        "metrics": report["metrics"],
+        "ranks": report["ranks"],
+        "misses": report["misses"],
+        "bySource": report["bySource"],
+    }
     assert report["bySource"] and {f["source"] for f in report["bySource"]} == {"catalog.jsonl"}
     # LABELLED holds queries of both paths (an exact provider name among them), hits and misses.
     assert report["misses"] and report["metrics"] == pytest.approx(expected_report()[0], abs=1e-9)

@@ -140,7 +140,10 @@ def test_preview_draft_without_a_query_lists_the_golden_queries_enabling_it_chan
     assert (effect["record"]["method"], effect["enabled"], effect["goldenQueries"]) == ("Reverse geocode", True, 3)
     [change] = [c for c in effect["changes"] if c["query"] == "turn latitude and longitude into a postal address"]
     assert change["gains"] and change["verdict"] == "better" and change["after"][0]["method"] == "Reverse geocode"
+    # A draft has no rank; enabled, the first place: each record it should find with both.
+    assert [(r["method"], r["before"], r["after"]) for r in change["ranks"]] == [("Reverse geocode", None, 1)]
     text = run_cli(registry, "preview", "--draft", "Acme Maps / Reverse geocode").stdout
+    assert "   ranks: Acme Maps / Reverse geocode: not ranked -> rank 1; now in the top three\n" in text, text
     assert text.startswith(f"{len(effect['changes'])} of 3 golden queries' top three would change"), text
     # Nothing was enabled; once it is, eval finds what the preview said, and nothing else changed.
     before = eval_tops(database_url, registry)

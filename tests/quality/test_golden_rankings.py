@@ -16,11 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.model import golden_rankings
+from payrail_embedder.model import golden_answers, golden_rankings, rank_words
 from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres.connection import connect, naming_pgvector
 from payrail_embedder.registry import golden
 from payrail_embedder.registry.records import ProviderMethod
+from payrail_embedder.registry.search import embed_queries
 from payrail_embedder.registry.write import Change, Refused, Saved, save_changes
 from payrail_test_support.openai_fake import FAKE_MODEL
 
@@ -62,6 +63,10 @@ GOLDEN = [
     ("Acme / Book flight", ["Acme / Book flight"]),
     ("route", ["Initech / Route"]),
     ("Skyfleet", ["Acme / Book flight"]),
+    # A record far from its query: its rank is past the top three.
+    ("book a hotel room or a flight", ["Globex / Send SMS"]),
+    # A name whose matches leave out the record it should find: no rank.
+    ("Acme", ["Globex / Send SMS"]),
 ]
 
 
@@ -97,6 +102,42 @@ def ranked_tops(conn, embedder_factory) -> dict[str, list[tuple[str, str]]]:
     return tops[0]
 
 
+# Every enabled record in search's semantic order for one query vector, written out in full: the
+# exact distance to the query scaled to unit length, then the normalized provider and method.
+FULL_ORDER = """
+select p.id, pg_catalog.row_number() over (
+  order by p.embedding operator({pgvector}.<=>) {pgvector}.l2_normalize(%s::{pgvector}.vector),
+           payrail._normalize_name(p.provider), payrail._normalize_name(p.method))
+from payrail.provider_methods as p
+where p.enabled
+"""
+
+
+def full_order_ranks(conn, embedder_factory) -> dict[str, dict[int, int | None]]:
+    """Each golden query's wanted records' ranks from the full order of every enabled record: the
+    name path's every match when the query is a name, else FULL_ORDER; a record in neither (a
+    draft, a record the name path passes over) has none."""
+    goldens = golden.golden_queries(conn)
+    vectors = embed_queries(embedder_factory(), [g.query for g in goldens])
+    ranks = {}
+    for g, vector in zip(goldens, vectors):
+        named = conn.execute("select m.id, m.ordinality from rows from (payrail._name_path_matches(%s)) with ordinality as m", (g.query,)).fetchall()
+        order = dict(named or conn.execute(naming_pgvector(conn, FULL_ORDER), (vector,)).fetchall())
+        ranks[g.query] = {r.record_id: order.get(r.record_id) for r in g.relevant}
+    return ranks
+
+
+def ranked_ranks(conn, embedder_factory) -> dict[str, dict[int, int | None]]:
+    """Each golden query's wanted records' ranks as rank_golden_queries gives them, by search and
+    by the one pass, which must agree."""
+    ranks = [
+        {r.golden.query: dict(r.ranks) for r in golden_rankings.rank_golden_queries(conn, embedder_factory, search_at_most=most)[0]}
+        for most in (golden_rankings.SEARCH_AT_MOST, 0)
+    ]
+    assert ranks[0] == ranks[1]
+    return ranks[0]
+
+
 def pairs(ranking) -> list[tuple[str, str]]:
     return [(m.provider, m.method) for m in ranking.top]
 
@@ -117,11 +158,13 @@ def said(change: golden_rankings.QueryChange) -> tuple:
 def check_edit(conn, embedder_factory, change: Change) -> golden_rankings.Effect:
     """The effect of change against eval before and after it is saved; returns the effect."""
     before = eval_tops(conn, embedder_factory)
+    ranks_before = full_order_ranks(conn, embedder_factory)
     preview = golden_rankings.measured_edit(conn, embedder_factory, change)
     effect = preview.effect
     # Ranked by one pass over every record's vector instead of search: the same effect.
     in_one_pass = golden_rankings.measured_edit(conn, embedder_factory, change, embedding=preview.embedding, search_at_most=0).effect
     assert [said(c) for c in in_one_pass.changes] == [said(c) for c in effect.changes]
+    assert [c.to_json() for c in in_one_pass.moves] == [c.to_json() for c in effect.moves]
     if effect.outcome is not None:
         # Refused before the save: the save refuses it too, and nothing changes.
         assert not isinstance(save_changes(conn, embedder_factory, [change])[0], Saved)
@@ -135,6 +178,19 @@ def check_edit(conn, embedder_factory, change: Change) -> golden_rankings.Effect
     for query, change_of_query in changed.items():
         assert (pairs(change_of_query.before), pairs(change_of_query.after)) == (before[query], after[query]), query
     assert ranked_tops(conn, embedder_factory) == after
+    # Every wanted record's rank, before and after, is its place in the full order; the preview
+    # names every golden query where one moves: with its top three (changes) or without (moves).
+    ranks_after = full_order_ranks(conn, embedder_factory)
+    assert ranked_ranks(conn, embedder_factory) == ranks_after
+    moved = {q for q in ranks_before if ranks_before[q] != ranks_after[q]}
+    assert {m.golden.query for m in effect.moves} == moved - set(changed), (effect.to_json(), ranks_before, ranks_after)
+    for c in [*effect.changes, *effect.moves]:
+        assert (dict(c.before.ranks), dict(c.after.ranks)) == (ranks_before[c.golden.query], ranks_after[c.golden.query]), c.golden.query
+    # What edit and preview --draft print: each move in words, the largest moves (MOVES_SHOWN) among them.
+    printed = "\n".join(effect.describe())
+    for c in [*effect.changes, *effect.moves[: golden_answers.MOVES_SHOWN]]:
+        for r, was, will in c.rank_changes:
+            assert f"{r.provider} / {r.method}: {rank_words.move_in_words(was, will)}" in printed, printed
     return effect
 
 
@@ -147,6 +203,15 @@ def edited(conn, name: tuple[str, str], **fields) -> Change:
 def test_edits_are_previewed_as_eval_finds_them_after_the_save(conn, embedder_factory):
     """One registry, edited step by step (each step checked against eval before and after)."""
     assert ranked_tops(conn, embedder_factory) == eval_tops(conn, embedder_factory)
+    ranks = ranked_ranks(conn, embedder_factory)
+    assert ranks == full_order_ranks(conn, embedder_factory)
+    ids = {f"{p} / {m}": i for i, p, m in conn.execute("select id, provider, method from payrail.provider_methods")}
+    # A draft has no rank, nor a record the name path passes over; a tie is broken by the names;
+    # and a record far from the query has its place among all ten enabled records.
+    assert ranks["hotel map"] == {ids["Stark / Hotel map"]: None}
+    assert ranks["Globex"][ids["Globex / Send SMS"]] in (1, 2) and ranks["Acme"] == {ids["Globex / Send SMS"]: None}
+    assert ranks["room hotel book"] == {ids["Hotel Room / Book"]: 2}
+    assert ranks["book a hotel room or a flight"][ids["Globex / Send SMS"]] > 3
 
     # Enabling a draft: the query labelled with it gains it, first, and something else leaves.
     effect = check_edit(conn, embedder_factory, edited(conn, ("Stark", "Hotel map"), enabled=True))

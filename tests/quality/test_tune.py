@@ -366,7 +366,13 @@ def test_a_tuned_model_improves_held_apart_queries_and_every_interface_uses_it_a
     assert after["metrics"]["hit@3"] >= before["metrics"]["hit@3"] + 0.3, (before["metrics"], after["metrics"])
     assert after["metrics"]["mrr@3"] >= before["metrics"]["mrr@3"] + 0.25, (before["metrics"], after["metrics"])
     # eval --compare told beforehand exactly what the switch brought.
-    assert compared["compare"] == {"model": name, "metrics": after["metrics"], "misses": after["misses"]}
+    assert compared["compare"] == {
+        "model": name,
+        "metrics": after["metrics"],
+        "ranks": after["ranks"],
+        "misses": after["misses"],
+        "bySource": after["bySource"],
+    }
 
     # Every interface answers as the tuned model, the process started before the switch included.
     code, searched, stderr = cli_json(env, "search", "--json", query)

@@ -49,9 +49,10 @@ def floor_option(name: str, metric: str):
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"queries", "metrics", "misses", "labelWarnings", "belowFloors", "bySource": [{"source", "enabled", "places", '
-    '"wanted", "unwanted", "missed"}, ...]}, "byLanguage": {LANGUAGE: {"queries", "metrics"}} when a query has a language tag, '
-    'and with --compare "compare": {"model", "metrics", "misses", "bySource"} (and its "byLanguage").',
+    help='Print {"queries", "metrics", "ranks": {"meanRank", "medianRank", "hit@10", "unranked"}, "misses", "labelWarnings", '
+    '"belowFloors", "bySource": [{"source", "enabled", "places", "wanted", "unwanted", "missed"}, ...]}, each miss with "ranks" '
+    '(each relevant record\'s "rank" and "fromTopThree"), "byLanguage": {LANGUAGE: {"queries", "metrics"}} when a query has a '
+    'language tag, and with --compare "compare": {"model", "metrics", "ranks", "misses", "bySource"} (and its "byLanguage").',
 )
 @click.pass_obj
 def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_mrr, as_json):
@@ -63,12 +64,15 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
     and optionally "language": a tag of 2 to 8 letters, digits and hyphens ("en", "de", "zh").
     Every query goes through the same search path as `search`, against the configured registry
     (the queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
-    recall@3 and MRR@3, and the queries with no relevant method in the top 3, each with the three
-    that came instead; when a query has a language tag (a line's, or a golden query's), the
-    metrics of each language too (queries without one as "untagged"). By source: for each catalog
-    the answers' records came from (`list --sources`), the top-three places its records take, how
-    many of those a query should find (wanted) or not (unwanted), and how many of its records a
-    query should find are not in its top three (missed): which catalog takes whose places. Labels naming a record the
+    recall@3 and MRR@3; the exact rank of each query's first relevant record among every enabled
+    record, in search's order (its mean and median, and hit@10); and the queries with no relevant
+    method in the top 3, each with the three that came instead and each relevant record's rank
+    ("rank 41: 38 places from the top three"; for operators: agents get three records); when a
+    query has a language tag (a line's, or a golden query's), the metrics of each language too
+    (queries without one as "untagged"). By source: for each catalog the answers' records came
+    from (`list --sources`), the top-three places its records take, how many of those a query
+    should find (wanted) or not (unwanted), and how many of its records a query should find are
+    not in its top three (missed): which catalog takes whose places. Labels naming a record the
     registry lacks, or holds only as a draft, are warned about. Exits 3 when a metric is below its floor
     (--min-hit-at-3, --min-mrr), naming it; 1 when search is unavailable; 2 for bad input.
     """

@@ -61,7 +61,8 @@ def search(settings: Settings, query, as_json):
     "as_json",
     is_flag=True,
     help='Print {"matches": [...]} or {"error", "detail"}, as search --json does; without QUERY, the effect: '
-    '{"record", "enabled", "goldenQueries", "changes": [...], "embeddedNow"}.',
+    '{"record", "enabled", "goldenQueries", "changes": [...], "moves": [...], "embeddedNow"}, each with "ranks": '
+    '[{"recordId", "provider", "method", "enabled", "before", "after"}].',
 )
 @click.pass_obj
 def preview(settings: Settings, query, draft, as_json):

@@ -11,7 +11,7 @@ hit@k = 1 if rel ∩ top_k is not empty; MRR@3 = 1 / rank of the first relevant 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -25,6 +25,8 @@ from ..registry.embedding_model import embedder_for, registry_model
 from ..registry.labelled_queries import UNTAGGED, LabelledQuery, NormalizedNames, Pair, label_problem, origin_text
 from ..registry.search import SearchError, SearchUnavailable, embed_queries, holding, search_provider_methods
 from ..registry.sources import Answer, SourcePlaces, places_lines
+from . import wanted_ranks
+from .rank_words import figures_in_words, places_from_top, rank_figures, rank_in_words
 
 METRICS = ("hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3")
 # How a query's relevant and returned records are compared: pairs normalized as the registry
@@ -59,9 +61,16 @@ class RankedRecord:
     enabled: bool | None
     # Where search placed it: 1 to 3; None when it was not among the (at most) three it returned.
     rank: int | None
+    # A relevant record's place in search's whole order (wanted_ranks), past the third too; None
+    # when search never returns it for the query (a draft, no such record, passed over by the name path).
+    exact_rank: int | None = None
 
     def to_json(self) -> dict:
         return {"provider": self.provider, "method": self.method, "recordId": self.record_id, "enabled": self.enabled, "rank": self.rank}
+
+    def rank_json(self) -> dict:
+        """A relevant record with its exact rank and how many places it is from the top three."""
+        return {**self.to_json(), "rank": self.exact_rank, "fromTopThree": places_from_top(self.exact_rank)}
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,11 @@ class QueryResult:
         """No relevant record among the three search returned."""
         return not self.metrics["hit@3"]
 
+    @property
+    def first_rank(self) -> int | None:
+        """The exact rank of the first relevant record in search's order, or None."""
+        return min((r.exact_rank for r in self.relevant if r.exact_rank is not None), default=None)
+
     def to_json(self) -> dict:
         return {
             **self.labelled.origin(),
@@ -96,6 +110,7 @@ class QueryResult:
             "query": self.labelled.query,
             "relevant": [[r.provider, r.method] for r in self.relevant],
             "returned": [[r.provider, r.method] for r in self.returned],
+            "ranks": [r.rank_json() for r in self.relevant],
         }
 
 
@@ -109,6 +124,8 @@ class EvaluationReport:
     label_warnings: list[dict] = field(default_factory=list)
     # Each query's result, in the queries' order (for paired comparisons and pages; not in the JSON).
     results: list[QueryResult] = field(default_factory=list, repr=False)
+    # The exact rank of each query's first relevant record: mean, median, hit@10 (rank_words.rank_figures).
+    ranks: dict = field(default_factory=lambda: rank_figures([]))
 
     @property
     def per_query(self) -> list[dict[str, float]]:
@@ -142,7 +159,7 @@ class EvaluationReport:
         return [{"metric": metric, "floor": floor, "value": self.metrics[metric]} for metric, floor in floors.items() if self.metrics[metric] < floor]
 
     def to_json(self) -> dict:
-        return {"queries": self.queries, "metrics": self.metrics, "misses": self.misses, "labelWarnings": self.label_warnings}
+        return {"queries": self.queries, "metrics": self.metrics, "ranks": self.ranks, "misses": self.misses, "labelWarnings": self.label_warnings}
 
     def label_warning_lines(self) -> list[str]:
         return [f"warning: {origin_text(warning)}: {warning['provider']} / {warning['method']} is {warning['problem']}" for warning in self.label_warnings]
@@ -155,6 +172,7 @@ class EvaluationReport:
                 f"{origin_text(miss)}: {miss['query']}",
                 "   relevant: " + "; ".join(f"{p} / {m}" for p, m in miss["relevant"]),
                 "   returned: " + ("; ".join(f"{p} / {m}" for p, m in miss["returned"]) or "-"),
+                "   ranks: " + "; ".join(f"{r['provider']} / {r['method']}: {rank_in_words(r['rank'], r['enabled'])}" for r in miss["ranks"]),
             ]
         return lines
 
@@ -194,6 +212,7 @@ class Evaluation(Report):
             answer["compare"] = {
                 "model": name,
                 "metrics": candidate.metrics,
+                "ranks": candidate.ranks,
                 "misses": candidate.misses,
                 "bySource": [f.to_json() for f in self.compared_by_source],
             }
@@ -204,10 +223,11 @@ class Evaluation(Report):
     def describe(self) -> list[str]:
         report, lines = self.report, [f"{self.report.queries} queries"]
         if self.compared is None:
-            lines += [f"{metric:<16} {value:.3f}" for metric, value in report.metrics.items()]
+            lines += [f"{metric:<16} {value:.3f}" for metric, value in report.metrics.items()] + [figures_in_words(report.ranks)]
             return lines + _titled("by language:", report.by_language_lines()) + places_lines(self.by_source, report.queries) + report.misses_lines()
         name, candidate = self.compared
         lines += side_by_side([f"{self.model} (registry)", name], [report.metrics, candidate.metrics])
+        lines += [f"{self.model}: {figures_in_words(report.ranks)}", f"{name}: {figures_in_words(candidate.ranks)}"]
         by_language = [*_titled(f"by language, {self.model}:", report.by_language_lines()), *_titled(f"by language, {name}:", candidate.by_language_lines())]
         by_source = [*places_lines(self.by_source, report.queries, self.model), *places_lines(self.compared_by_source, candidate.queries, name)]
         return lines + by_language + by_source + report.misses_lines(f" by {self.model}") + candidate.misses_lines(f" by {name}")
@@ -229,7 +249,10 @@ def run_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedde
     answer: search reads none. conn should be in autocommit mode, as the search command's is.
     Raises the search's own error (InvalidQuery, SearchUnavailable), naming the query's origin.
     """
-    return results_of(conn, queries, _answers(conn, embedder_factory, queries))
+    answers, vectors = _answers(conn, embedder_factory, queries)
+    model = registry_model(conn)
+    texts = [q.query for q in queries]
+    return results_of(conn, queries, answers, lambda wanted: wanted_ranks.exact_ranks(conn, texts, vectors, wanted, model.dimensions if model else None))
 
 
 def evaluate(
@@ -241,7 +264,8 @@ def evaluate(
     return report_of(run_queries(conn, embedder_factory, queries))
 
 
-def _answers(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> list[list[Pair]]:
+def _answers(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery]) -> tuple[list[list[Pair]], list[np.ndarray]]:
+    """What search answers each query, and the vectors it was sent."""
     embedder = embedder_for(registry_model(conn), embedder_factory())
     try:
         vectors = embed_queries(embedder, [q.query for q in queries])
@@ -254,7 +278,7 @@ def _answers(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder],
         except SearchError as error:
             raise type(error)(f"{labelled.describe_origin()}: {error.detail}") from error
         answers.append([(m["provider"], m["method"]) for m in matches])
-    return answers
+    return answers, vectors
 
 
 def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: Sequence[LabelledQuery]) -> EvaluationReport:
@@ -264,24 +288,20 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
     answered by the database, as search answers them whatever the model."""
     cursor = conn.execute(
         """
-        select provider, method, guidance, payrail._normalize_name(provider), payrail._normalize_name(method)
+        select provider, method, guidance, payrail._normalize_name(provider), payrail._normalize_name(method), id
         from payrail.provider_methods where enabled order by id
         """
     )
     records = cursor.fetchall()
     try:
-        vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, _, _ in records])
+        vectors = candidate.embed([record_text(provider, method, guidance) for provider, method, guidance, *_ in records])
         query_vectors = embed_queries(candidate, [q.query for q in queries])
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding with {candidate.model_name} failed: {error}", "embedding_service") from error
     semantic = [not one_value(conn.execute("select payrail.query_takes_name_path(%s)", (labelled.query,))) for labelled in queries]
-    nearest = iter(
-        nearest_three(
-            np.array(vectors) if vectors else np.empty((0, 0)),
-            [(p, m) for _, _, _, p, m in records],
-            np.array([v for v, on_semantic_path in zip(query_vectors, semantic) if on_semantic_path]),
-        )
-    )
+    keys = [(p, m) for _, _, _, p, m, _ in records]
+    record_vectors = np.array(vectors) if vectors else np.empty((0, 0))
+    nearest = iter(nearest_three(record_vectors, keys, np.array([v for v, on_semantic_path in zip(query_vectors, semantic) if on_semantic_path])))
     answers = []
     for labelled, on_semantic_path in zip(queries, semantic):
         if on_semantic_path:
@@ -289,7 +309,40 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         else:
             matches = search_provider_methods(holding(conn), lambda: candidate, labelled.query)
             answers.append([(m["provider"], m["method"]) for m in matches])
-    return report_of(results_of(conn, queries, answers))
+
+    def ranked_by(wanted: list[list[int]]) -> list[dict[int, int | None]]:
+        """The wanted records' ranks in the candidate's order: the name path's, else nearest_three's."""
+        ranks = wanted_ranks.exact_ranks(conn, [q.query for q in queries], query_vectors, wanted, None)
+        row_of = {record[5]: row for row, record in enumerate(records)}
+        order = CandidateOrder(record_vectors, keys)
+        for p in (p for p, on_semantic_path in enumerate(semantic) if on_semantic_path):
+            ranks[p] = dict(zip(wanted[p], order.ranks(query_vectors[p], [row_of.get(i) for i in wanted[p]])))
+        return ranks
+
+    return report_of(results_of(conn, queries, answers, ranked_by))
+
+
+class CandidateOrder:
+    """nearest_three's whole order over a candidate's record vectors: cosine distance, ties by keys."""
+
+    def __init__(self, record_vectors: np.ndarray, keys: Sequence) -> None:
+        self.units = record_vectors / np.linalg.norm(record_vectors, axis=1, keepdims=True) if len(record_vectors) else record_vectors
+        # Each record's place in the keys' order, which breaks ties of distance.
+        self.key_place = np.empty(len(keys), np.int64)
+        self.key_place[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
+
+    def ranks(self, query_vector: np.ndarray, rows: Sequence[int | None]) -> list[int | None]:
+        """The rank of each record (its row; None: not enabled, no rank) for one query."""
+        if not len(self.units):
+            return [None for _ in rows]
+        query = np.asarray(query_vector, np.float64)
+        distance = 1.0 - self.units @ (query / np.linalg.norm(query))
+        return [
+            None
+            if row is None
+            else 1 + int(np.count_nonzero((distance < distance[row]) | ((distance == distance[row]) & (self.key_place < self.key_place[row]))))
+            for row in rows
+        ]
 
 
 def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.ndarray) -> list[list[int]]:
@@ -308,21 +361,28 @@ def nearest_three(record_vectors: np.ndarray, keys: Sequence, query_vectors: np.
     return rankings
 
 
-def results_of(conn: psycopg.Connection, queries: Sequence[LabelledQuery], answers: Sequence[Sequence[Pair]]) -> list[QueryResult]:
-    """Each query's answer as a QueryResult, names compared as the registry compares them."""
+def results_of(
+    conn: psycopg.Connection,
+    queries: Sequence[LabelledQuery],
+    answers: Sequence[Sequence[Pair]],
+    ranked_by: Callable[[list[list[int]]], list[dict[int, int | None]]],
+) -> list[QueryResult]:
+    """Each query's answer as a QueryResult, names compared as the registry compares them; ranked_by
+    gives the exact ranks of each query's relevant records (by id)."""
     names = NormalizedNames(conn, [pair for pairs in [*(q.relevant for q in queries), *answers] for pair in pairs])
 
-    def ranked(pair: Pair, rank: int | None) -> RankedRecord:
+    def ranked(pair: Pair, rank: int | None, exact: Mapping[int, int | None] | None = None) -> RankedRecord:
         record_id, enabled = names.record(*pair) or (None, None)
-        return RankedRecord(*pair, record_id, enabled, rank)
+        return RankedRecord(*pair, record_id, enabled, rank, exact.get(record_id) if exact is not None and record_id is not None else None)
 
+    wanted = [[record[0] for pair in labelled.relevant if (record := names.record(*pair)) is not None] for labelled in queries]
     found = []
-    for labelled, returned in zip(queries, answers, strict=True):
+    for labelled, returned, exact in zip(queries, answers, ranked_by(wanted), strict=True):
         rank_of = {names.pair(*pair): rank for rank, pair in reversed(list(enumerate(returned[:3], start=1)))}
         found.append(
             QueryResult(
                 labelled,
-                tuple(ranked(pair, rank_of.get(names.pair(*pair))) for pair in labelled.relevant),
+                tuple(ranked(pair, rank_of.get(names.pair(*pair)), exact) for pair in labelled.relevant),
                 tuple(ranked(pair, rank) for rank, pair in enumerate(returned[:3], start=1)),
                 query_metrics([names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned]),
             )
@@ -348,4 +408,5 @@ def report_of(results: Sequence[QueryResult]) -> EvaluationReport:
         for record in result.relevant
         if (problem := label_problem(record.enabled)) is not None
     ]
-    return EvaluationReport(len(results), metrics, [r.miss_json() for r in results if r.missed], warnings, list(results))
+    misses = [r.miss_json() for r in results if r.missed]
+    return EvaluationReport(len(results), metrics, misses, warnings, list(results), rank_figures([r.first_rank for r in results]))

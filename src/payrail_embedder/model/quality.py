@@ -25,6 +25,7 @@ from ..registry.embedding_model import EmbeddingModel, registry_model
 from ..registry.sources import SourcePlaces, places_by_source
 from .evaluation import METRICS
 from .golden_rankings import Ranked, Ranking, rank_golden_queries
+from .rank_words import closeness, rank_figures
 
 # The longest lists the page shows; it says how many more there are.
 SHOWN = 100
@@ -78,6 +79,7 @@ class QualityReport:
     rankings: list[Ranking]
     # eval's metrics (evaluation.METRICS), averaged over the golden queries.
     metrics: dict[str, float]
+    # The golden queries that miss, the closest first (by the exact rank of the first record each should find).
     misses: list[Ranking]
     # The enabled records in no golden query's top three: those golden queries name (they should
     # find them), the most named first; the others by provider, the providers with most first.
@@ -91,6 +93,8 @@ class QualityReport:
     embedded_now: int
     # The figures of each source of the records in the top threes (sources.places_by_source).
     by_source: list[SourcePlaces] = field(default_factory=list)
+    # The exact rank of each golden query's first record to find: eval's figures (rank_words.rank_figures).
+    ranks: dict = field(default_factory=lambda: rank_figures([]))
 
 
 def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder]) -> QualityReport:
@@ -105,7 +109,7 @@ def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embe
         registry_model(conn),
         rankings,
         metrics,
-        [r for r in rankings if not r.metrics["hit@3"]],
+        sorted((r for r in rankings if not r.metrics["hit@3"]), key=lambda r: closeness(r.first_rank)),
         named[:SHOWN],
         by_provider[:SHOWN],
         len(never),
@@ -114,6 +118,7 @@ def quality_report(conn: psycopg.Connection, embedder_factory: Callable[[], Embe
         confusions(rankings),
         embedded_now,
         places_by_source(conn, [([r.record_id for r in ranking.golden.relevant], [r.record_id for r in ranking.top]) for ranking in rankings]),
+        rank_figures([r.first_rank for r in rankings]),
     )
 
 

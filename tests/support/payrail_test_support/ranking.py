@@ -55,8 +55,9 @@ def name_key(record: dict) -> tuple[str, str]:
     return normalized(record["provider"]), normalized(record["method"])
 
 
-def name_path(records: Iterable[dict], query: str) -> list[dict]:
-    """The enabled records the name path answers with, in the contract's order; [] when the query is no name."""
+def name_path(records: Iterable[dict], query: str, limit: int | None = LIMIT) -> list[dict]:
+    """The enabled records the name path answers with, in the contract's order (the first limit;
+    None: every match, whose order ranks a wanted record); [] when the query is no name."""
     q = normalized(query)
     ranked = []
     for record in records:
@@ -72,7 +73,7 @@ def name_path(records: Iterable[dict], query: str) -> list[dict]:
         else:
             continue
         ranked.append(((rank, *name_key(record)), record))
-    return [record for _, record in sorted(ranked, key=lambda item: item[0])][:LIMIT]
+    return [record for _, record in sorted(ranked, key=lambda item: item[0])][:limit]
 
 
 def cosine_ranking(records: Iterable[dict], query_vector, vector_of: Callable[[dict], np.ndarray]) -> list[tuple[float, dict]]:
