@@ -29,7 +29,7 @@ import numpy as np
 from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder
 from payrail_embedder.embedders.local_model import SAME_MODEL_TOLERANCE, cosine_distances
 from payrail_embedder.model import evaluation
-from payrail_embedder.postgres.connection import connect
+from payrail_embedder.postgres.connection import connect, naming_pgvector
 from payrail_embedder.registry import search
 from quality import DEFAULT_EVAL_DIR, METRICS, benchmark_data, imported_registry, print_table, stored_records
 from throwaway_postgres import throwaway_postgres
@@ -45,7 +45,8 @@ def answers(conn, embedder: LocalEmbedder, queries, vectors) -> list[list[tuple[
 
 def pgvector_distances(conn, query_vector: np.ndarray) -> np.ndarray:
     """pgvector's cosine distance from the query to every enabled record, in id order."""
-    rows = conn.execute("select embedding <=> %s from payrail.provider_methods where enabled order by id", (query_vector,)).fetchall()
+    distances = naming_pgvector(conn, "select embedding operator({pgvector}.<=>) %s from payrail.provider_methods where enabled order by id")
+    rows = conn.execute(distances, (query_vector,)).fetchall()
     return np.array([row[0] for row in rows])
 
 
