@@ -65,7 +65,7 @@ class BM25:
         """Indexes of the k best documents; equal scores keep document order."""
         terms = [t for t in dict.fromkeys(tokens(query)) if t in self.idf]
         scores = []
-        for index, (doc, length) in enumerate(zip(self.docs, self.lengths)):
+        for index, (doc, length) in enumerate(zip(self.docs, self.lengths, strict=True)):
             norm = self.k1 * (1 - self.b + self.b * length / self.average_length)
             score = sum(self.idf[t] * doc[t] * (self.k1 + 1) / (doc[t] + norm) for t in terms if t in doc)
             scores.append((-score, index))
@@ -78,7 +78,7 @@ class BM25:
 def score(queries: Sequence[labelled_queries.LabelledQuery], rankings: Sequence[Sequence[tuple[str, str]]], names) -> dict:
     """The metrics of rankings, names compared as the registry compares them (names: labelled_queries.NormalizedNames)."""
     totals = dict.fromkeys(METRICS, 0.0)
-    for labelled, returned in zip(queries, rankings):
+    for labelled, returned in zip(queries, rankings, strict=True):
         relevant, ranked = [names.pair(*p) for p in labelled.relevant], [names.pair(*p) for p in returned]
         for name, value in evaluation.query_metrics(relevant, ranked).items():
             totals[name] += value
@@ -219,7 +219,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence]) -> None:
     cells = [[str(h) for h in headers]] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for number, row in enumerate(cells):
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
         if number == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     print()

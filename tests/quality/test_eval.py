@@ -219,7 +219,7 @@ def test_eval_reports_the_metrics_of_each_language_tag(cli_env, registry, tmp_pa
     assert text.returncode == 0, text.stderr
     table = text.stdout[text.stdout.index("by language:") :].splitlines()[1:5]
     assert table[0].split() == ["language", "queries", "hit@1", "hit@3", "recall@1", "recall@3", "capped_recall@3", "mrr@3"]
-    for row, (language, lines) in zip(table[1:], groups.items()):
+    for row, (language, lines) in zip(table[1:], groups.items(), strict=True):
         metrics = expected_report(lines)[0]
         assert row.split() == [language, str(len(lines)), *(f"{metrics[name]:.3f}" for name in metrics)], row
 

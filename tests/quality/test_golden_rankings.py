@@ -120,7 +120,7 @@ def full_order_ranks(conn, embedder_factory) -> dict[str, dict[int, int | None]]
     goldens = golden.golden_queries(conn)
     vectors = embed_queries(embedder_factory(), [g.query for g in goldens])
     ranks = {}
-    for g, vector in zip(goldens, vectors):
+    for g, vector in zip(goldens, vectors, strict=True):
         named = conn.execute("select m.id, m.ordinality from rows from (payrail._name_path_matches(%s)) with ordinality as m", (g.query,)).fetchall()
         order = dict(named or conn.execute(naming_pgvector(conn, FULL_ORDER), (vector,)).fetchall())
         ranks[g.query] = {r.record_id: order.get(r.record_id) for r in g.relevant}

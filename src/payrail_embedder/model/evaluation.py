@@ -272,7 +272,7 @@ def _answers(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder],
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding the queries failed: {error}", "embedding_service") from error
     answers = []
-    for labelled, vector in zip(queries, vectors):
+    for labelled, vector in zip(queries, vectors, strict=True):
         try:
             matches = search_provider_methods(holding(conn), lambda: embedder, labelled.query, query_vector=vector)
         except SearchError as error:
@@ -301,9 +301,9 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
     semantic = [not one_value(conn.execute("select payrail.query_takes_name_path(%s)", (labelled.query,))) for labelled in queries]
     keys = [(p, m) for _, _, _, p, m, _ in records]
     record_vectors = np.array(vectors) if vectors else np.empty((0, 0))
-    nearest = iter(nearest_three(record_vectors, keys, np.array([v for v, on_semantic_path in zip(query_vectors, semantic) if on_semantic_path])))
+    nearest = iter(nearest_three(record_vectors, keys, np.array([v for v, on_semantic_path in zip(query_vectors, semantic, strict=True) if on_semantic_path])))
     answers = []
-    for labelled, on_semantic_path in zip(queries, semantic):
+    for labelled, on_semantic_path in zip(queries, semantic, strict=True):
         if on_semantic_path:
             answers.append([records[i][:2] for i in next(nearest)])
         else:
@@ -316,7 +316,7 @@ def evaluate_candidate(conn: psycopg.Connection, candidate: Embedder, queries: S
         row_of = {record[5]: row for row, record in enumerate(records)}
         order = CandidateOrder(record_vectors, keys)
         for p in (p for p, on_semantic_path in enumerate(semantic) if on_semantic_path):
-            ranks[p] = dict(zip(wanted[p], order.ranks(query_vectors[p], [row_of.get(i) for i in wanted[p]])))
+            ranks[p] = dict(zip(wanted[p], order.ranks(query_vectors[p], [row_of.get(i) for i in wanted[p]]), strict=True))
         return ranks
 
     return report_of(results_of(conn, queries, answers, ranked_by))

@@ -83,7 +83,7 @@ class _Queries:
                 binary=True,
             ).fetchall()
         }
-        for position, golden_id in zip(positions, ids):
+        for position, golden_id in zip(positions, ids, strict=True):
             if golden_id in stored:
                 self.raw[position] = stored[golden_id]
         missing = [position for position in positions if position not in self.raw]
@@ -97,7 +97,7 @@ class _Queries:
                     "(`payrail-embedder sync` keeps them once the service is back)",
                     "embedding_service",
                 ) from error
-            for position, vector in zip(missing, made):
+            for position, vector in zip(missing, made, strict=True):
                 self.raw[position] = vector
             self.embedded_now = len(missing)
         self.units = np.zeros((len(self.goldens), model.dimensions), np.float32)
@@ -138,7 +138,7 @@ def _semantic_tops(
     pairs = {}
     for block in first_pass.position_blocks(positions, len(records)):
         similarities = records.similarities(queries.units[block])
-        for p, rows in zip(block, first_pass.candidate_rows(similarities, first_pass.candidate_floor(similarities, bound))):
+        for p, rows in zip(block, first_pass.candidate_rows(similarities, first_pass.candidate_floor(similarities, bound)), strict=True):
             pairs[p] = records.ids[rows]
     return first_pass.exact_top(conn, queries.raw, pairs)
 
@@ -322,7 +322,7 @@ class EditEffect:
         self.now_named = {p: self.names[p] for p in self.named}
         others = [p for p in range(len(self.goldens)) if p not in self.now_named]
         alone = _left_alone(self.sample, self.queries.units[others], self.old_unit, self.new_unit, self.bound)
-        self.semantic = [p for p, left_alone in zip(others, alone) if not left_alone and not self.names[p]]
+        self.semantic = [p for p, left_alone in zip(others, alone, strict=True) if not left_alone and not self.names[p]]
         self.before_semantic = self.semantic + [p for p in self.named if not self.now_named[p]]
         self.by_search = len(self.semantic) + len(self.named) <= self.search_at_most
         if self.by_search:
@@ -337,7 +337,7 @@ class EditEffect:
         effect = Effect(state.record, state.enabled, len(self.goldens), embedded_now=queries.embedded_now)
         if self.model is None or not self.goldens:
             return effect
-        after_named = dict(zip(self.named, wanted_ranks.name_path_matches(conn, [self.goldens[p].query for p in self.named])))
+        after_named = dict(zip(self.named, wanted_ranks.name_path_matches(conn, [self.goldens[p].query for p in self.named]), strict=True))
         after_semantic = self.semantic + [p for p in self.named if not after_named[p]]
         before = self.before_tops
         records = _RecordsOnce(conn, self.model, self.bound)
@@ -446,13 +446,13 @@ def _ranked_in_one_pass(
     for block in first_pass.position_blocks(sorted(read_set | instead_set), len(records)):
         units = queries.units[block]
         similarities = records.similarities(units)
-        for p, rows in zip(block, first_pass.candidate_rows(similarities, first_pass.candidate_floor(similarities, bound))):
+        for p, rows in zip(block, first_pass.candidate_rows(similarities, first_pass.candidate_floor(similarities, bound)), strict=True):
             if p in read_set:
                 read_pairs[p] = records.ids[rows]
         extra_similarities = units @ extra.unit if extra is not None else None
         floor = first_pass.candidate_floor(similarities, bound, edited_row, extra_similarities)
         extra_in = extra_similarities >= floor if extra_similarities is not None else np.zeros(len(block), bool)
-        for p, rows, in_it in zip(block, first_pass.candidate_rows(similarities, floor, edited_row), extra_in):
+        for p, rows, in_it in zip(block, first_pass.candidate_rows(similarities, floor, edited_row), extra_in, strict=True):
             if p in instead_set:
                 instead_pairs[p] = records.ids[rows]
                 if in_it:

@@ -228,7 +228,7 @@ def passed(
             sides.append([False] * len(pairs))
             continue
         s = units[positions] @ unit
-        sides.append([True if a else False if b else None for a, b in zip(s > high, s < low)])
+        sides.append([True if a else False if b else None for a, b in zip(s > high, s < low, strict=True)])
     undecided = _Undecided()
     keys: dict[tuple[int, int], int] = {}  # (pair, 0 for old or 1 for new) -> key
     for i, (p, record_id) in enumerate(pairs):

@@ -12,6 +12,7 @@ Records are dicts with "provider", "method" and "enabled" (and whatever else the
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -87,7 +88,7 @@ def cosine_ranking(records: Iterable[dict], query_vector, vector_of: Callable[[d
     # Row by row sums, not a matrix product (whose kernels may sum rows in different orders): equal
     # vectors, or vectors a power of two apart, get exactly equal distances.
     distances = 1.0 - (matrix * q).sum(axis=1) / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
-    scored = [(float(distance), record) for distance, record in zip(distances, records)]
+    scored = [(float(distance), record) for distance, record in zip(distances, records, strict=True)]
     return sorted(scored, key=lambda item: (item[0], *name_key(item[1])))
 
 
@@ -95,7 +96,7 @@ def semantic_path(records: Iterable[dict], query_vector, vector_of: Callable[[di
     """The semantic path's answer; refuses test data where float32 rounding, not the rule, would decide it."""
     ranked = cosine_ranking([record for record in records if record["enabled"]], query_vector, vector_of)
     head = [distance for distance, _ in ranked[: LIMIT + 1]]
-    for nearer, farther in zip(head, head[1:]):
+    for nearer, farther in itertools.pairwise(head):
         assert nearer == farther or farther - nearer > DECIDING_GAP, f"near ties decide the answer: {head}"
     return [record for _, record in ranked[:LIMIT]]
 
