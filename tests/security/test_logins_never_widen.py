@@ -124,7 +124,7 @@ AGENT_ATTACKS = {
     ),
     "execute on a write function, through a group": (
         "create role x_writers; create role x_role login in role x_writers; "
-        "grant execute on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean) to x_writers",
+        "grant execute on function payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean, text) to x_writers",
         "it is a member of x_writers, which holds EXECUTE on payrail.save_provider_method(",
     ),
     "create on the schema": ("create role x_role login; grant create on schema payrail to x_role", "it holds CREATE on the schema payrail"),
