@@ -13,6 +13,9 @@ from payrail_embedder.postgres.connection import connect
 from payrail_test_support.agent_helpers import CATALOG, import_catalog
 from payrail_test_support.cli import OnATerminal, cli_json, run_cli, run_cli_subprocess
 
+# A bulk action doing what was confirmed on a terminal is an attacked boundary (docs/security.md): on every server.
+pytestmark = pytest.mark.every_server
+
 
 @pytest.fixture
 def registry(cli_env, database_url, openai_fake, tmp_path):
