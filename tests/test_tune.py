@@ -30,7 +30,9 @@ import pytest
 
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import LocalEmbedder, record_text, tuned_models
-from payrail_embedder.model.tuning import GoldenQuery, Training, TuneOptions, embed_by_length, split_by_provider
+from payrail_embedder.model.training import Training, embed_by_length
+from payrail_embedder.model.tuning import MIN_VALIDATION_QUERIES
+from payrail_embedder.model.tuning_data import GoldenQuery, TuneOptions, split_by_provider
 from payrail_embedder.postgres import connection
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.labelled_queries import LabelledQuery
@@ -41,7 +43,7 @@ from payrail_test_support.agent_helpers import mcp_client
 from payrail_test_support.backoffice import HttpClient, http_sign_in, running_backoffice
 from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess, write_jsonl
 from payrail_test_support.logs import events_among
-from payrail_test_support.ranking import cosine_ranking, semantic_path
+from payrail_test_support.ranking import DECIDING_GAP, cosine_ranking, semantic_path
 
 pytestmark = pytest.mark.local_model
 
@@ -70,7 +72,17 @@ def labelled_queries(record: dict) -> list[dict]:
     service, place = record["guidance"].removeprefix("Purpose: ").removesuffix(".").split(" for ")
     word = WORD_OF[service]
     relevant = [[record["provider"], record["method"]]]
-    return [{"query": f"a {word} for {place}", "relevant": relevant}, {"query": f"I need the {word} covering {place}", "relevant": relevant}]
+    return [{"query": phrasing.format(word=word, place=place), "relevant": relevant} for phrasing in PHRASINGS]
+
+
+# Five questions a record: enough golden queries for a validation split that can decide (MIN_VALIDATION_QUERIES).
+PHRASINGS = [
+    "a {word} for {place}",
+    "I need the {word} covering {place}",
+    "where do I get a {word} in {place}?",
+    "{word} service, {place}",
+    "looking for {word} data about {place}",
+]
 
 
 GOLDEN = [query for record in RECORDS if record["provider"] not in HELD_APART for query in labelled_queries(record)]
@@ -156,6 +168,14 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
     assert plan["split_on"] == "golden queries", plan
     assert (plan["validation"], plan["training"], plan["left_out"]) == (str(split["validation"]), str(split["training"]), "0"), plan
     assert int(plan["expected_s"]) > 0 and plan["steps"] == str(report["training"]["steps"]) and plan["final_steps"] == str(final["steps"])
+    assert int(plan["expected_not_kept_s"]) < int(plan["expected_s"])
+    # The default recipe: each pair against a record mined from the registry; a split that decides.
+    assert plan["negatives"] == report["training"]["negatives"] == "mined" and report["training"]["epochsDecided"] is None
+    assert report["validation"]["decides"] and report["validation"]["queries"] >= report["validation"]["minimum"] == MIN_VALIDATION_QUERIES
+    # Each phase's estimate, made as it started, beside what it took (benchmarks/tune.py compares them).
+    phases = report["phases"]
+    assert list(phases["actual"]) == list(phases["expected"]) == ["preparing", "training", "evaluating", "final_training", "final_evaluating"]
+    assert phases["actual"]["preparing"] == phases["expected"]["preparing"] and report["estimatedSeconds"] == round(sum(phases["expected"].values()))
     steps = [i for i, event in enumerate(logged) if event["event"] == "progress" and event["task"] == "tune"]
     final_steps = [i for i, event in enumerate(logged) if event["event"] == "progress" and event["task"] == "tune_final"]
     assert steps and final_steps and logged.index(plan) < steps[0] and steps[-1] < final_steps[0]
@@ -183,16 +203,36 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
     )
 
 
-def test_the_kept_model_is_the_one_trained_on_every_golden_query(tuned, tmp_path):
-    """The same training on every golden query, in the order they were added, made here: the same
-    weights, hence the same name (the one trained without the validation queries has other weights).
-    Made in this process, without the command's HF_HUB_OFFLINE: the name does not depend on it."""
+def text_of(record: dict) -> str:
+    return record_text(record["provider"], record["method"], record["guidance"])
+
+
+def nearest_other_record(query: dict, query_vector, vector_of) -> dict:
+    """The record nearest the query (the bundled model's vectors, payrail_test_support.ranking's
+    order) that it does not name: the negative mined for its one pair."""
+    ranked = [(distance, record) for distance, record in cosine_ranking(RECORDS, query_vector, vector_of) if record["provider"] != query["relevant"][0][0]]
+    (nearest, record), (next_one, _) = ranked[:2]
+    assert next_one == nearest or next_one - nearest > DECIDING_GAP, "float32 rounding, not the rule, would pick the negative"
+    return record
+
+
+def test_the_kept_model_is_the_one_trained_on_every_golden_query_each_against_its_nearest_other_record(tuned, tmp_path):
+    """The same training on every golden query, in the order they were added, each pair with the
+    record the bundled model ranks nearest its query of those it does not name (mined from the
+    registry's vectors), made here from the oracle's ranking: the same weights, hence the same name
+    (the one trained without the validation queries has other weights, and so would one with any
+    other negative). Made in this process, without the command's HF_HUB_OFFLINE: the name does not depend on it."""
     import torch
 
     from payrail_embedder.embedders.local_model import bundled_model_dir
 
     by_provider = {record["provider"]: record for record in RECORDS}
-    pairs = [(q["query"], record_text(*(by_provider[q["relevant"][0][0]][key] for key in ("provider", "method", "guidance")))) for q in GOLDEN]
+    bundled = LocalEmbedder()
+    vector_of = record_vectors(bundled)
+    pairs = [
+        (q["query"], text_of(by_provider[q["relevant"][0][0]]), text_of(nearest_other_record(q, vector, vector_of)))
+        for q, vector in zip(GOLDEN, bundled.embed([q["query"] for q in GOLDEN]))
+    ]
     options = TuneOptions(seed=0, epochs=3, batch_size=16, learning_rate=1e-4, threads=1)  # TUNE_OPTIONS
     threads = torch.get_num_threads()
     try:
@@ -508,7 +548,7 @@ def test_tune_refuses_golden_queries_that_leave_nothing_to_train_or_validate_on(
     one_provider = write_jsonl(tmp_path / "one.jsonl", labelled_queries(RECORDS[1]) + [{"query": "x", "relevant": [["Nobody", "Nothing"]]}])
     code, failure, _ = cli_json(env, "model", "tune", one_provider, "--json")
     assert code == 2 and failure["error"] == "invalid_input"
-    assert "2 of 3 queries name enabled records of this registry, over 1 providers" in failure["detail"]
+    assert f"{len(PHRASINGS)} of {len(PHRASINGS) + 1} queries name enabled records of this registry, over 1 providers" in failure["detail"]
     # Golden queries naming no enabled record: refused, not tuned on the records behind the operator's back.
     unknown = write_jsonl(tmp_path / "unknown.jsonl", [{"query": "x", "relevant": [["Nobody", "Nothing"]]}])
     code, failure, _ = cli_json(env, "model", "tune", unknown, "--json")
