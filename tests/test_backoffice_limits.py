@@ -10,6 +10,7 @@ clock of the test's own: ten thousand names over HTTP would only measure Postgre
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import socket
@@ -383,20 +384,70 @@ def test_a_database_restart_or_outage_under_an_open_form_loses_nothing_typed(bro
         page.context.close()
 
 
-def test_connections_past_the_servers_limit_are_answered_503_and_hold_nothing_after_they_close(backoffice):
-    """Slow clients (a request line and never the rest) hold uvicorn's connections: past
-    server.MAX_CONNECTIONS, everyone is answered 503; once they go, the backoffice answers again."""
+def test_slow_clients_past_the_servers_limit_make_room_and_only_requests_under_way_fill_it(backoffice):
+    """Slow clients (a request line and never the rest) hold connections: past server.MAX_CONNECTIONS
+    the one that waited longest gives its place to a new one, and an operator is answered. Only
+    connections in a request (a sign-in whose body never ends) fill it: then a newcomer is
+    answered 503, and once they go, the backoffice answers again."""
     from payrail_embedder.backoffice.server import MAX_CONNECTIONS
 
     client = HttpClient(backoffice.url)
-    slow = []
+    held = []
     try:
-        for _ in range(MAX_CONNECTIONS):
+        for _ in range(MAX_CONNECTIONS + 20):
             sock = socket.create_connection((client.host, client.port))
             sock.sendall(b"GET /sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
-            slow.append(sock)
-        wait_until(lambda: client.get("/sign-in").status == 503, "503 once every connection is held", timeout=30, interval=0.1)
+            held.append(sock)
+        assert client.get("/sign-in").status == 200
+        for sock in held:
+            sock.close()
+        head = (
+            f"POST /sign-in HTTP/1.1\r\nHost: {client.host}:{client.port}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            f"Origin: {client.origin}\r\nContent-Length: 1000\r\n\r\nusername="  # and never the rest
+        ).encode()
+        held = []
+
+        def hold_requests_and_knock() -> bytes | None:
+            """Holds MAX_CONNECTIONS sign-ins under way (one the server closed, still waiting when a
+            knock came, is opened again), then knocks with a newcomer."""
+            held[:] = [sock for sock in held if not closed(sock)]
+            while len(held) < MAX_CONNECTIONS:
+                held.append(socket.create_connection((client.host, client.port)))
+                held[-1].sendall(head)
+            return newcomers_answer(client)
+
+        busy = wait_until(hold_requests_and_knock, "503 once every connection is in a request", timeout=30, interval=0.2)
+        assert busy.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), busy
+        assert busy.endswith(b"\r\n\r\nThe backoffice is serving as many requests as it may (200); try again in a moment."), busy
     finally:
-        for sock in slow:
+        for sock in held:
             sock.close()
     wait_until(lambda: client.get("/sign-in").status == 200, "200 once the slow clients went", timeout=30, interval=0.1)
+
+
+def newcomers_answer(client: HttpClient) -> bytes | None:
+    """What a new connection's GET /sign-in reads until the backoffice closes it, if it is the
+    answer past the cap (None when it got through). That answer comes before the request is read,
+    and the connection is closed with the request unread: the kernel resets it after the answer."""
+    with socket.create_connection((client.host, client.port), timeout=10) as sock:
+        sock.sendall(f"GET /sign-in HTTP/1.1\r\nHost: {client.host}:{client.port}\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    return answer if answer.startswith(b"HTTP/1.1 503") else None
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the backoffice closed sock (which it never answers); closes it too."""
+    sock.setblocking(False)
+    try:
+        gone = sock.recv(1) == b""
+    except BlockingIOError:
+        gone = False
+    except ConnectionResetError:
+        gone = True
+    sock.setblocking(True)
+    if gone:
+        sock.close()
+    return gone

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import operator
 import os
+import stat
+import subprocess
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,7 +24,9 @@ import pytest
 from payrail_embedder.cli import cli
 from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
+from payrail_test_support import CLI
 from payrail_test_support.cli import cli_import, cli_json, run_cli, run_cli_in_process, without_registry, write_jsonl
+from payrail_test_support.devices import fill, small_device
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL, fake_embedding
 from payrail_test_support.ranking import cosine_ranking, fake_semantic_path, fake_vector, name_path, normalized
 from payrail_test_support.registry_state import group_roles
@@ -602,3 +606,72 @@ def test_db_status_never_prints_the_password_of_the_url(cli_env):
         result = run_cli({**cli_env, "PAYRAIL_DATABASE_URL": wrong}, *args)
         assert secret not in result.stdout + result.stderr, result
         assert urlsplit(wrong).path.lstrip("/") in result.stdout, result
+
+
+# --- numbers and full disks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        (("model", "tune", "--validation-fraction", "nan"), {}),
+        (("model", "tune", "--learning-rate", "nan"), {}),
+        (("model", "tune", "--learning-rate", "inf"), {}),
+        (("--embedding-timeout", "nan", "search", "hotel"), {}),
+        (("--embedding-timeout", "inf", "search", "hotel"), {}),
+        (("search", "hotel"), {"PAYRAIL_EMBEDDING_TIMEOUT": "nan"}),
+        (("db", "apply", "--lock-timeout", "nan"), {}),
+        (("db", "apply", "--lock-timeout", "inf"), {}),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else " ".join(f"{k}={v}" for k, v in value.items()),
+)
+def test_a_number_option_refuses_nan_and_infinity_before_anything_runs(args, env, tmp_path):
+    """nan passes every click.FloatRange and an infinity one open on its side: a deadline of inf
+    seconds is none, a learning rate of nan trains garbage."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PAYRAIL_", "OPENAI_"))}
+    # Never connected to: the option is refused first.
+    result = run_cli_in_process({**base, "PAYRAIL_DATABASE_URL": "postgresql:///unused", **env}, *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "is not a finite number" in result.stderr or "is not in the range" in result.stderr, result.stderr
+
+
+def test_an_export_onto_a_full_disk_says_so_with_its_path_and_leaves_the_file_as_it_was(cli_env, tmp_path):
+    """Before: a traceback (OSError: [Errno 28]), and the file cut short where the disk filled up,
+    which read as a whole, shorter catalog."""
+    records = [rec(f"Provider {n}", "Lookup", f"Purpose: record {n}.") for n in range(3)]
+    cli_import(cli_env, tmp_path / "catalog.jsonl", records)
+    assert run_cli(cli_env, "golden", "add", "record one", "--relevant", "Provider 1 / Lookup").returncode == 0
+    with small_device(tmp_path / "disk", 1) as disk:
+        earlier = disk / "export.jsonl"
+        earlier.write_text("an earlier export\n")
+        earlier.chmod(0o640)
+        filler = fill(disk)
+
+        for args in (("export", "-o", earlier), ("golden", "export", earlier), ("export", "-o", disk / "new.jsonl")):
+            result = run_cli(cli_env, *args)
+            where = args[-1]
+            assert (result.returncode, result.stderr) == (1, f"Error: unavailable: the disk is full: no space left on the device that holds {where}\n")
+            assert earlier.read_text() == "an earlier export\n"
+            assert sorted(p.name for p in disk.iterdir()) == ["export.jsonl", "filler"], "a partial file is left"
+
+        # Standard output redirected to a file on the full disk (`export > FILE`): named as such.
+        with open(disk / "redirected.jsonl", "wb") as redirected:
+            process = subprocess.run([str(CLI), "export"], env=cli_env, stdout=redirected, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert (process.returncode, process.stderr) == (
+            1,
+            f"Error: unavailable: the disk is full: no space left on the device that holds standard output ({disk / 'redirected.jsonl'})\n",
+        )
+
+        (disk / "redirected.jsonl").unlink()
+        filler.unlink()
+        assert export_text(cli_env, earlier) == "".join(json.dumps(as_exported(r)) + "\n" for r in records)
+        assert stat.S_IMODE(earlier.stat().st_mode) == 0o640, "the file's permissions are kept"
+        assert sorted(p.name for p in disk.iterdir()) == ["export.jsonl"]
+
+
+def test_an_export_to_a_full_device_says_so(cli_env, tmp_path):
+    """/dev/full refuses every write with ENOSPC: a device is written as it is, not replaced."""
+    cli_import(cli_env, tmp_path / "catalog.jsonl", [rec("Provider", "Lookup", "Purpose: a record.")])
+    result = run_cli(cli_env, "export", "-o", "/dev/full")
+    assert (result.returncode, result.stderr) == (1, "Error: unavailable: the disk is full: no space left on the device that holds /dev/full\n")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +21,7 @@ from payrail_embedder.postgres.deploy import apply_schema, db_digest
 from payrail_embedder.postgres.local_server import embedded_pgdata
 from payrail_test_support.cli import cli_json, run_cli
 from payrail_test_support.code import changed_tree, code_tree, run_cli_of, without_settings
+from payrail_test_support.devices import fill, small_device
 from payrail_test_support.logs import embedded_start
 from payrail_test_support.servers import replace_database
 
@@ -179,17 +179,6 @@ def test_db_status_of_a_registry_installed_with_psql_or_not_at_all(cli_env, serv
 
 
 @contextlib.contextmanager
-def small_device(path: Path, megabytes: int):
-    """A file system of its own at path (tmpfs): a device that fills up, or turns read-only, for real."""
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "--lazy", str(path)], check=True)
-
-
-@contextlib.contextmanager
 def embedded_registry(data_dir: Path):
     """The embedded default under data_dir, created by `db apply` and stopped (as after a reboot);
     yields the CLI's environment. Stopped again at the end, whatever happened."""
@@ -207,9 +196,7 @@ def embedded_registry(data_dir: Path):
 def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_path):
     with small_device(tmp_path / "disk", 96) as disk, embedded_registry(disk / "data") as env:
         pgdata = embedded_pgdata(disk / "data")
-        # Every byte the device has left.
-        subprocess.run(["fallocate", "-l", str(shutil.disk_usage(disk).free), str(disk / "filler")], check=True)
-        assert shutil.disk_usage(disk).free < 2**20
+        filler = fill(disk)
 
         embedded = status(env)["embedded"]
         assert set(embedded) == EMBEDDED_KEYS
@@ -226,7 +213,7 @@ def test_the_embedded_server_on_a_full_device_says_so_with_the_directory(tmp_pat
         text = run_cli(env, "db", "status").stdout
         assert f"it cannot start: its last start failed: no space left on the device that holds {pgdata}" in text, text
 
-        (disk / "filler").unlink()
+        filler.unlink()
         assert status(env)["embedded"]["startProblem"].startswith("its last start failed: no space left"), "the log still tells of the last start"
         assert run_cli(env, "db", "apply").returncode == 0, "with space again, it starts"
 

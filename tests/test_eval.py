@@ -306,10 +306,16 @@ def test_both_floors_are_checked_and_a_file_takes_them_too(registry, cli_env):
     assert cli_json(cli_env, "eval", "--json", registry, "--min-hit-at-3", "0", "--min-mrr", str(metrics["mrr@3"] - 0.001))[0] == 0
 
 
-@pytest.mark.parametrize("floor", ["1.5", "-0.1", "high"])
-def test_a_floor_outside_0_to_1_is_a_usage_error(registry, cli_env, floor):
-    code, failure, _ = cli_json(cli_env, "eval", "--json", registry, "--min-hit-at-3", floor)
-    assert (code, failure["error"]) == (2, "invalid_input") and "--min-hit-at-3" in failure["detail"], failure
+@pytest.mark.parametrize("option", ["--min-hit-at-3", "--min-mrr"])
+@pytest.mark.parametrize("floor", ["1.5", "-0.1", "high", "0.8x", "nan", "NaN", "-nan", "inf", "-inf", "1e999"])
+def test_a_floor_that_is_not_a_number_from_0_to_1_is_a_usage_error_and_measures_nothing(registry, cli_env, openai_fake, option, floor):
+    """Before: nan passed the range check (it compares false to both bounds), and no metric is
+    below nan, so `--min-mrr nan` made a deployment gate that always passed."""
+    requests = len(openai_fake.requests)
+    code, failure, _ = cli_json(cli_env, "eval", "--json", registry, option, floor)
+    assert (code, failure["error"]) == (2, "invalid_input") and f"Invalid value for '{option}': " in failure["detail"], failure
+    assert "nan" not in floor.lower() or f"'{floor}' is not a finite number" in failure["detail"], failure
+    assert len(openai_fake.requests) == requests, "the queries were embedded"
 
 
 def test_eval_of_a_registry_without_golden_queries_says_so_and_exits_2(registry, cli_env):

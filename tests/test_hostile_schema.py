@@ -28,8 +28,9 @@ from payrail_test_support.agent_helpers import CATALOG, NAME_QUERIES, SEMANTIC_Q
 from payrail_test_support.backoffice import start_backoffice
 from payrail_test_support.cli import run_cli
 from payrail_test_support.environments import cli_environment
-from payrail_test_support.interfaces import McpHttpServer, api_registry, backoffice_round, mcp_stdio_answers, run_cli_commands
+from payrail_test_support.interfaces import api_registry, backoffice_round, mcp_stdio_answers, run_cli_commands
 from payrail_test_support.pgbouncer import start_pgbouncer
+from payrail_test_support.remote_agents import McpHttpServer
 from payrail_test_support.servers import replace_database
 
 NUMBERS = ["smallint", "integer", "bigint", "numeric", "real", "double precision"]

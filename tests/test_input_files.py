@@ -25,9 +25,11 @@ import pytest
 
 from payrail_embedder.base.input_files import MAX_SPOOLED_BYTES, InputRefused, LineLimit, UnreadableLine, json_lines, open_input
 from payrail_embedder.embedders import record_text
+from payrail_embedder.registry.labelled_queries import read_labelled_queries
 from payrail_embedder.registry.records import RECORD_LINE
 from payrail_test_support import CLI, REPO
 from payrail_test_support.cli import cli_json, run_cli, without_registry, write_jsonl
+from payrail_test_support.devices import fill, small_device
 from payrail_test_support.stored import assert_whole_or_nothing, rows
 
 LIMIT_WORDS = f"the line is longer than {RECORD_LINE.bytes:,} bytes, more than any record can take"
@@ -304,6 +306,24 @@ def test_a_pipe_is_read_at_most_to_its_bound(tmp_path):
     assert MAX_SPOOLED_BYTES == 1_000_000_000  # docs/operators.md says 1 GB
 
 
+def test_a_pipe_spooled_onto_a_full_disk_says_the_disk_is_full_and_saves_nothing(cli_env, database_url, tmp_path):
+    """A pipe is copied into $TMPDIR first: a full one was `<stdin> cannot be read: No space left
+    on device`, as if the pipe had failed. (A page is left free: Python takes a $TMPDIR where it
+    cannot write a few bytes for none, and goes on to /tmp.)"""
+    with small_device(tmp_path / "tmp", 1) as tmp:
+        fill(tmp, leave=4096)
+        write_jsonl(tmp_path / "catalog.jsonl", [record(n) for n in range(100)])  # 18 kB
+
+        result = shell({**cli_env, "TMPDIR": str(tmp)}, f"cat {tmp_path / 'catalog.jsonl'} | payrail-embedder import -")
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (
+        f"Error: unavailable: the disk is full: no space left on the device that holds {tmp}; "
+        "set TMPDIR to a directory with room, or write the input to a file and name the file"
+    ) in result.stderr
+    assert saved_providers(database_url) == []
+
+
 # --- eval reads its labelled queries with the same reader -----------------------------------------
 
 
@@ -316,7 +336,9 @@ def test_eval_refuses_what_import_refuses_in_words(cli_env, tmp_path):
     not_utf8.write_bytes(json.dumps(QUERIES[0]).encode() + b"\n" + '{"query": "caf\xe9"}\n'.encode("latin-1"))
     nested = tmp_path / "nested.jsonl"
     nested.write_text("[" * 100_000 + "\n")
-    limit = f"the line is longer than {RECORD_LINE.bytes:,} bytes, more than a labelled query line may take (docs/embeddings.md, Tuning the local model); {NOT_READ}"
+    limit = (
+        f"the line is longer than {RECORD_LINE.bytes:,} bytes, more than a labelled query line may take (docs/operators.md, Labelled query files); {NOT_READ}"
+    )
 
     for path, detail in (
         (overlong, f"{overlong}:2: {limit}"),
@@ -326,3 +348,89 @@ def test_eval_refuses_what_import_refuses_in_words(cli_env, tmp_path):
     ):
         code, failure, _ = cli_json(cli_env, "eval", "--json", path)
         assert (code, failure) == (2, {"error": "invalid_input", "detail": detail})
+
+
+# --- labelled query files: each line and the whole within bounds ----------------------------------
+
+LABELLED_COMMANDS = {
+    "eval": ("eval", "--json"),
+    "golden-import": ("golden", "import", "--json"),
+    "model-tune": ("model", "tune", "--json"),
+}
+
+
+def golden_queries_in(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("select count(*) from payrail.golden_queries").fetchone()[0]
+
+
+@pytest.mark.parametrize("command", LABELLED_COMMANDS)
+def test_a_labelled_line_naming_more_records_than_a_golden_query_may_is_refused_and_changes_nothing(command, cli_env, database_url, openai_fake, tmp_path):
+    """A golden query names at most 100 records (the registry's golden_query_records_ordinal_check);
+    every reader of the format holds a file's lines to it, before the database or the embedder is
+    asked. A line listing a million is longer than any line may be: refused with at most a line's
+    limit of it read. (`model tune` reads it first of all: on this registry of OpenAI's model,
+    which it cannot tune, the refusal is the file's.)"""
+    cli_import_records(cli_env, tmp_path)
+    requests = len(openai_fake.requests)
+    many = tmp_path / "many.jsonl"
+    many.write_text(json.dumps(QUERIES[0]) + "\n" + json.dumps({"query": "q", "relevant": [[f"P{n}", "Lookup"] for n in range(101)]}) + "\n")
+    million = tmp_path / "million.jsonl"
+    million.write_text(json.dumps({"query": "q", "relevant": [["P", "M"]] * 1_000_000}) + "\n")
+
+    for path, detail in (
+        (many, f"{many}:2: relevant names 101 records; a labelled query may name at most 100, as a golden query may"),
+        (million, f"{million}:1: the line is longer than {RECORD_LINE.bytes:,} bytes"),
+    ):
+        code, failure, stderr = cli_json(cli_env, *LABELLED_COMMANDS[command], path)
+        assert (code, failure["error"]) == (2, "invalid_input") and failure["detail"].startswith(detail), (failure, stderr)
+
+    assert golden_queries_in(database_url) == 0 and len(openai_fake.requests) == requests, "something was saved or embedded"
+    assert not (Path(cli_env["PAYRAIL_DATA_DIR"]) / "models").exists()
+
+
+def cli_import_records(env: dict[str, str], tmp_path: Path) -> None:
+    result = run_cli(env, "import", write_jsonl(tmp_path / "catalog.jsonl", RECORDS))
+    assert result.returncode == 0, result.stderr
+
+
+QUERY_LINE = json.dumps(QUERIES[0]) + "\n"
+
+
+def test_a_labelled_file_holds_at_most_50000_queries(cli_env, database_url, openai_fake, tmp_path):
+    """Millions of lines: eval holds its queries (it embeds them in one batch), so the 50,001st
+    query is refused, naming its line, and nothing after it is read, nor anything embedded."""
+    most = tmp_path / "most.jsonl"
+    most.write_text(QUERY_LINE * 50_000)
+    assert len(read_labelled_queries(most)) == 50_000
+    requests = len(openai_fake.requests)
+
+    with most.open("a") as more:
+        more.write(QUERY_LINE)
+    code, failure, _ = cli_json(cli_env, "eval", "--json", most)
+
+    assert (code, failure["error"]) == (2, "invalid_input")
+    assert failure["detail"] == (
+        f"{most}:50001: more than 50,000 labelled queries, the most a file may hold (docs/operators.md, Labelled query files): "
+        "split it; the rest of the file was not read"
+    )
+    assert len(openai_fake.requests) == requests
+
+
+def test_a_labelled_file_is_read_to_16_mb_from_a_file_or_an_endless_pipe(cli_env, database_url, openai_fake, tmp_path):
+    """Long lines, fewer than 50,000 of them, beyond 16 MB in all: refused at the line that goes
+    past it, whether the file is named or piped; `yes` never stops writing, and eval stops reading."""
+    long_line = json.dumps({"query": "x" * 1_990, "relevant": [["Pipe Provider 3", "Lookup"]]}) + "\n"
+    past = 16_000_000 // len(long_line.encode()) + 1  # the line that takes the file past 16,000,000 bytes
+    big = tmp_path / "big.jsonl"
+    big.write_text(long_line * (past + 100))
+    refusal = "the input is longer than 16,000,000 bytes, the most a labelled query file may take (docs/operators.md, Labelled query files): split it"
+
+    code, failure, _ = cli_json(cli_env, "eval", "--json", big)
+    assert (code, failure["detail"]) == (2, f"{big}:{past}: {refusal}; the rest of the file was not read"), failure
+
+    for command, source in ((f"cat {big} | payrail-embedder eval -", "<stdin>"), (f"yes '{long_line.strip()}' | payrail-embedder eval -", "<stdin>")):
+        result = shell(cli_env, command, timeout=120)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert f"invalid_input: {source}:{past}: {refusal}" in result.stderr, result.stderr
+    assert [len(request["input"]) for request in openai_fake.requests] == []

@@ -370,3 +370,48 @@ def test_a_line_break_or_a_quote_in_a_value_never_splits_or_forges_a_line(log_fo
     record.fields["role"] = "m" * 1_000_000
     logged = parse_line(LineFormatter(log_format).format(record))["role"]
     assert logged == "m" * 1000 + "... (999000 more characters)"
+
+
+def test_a_librarys_line_repeated_past_ten_a_window_is_counted_and_the_count_written_when_it_ends():
+    """What an outsider can make a server's libraries say, bounded: ten lines of a kind a window, then
+    one line with how many were left out; the package's events and uvicorn's request lines pass all."""
+    import io
+    import logging
+
+    from payrail_embedder.base.logs import LineFormatter, RepeatedLines
+
+    class ShortWindow(RepeatedLines):
+        REPEAT_WINDOW = 2.0
+        MAX_KINDS = 3
+
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(LineFormatter())
+    handler.addFilter(ShortWindow(handler))
+    uvicorn_error, asyncio_logger = logging.getLogger("test.uvicorn.error"), logging.getLogger("test.asyncio")
+    for logger in (uvicorn_error, asyncio_logger):
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)  # whatever level an earlier test's configure() left the root at
+    try:
+        for attempt in range(25):
+            uvicorn_error.warning("Invalid HTTP request received.")
+            asyncio_logger.error("accept failed on %s", f"socket {attempt}")  # one kind: the message before its values
+            uvicorn_error.warning(f"Invalid Host header: evil{attempt}.example")  # a kind each, past three shared
+            handler.handle(
+                logging.makeLogRecord({"name": "payrail_embedder", "levelno": logging.INFO, "levelname": "INFO", "msg": "x", "event": "sign_in", "fields": {}})
+            )
+            handler.handle(logging.makeLogRecord({"name": "uvicorn.access", "levelno": logging.INFO, "levelname": "INFO", "msg": "%s", "args": ("GET /",)}))
+        wait_until(lambda: written.getvalue().count("event=log_repeated") == 3, lambda: written.getvalue())
+    finally:
+        for logger in (uvicorn_error, asyncio_logger):
+            logger.removeHandler(handler)
+    lines = [parse_line(line) for line in written.getvalue().splitlines()]
+    messages = [line.get("message") for line in lines if line["event"] == "log"]
+    assert messages.count("Invalid HTTP request received.") == 10
+    assert sum(m.startswith("accept failed on socket") for m in messages) == 10
+    assert sum(m.startswith("Invalid Host header: evil") for m in messages) == 1 + 10  # evil0.example, then the shared kind
+    assert sum(line["event"] == "sign_in" for line in lines) == 25
+    assert sum(line["event"] == "log" and line["logger"] == "uvicorn.access" for line in lines) == 25
+    repeated = sorted((line["message"], line["left_out"]) for line in lines if line["event"] == "log_repeated")
+    assert repeated == [("(other messages)", "14"), ("Invalid HTTP request received.", "15"), ("accept failed on %s", "15")], repeated

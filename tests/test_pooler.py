@@ -30,7 +30,6 @@ from payrail_test_support.backoffice import HttpClient, post_sign_in, start_back
 from payrail_test_support.cli import cli_json, documented_commands, run_cli, run_commands, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.interfaces import (
-    McpHttpServer,
     api_registry,
     backoffice_round,
     cli_answer,
@@ -41,6 +40,7 @@ from payrail_test_support.interfaces import (
 from payrail_test_support.logs import events_among
 from payrail_test_support.openai_fake import FAKE_MODEL, fake_embedding
 from payrail_test_support.pgbouncer import PASSWORD, PgBouncer, start_pgbouncer
+from payrail_test_support.remote_agents import McpHttpServer
 
 AGENT, OPERATOR = "pool_agent", "pool_operator"
 QUERIES = NAME_QUERIES + SEMANTIC_QUERIES

@@ -5,12 +5,11 @@ a real PostgreSQL and the fake OpenAI server."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import secrets
+import os
+import pwd
 import subprocess
-from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote_to_bytes
 
 import anyio
 import jsonschema
@@ -18,93 +17,21 @@ import psycopg
 import pytest
 
 from payrail_embedder.postgres.connection import connect
-from payrail_test_support import CLI, REPO
-from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches, import_catalog
-from payrail_test_support.cli import run_cli
+from payrail_test_support import CLI
+from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches
+from payrail_test_support.cli import run_cli, run_cli_subprocess
 from payrail_test_support.ports import unused_port
-from payrail_test_support.waiting import wait_until
+from payrail_test_support.remote_agents import TOOL, McpHttpServer, bearer, call_tool, write_tokens
 
-TOOL = "search_provider_methods"
 ALL_INTERFACES = "0.0.0.0"
-
-
-@pytest.fixture
-def agents_env(cli_env, database_url, openai_fake, tmp_path):
-    import_catalog(database_url, openai_fake, tmp_path)
-    return cli_env
-
-
-def write_tokens(path: Path, lines: list[str], mode: int = 0o600) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="ascii")
-    path.chmod(mode)
-    return path
-
-
-@pytest.fixture
-def tokens(tmp_path) -> dict[str, str]:
-    return {"booking-agent": secrets.token_hex(32), "travel-agent": secrets.token_hex(32)}
-
-
-@pytest.fixture
-def token_file(tmp_path, tokens) -> Path:
-    return write_tokens(tmp_path / "agent-tokens", ["# one line per agent", *(f"{name} {token}" for name, token in tokens.items())])
-
-
-class Server:
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
-        self.port = unused_port()
-        self.log = log
-        with log.open("w") as output:
-            self.process = subprocess.Popen([str(CLI), "mcp", "--http", str(self.port), *args], env=env, cwd=REPO, stdout=output, stderr=output)
-        # Its start is imports and the pool's first connection: seconds alone, far more under load.
-        wait_until(lambda: "serving MCP" in self.text(), lambda: f"the MCP server to listen: {self.text()}", timeout=90)
-
-    def text(self) -> str:
-        assert self.process.poll() is None, self.log.read_text()
-        return self.log.read_text()
-
-    def get(self, path: str, headers: dict[str, str] | list[tuple[str, str]] = (), host: str | None = None) -> tuple[int, dict, dict]:
-        """GET path with exactly these headers; the status, the headers and the JSON body."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            connection.putrequest("GET", path, skip_host=True)
-            connection.putheader("Host", host or f"127.0.0.1:{self.port}")
-            for name, value in headers.items() if isinstance(headers, dict) else headers:
-                connection.putheader(name, value)
-            connection.endheaders()
-            response = connection.getresponse()
-            body = response.read()
-            return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(body) if body else {}
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+NOBODY = pwd.getpwnam("nobody").pw_uid
 
 
 @pytest.fixture
 def served(agents_env, token_file, tmp_path):
-    server = Server(agents_env, tmp_path / "mcp.log", "--host", ALL_INTERFACES, "--token-file", str(token_file))
+    server = McpHttpServer(agents_env, tmp_path / "mcp.log", "--host", ALL_INTERFACES, "--token-file", str(token_file))
     yield server
     server.stop()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def call_tool(port: int, token: str | None, query: str):
-    from mcp.client import Client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async def main():
-        http = create_mcp_http_client(headers=bearer(token) if token else None)
-        async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
-            return await client.call_tool(TOOL, {"query": query})
-
-    return anyio.run(main)
 
 
 def test_beyond_loopback_the_server_will_not_start_without_tokens(agents_env):
@@ -114,7 +41,7 @@ def test_beyond_loopback_the_server_will_not_start_without_tokens(agents_env):
     assert "--token-file FILE" in result.stderr
     # --host and --token-file belong to --http.
     stdio = run_cli(agents_env, "mcp", "--host", ALL_INTERFACES)
-    assert stdio.returncode == 2 and "--host and --token-file go with --http PORT" in stdio.stderr, stdio.stderr
+    assert stdio.returncode == 2 and "--host, --token-file and --max-connections go with --http PORT" in stdio.stderr, stdio.stderr
 
 
 @pytest.mark.parametrize(
@@ -244,15 +171,91 @@ def test_a_token_deleted_from_the_file_is_refused_at_its_next_request_without_a_
     assert served.get("/search?query=Stripe", bearer(booking))[0] == 200
 
 
+def test_a_token_file_others_may_read_or_another_user_owns_stops_being_trusted_while_serving(served, token_file, tokens):
+    """A chmod or a chown changes no byte of the file: the server sees it all the same, at the next
+    request, as it would have refused the file at start; set right again, the file is trusted again."""
+    token = tokens["booking-agent"]
+    assert served.get("/search?query=Stripe", bearer(token))[0] == 200
+    for mode in (0o640, 0o604, 0o620):
+        token_file.chmod(mode)
+        assert served.get("/search?query=Stripe", bearer(token))[0] == 401, oct(mode)
+        token_file.chmod(0o600)
+        assert served.get("/search?query=Stripe", bearer(token))[0] == 200, oct(mode)
+    os.chown(token_file, NOBODY, -1)
+    assert served.get("/search?query=Stripe", bearer(token))[0] == 401
+    os.chown(token_file, os.geteuid(), -1)
+    assert served.get("/search?query=Stripe", bearer(token))[0] == 200
+    log = served.text()
+    assert f"can be read or written by other users (mode 640); chmod 600 {token_file}" in log, log
+    assert f"belongs to another user (uid {NOBODY}), who could change it" in log, log
+    assert token not in log
+
+
+def test_a_token_file_another_user_owns_stops_the_server_as_ssh_refuses_a_key(agents_env, token_file):
+    os.chown(token_file, NOBODY, -1)
+    result = run_cli(agents_env, "mcp", "--http", str(unused_port()), "--host", ALL_INTERFACES, "--token-file", str(token_file))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"Error: invalid_input: {token_file}: the token file belongs to another user (uid {NOBODY}), who could change it; "
+        f"it must be owned by the user the server runs as (uid {os.geteuid()})\n"
+    )
+
+
+def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clients_next_call(served, token_file, tokens):
+    """Stateless MCP: an agent's client that has made its handshake and called the tool holds
+    nothing on the server, and the call after its token is deleted is refused like any request."""
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    booking, travel = tokens["booking-agent"], tokens["travel-agent"]
+
+    async def main():
+        http = create_mcp_http_client(headers=bearer(booking))
+        async with http, Client(streamable_http_client(f"http://127.0.0.1:{served.port}/mcp", http_client=http)) as client:
+            answered = await client.call_tool(TOOL, {"query": "Stripe"})
+            write_tokens(token_file, [f"travel-agent {travel}"])
+            with pytest.raises(Exception) as refused:
+                await client.call_tool(TOOL, {"query": "Stripe"})
+            return answered, refused.value
+
+    answered, refused = anyio.run(main)
+    assert answered.structured_content == {"matches": [as_match(r) for r in CATALOG[:2]]}
+    assert "error response" in str(refused), refused
+    assert "event=http_refused unauthorized=1" in served.text()  # refused at the gate, its first refusal
+    # No session ID is ever given, and no stream is held open for server-sent messages.
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    status, headers, _ = served.post("/mcp", initialize, bearer(travel))
+    assert status == 200 and "mcp-session-id" not in headers, headers
+    status, headers, body = served.get("/mcp", {**bearer(travel), "Accept": "text/event-stream"})
+    assert status == 405 and headers["allow"] == "POST" and body["error"] == "invalid_request", body
+
+
+@pytest.mark.parametrize("encoded", ["%FF", "caf%E9", "%C3%28", "%ED%A0%80", "Stripe%80"])
+def test_search_over_http_refuses_a_query_that_is_not_utf8_as_the_command_line_does(served, agents_env, tokens, encoded):
+    """Bytes that are not UTF-8 are never searched for as U+FFFD (what a lenient decoder makes of them)."""
+    status, _, error = served.get(f"/search?query={encoded}", bearer(tokens["booking-agent"]))
+    command_line = run_cli_subprocess(agents_env, "search", "--json", os.fsdecode(unquote_to_bytes(encoded)))
+    assert status == 400 and command_line.returncode == 2, (status, command_line.stderr)
+    assert error == json.loads(command_line.stdout), error
+    assert error["detail"].startswith("query is not valid Unicode text (a lone surrogate"), error
+    assert served.get("/search?query=caf%C3%A9", bearer(tokens["booking-agent"]))[0] == 200
+
+
 def test_on_loopback_no_token_is_asked_and_a_foreign_host_name_is_refused(agents_env, tmp_path):
-    server = Server(agents_env, tmp_path / "mcp.log")
+    server = McpHttpServer(agents_env, tmp_path / "mcp.log")
     try:
         assert server.text().startswith(f"serving MCP over streamable HTTP at http://127.0.0.1:{server.port}/mcp and GET /search")
         assert server.get("/search?query=Stripe")[0] == 200
         assert server.get("/search?query=Stripe", host=f"localhost:{server.port}")[0] == 200
         for host in (f"evil.example:{server.port}", "evil.example", f"127.0.0.1.evil.example:{server.port}"):
             status, _, body = server.get("/search?query=Stripe", host=host)
-            assert status == 421 and body["detail"] == "this server answers on loopback only: ask it at 127.0.0.1", host
+            assert status == 421 and body["detail"] == f"this server answers on loopback only: ask it at 127.0.0.1:{server.port}", host
     finally:
         server.stop()
 

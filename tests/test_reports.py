@@ -70,7 +70,7 @@ def golden_query(query_id: int, query: str) -> golden.GoldenQuery:
 def tune_report() -> tuning.TuneReport:
     split = tuning_data.Split([], [], [], 12, frozenset({"stripe"}))
     data = tuning_data.TuneData("eval.jsonl", 40, [], [], split, Path("golden/eval.jsonl"))
-    plan = tuning_plan.TunePlan("all-MiniLM-L6-v2", data, 80, 6, 100, 8, 2, 1.5, 300, 0.04, 0.01, 12.0)
+    plan = tuning_plan.TunePlan("all-MiniLM-L6-v2", data, 80, 6, 100, 8, 2, 1.5, 0.001, 300, 0.04, 0.01, 12.0)
     before, after = evaluation.EvaluationReport(40, METRICS), evaluation.EvaluationReport(40, BETTER)
     final = tuning.FinalModel(100, 8, 30.0, evaluation.EvaluationReport(40, METRICS), evaluation.EvaluationReport(40, BETTER))
     model = "all-MiniLM-L6-v2-tuned-0123abcd"
@@ -165,7 +165,7 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (tune_report(), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd", "all-MiniLM-L6-v2", 40, 100, tuning.MIN_VALIDATION_QUERIES]),
     (tuning.InstalledModel(Path("/models/all-MiniLM-L6-v2-tuned-0123abcd")), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd"]),
     (
-        tuning.TunedModels(Path("/models"), [{"name": "m-tuned-1", "path": "/models/m-tuned-1", "exported": True, "tuning": None}]),
+        tuning.TunedModels(Path("/models"), [{"name": "m-tuned-1", "path": "/models/m-tuned-1", "exported": True, "tuning": None, "tuningProblem": None}]),
         ["m-tuned-1", "/models/m-tuned-1"],
     ),
 ]

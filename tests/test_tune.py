@@ -15,12 +15,15 @@ Training is tiny (a few seconds) and seeded, so every figure is the same on ever
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from html import unescape
 from pathlib import Path
 from urllib.parse import urlencode
@@ -39,11 +42,14 @@ from payrail_embedder.registry.labelled_queries import LabelledQuery
 from payrail_embedder.registry.records import read_lines
 from payrail_embedder.registry.search import SearchUnavailable
 from payrail_embedder.settings import Settings
+from payrail_test_support import CLI
 from payrail_test_support.agent_helpers import mcp_client
 from payrail_test_support.backoffice import HttpClient, http_sign_in, running_backoffice
 from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess, write_jsonl
+from payrail_test_support.devices import small_device
 from payrail_test_support.logs import events_among
 from payrail_test_support.ranking import DECIDING_GAP, cosine_ranking, semantic_path
+from payrail_test_support.waiting import wait_until
 
 pytestmark = pytest.mark.local_model
 
@@ -605,3 +611,103 @@ def test_install_refuses_a_copy_that_is_not_the_model_its_name_says(tuned, tampe
     assert code == 2 and failure["error"] == "invalid_input", failure
     assert refusal in failure["detail"]
     assert not (tmp_path / "data" / "models").exists() or not any((tmp_path / "data" / "models").iterdir())
+
+
+# --- a tune stopped: by a signal, by kill -9, by a full disk ------------------------------------------
+
+# Long enough to be stopped while it trains (thousands of steps): a signal comes once its scratch directory exists.
+LONG_TUNE = ["--epochs", "100", "--batch-size", "2", "--threads", "1", "--validation-fraction", "0.3"]
+# Runs ARGV with the signals below as a process started from a terminal has them, whatever the test
+# runner's are (a background job ignores SIGINT, nohup SIGHUP; ignored signals stay so across exec).
+AS_FROM_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys\nfor number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n    signal.signal(number, signal.SIG_DFL)\nos.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
+@contextlib.contextmanager
+def running_tune(env: dict[str, str], golden: Path, models: Path, logs: Path):
+    """`model tune GOLDEN` in a process of its own, once it has made its scratch directory in
+    models (the first thing it writes, as it starts to train): yields (the process, the directory).
+    Stopped at the end if it still runs; its standard error is logs / tune-N.err."""
+    before = set(models.glob(".tuning-*")) if models.exists() else set()
+    stderr = logs / f"tune-{len(list(logs.glob('tune-*.err')))}.err"
+    with open(stderr, "w") as errors:
+        process = subprocess.Popen([*AS_FROM_A_TERMINAL, str(CLI), "model", "tune", str(golden), *LONG_TUNE], env=env, stdout=subprocess.DEVNULL, stderr=errors)
+    try:
+
+        def made() -> Path | None:
+            assert process.poll() is None, stderr.read_text()[-3000:]
+            return next((path for path in models.glob(".tuning-*") if path not in before), None)
+
+        yield process, wait_until(made, "the tune's scratch directory", timeout=300)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda stop: stop.name)
+def test_a_tune_stopped_by_a_signal_leaves_no_scratch_behind(stop, database_url, tmp_path):
+    """Before: SIGTERM (kill's default, a service manager's stop) ended the process where it stood,
+    and its scratch directory (a model's weights and graph, 180 MB a training) stayed."""
+    import_catalog(database_url, tmp_path)
+    env = local_env(database_url, tmp_path / "data")
+    models = tmp_path / "data" / "models"
+
+    with running_tune(env, write_jsonl(tmp_path / "golden.jsonl", GOLDEN), models, tmp_path) as (process, scratch):
+        process.send_signal(stop)
+        assert process.wait(timeout=120) == -stop, "not ended by the signal"
+
+    stderr = (tmp_path / "tune-0.err").read_text()
+    assert "Traceback" not in stderr and stderr.endswith(f"\nAborted! (stopped by {stop.name}; removed {scratch})\n"), stderr
+    assert list(models.iterdir()) == [], "scratch left behind, or a model kept"
+
+
+def test_a_killed_tunes_scratch_goes_with_the_next_tune_and_two_tunes_keep_each_others(pg18_database_url, tmp_path):
+    """kill -9 leaves a tune's scratch (nothing can clean up); the next tune removes it, and a tune
+    started beside a running one leaves the running one's alone."""
+    import_catalog(pg18_database_url, tmp_path)
+    env = local_env(pg18_database_url, tmp_path / "data")
+    golden = write_jsonl(tmp_path / "golden.jsonl", GOLDEN)
+    models = tmp_path / "data" / "models"
+    with running_tune(env, golden, models, tmp_path) as (killed, left):
+        killed.kill()
+        killed.wait()
+    assert (left / "deciding").is_dir()
+
+    with running_tune(env, golden, models, tmp_path) as (first, theirs):
+        assert not left.exists()
+        with running_tune(env, golden, models, tmp_path) as (second, ours):
+            assert first.poll() is None and theirs.exists(), "the second tune removed the first's scratch"
+            assert sorted(models.iterdir()) == sorted([theirs, ours])
+            for process in (first, second):
+                process.terminate()
+                assert process.wait(timeout=120) == -signal.SIGTERM
+
+    assert list(models.iterdir()) == []
+
+
+@pytest.mark.parametrize("megabytes", [60, 150], ids=["weights", "graph"])
+def test_a_tune_onto_a_full_disk_says_so_and_leaves_nothing(megabytes, pg18_database_url, tmp_path):
+    """The models directory on a small device: full while the trained weights are written (60 MB:
+    safetensors says so in words of its own), or while their ONNX graph is (150 MB)."""
+    import_catalog(pg18_database_url, tmp_path)
+    golden = write_jsonl(tmp_path / "golden.jsonl", GOLDEN[:12])
+    with small_device(tmp_path / "disk", megabytes) as disk:
+        env = local_env(pg18_database_url, disk / "data")
+
+        # Forced: 12 golden queries are too few to decide, and the point is the disk.
+        result = tune_process(
+            env, "--json", golden, "--force", "--epochs", "1", "--batch-size", "2", "--threads", "1", "--validation-fraction", "0.3", timeout=600
+        )
+
+        models = disk / "data" / "models"
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert json.loads(result.stdout) == {
+            "error": "unavailable",
+            "detail": f"the disk is full: no space left on the device that holds {models}; "
+            "free some space there, or set PAYRAIL_DATA_DIR to a directory on a disk with room",
+        }
+        assert list(models.iterdir()) == []

@@ -21,24 +21,33 @@ import sys
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
+from urllib.parse import parse_qs
 
 # pydantic builds the output schema from these, and needs typing_extensions.TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
 from .base.agent_tokens import AgentTokens
 from .base.errors import CodedError
-from .base.network import is_loopback
+from .base.network import allow_open_files, host_names, is_loopback
 from .registry.agent_path import Registry
 from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, check_query
+
+if TYPE_CHECKING:  # the web stack loads only when --http serves
+    from .base.http_door import Door
 
 SERVER_NAME = "payrail-agent-search"
 TOOL_NAME = "search_provider_methods"
 LOOPBACK = "127.0.0.1"
-# The Host headers a loopback server answers (the SDK's own list for its MCP endpoint): a web page
-# that points a name of its own at 127.0.0.1 (DNS rebinding) is refused.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-HOST_HEADER = re.compile(r"(\[[^\]]*\]|[^:]*)(?::\d+)?")
+# Connections --http holds at once, unless --max-connections says otherwise.
+MAX_CONNECTIONS = 1000
+HOST_HEADER = re.compile(r"(\[[^\]]*\]|[^:]*)(?::(\d+))?")
+# A request's body is read whole before any route sees it, within a deadline: the tool's largest
+# call (a query of 2,000 characters, each written as a \uXXXX escape) is some 12 KB.
+MAX_BODY_BYTES = 256 * 1024
+BODY_TIMEOUT = 10
+# A browser's Sec-Fetch-Site for a request a page of this server made, or a person typed in.
+OWN_FETCHES = ("same-origin", "none")
 # Worker threads for each of a search's two steps (anyio's default for all a server's threads is 40).
 LANE_THREADS = 40
 
@@ -66,6 +75,9 @@ yourself, and take any payment requirement to Payrail Agent."""
 QUERY_DESCRIPTION = f"What you need, in plain words, or an exact provider or method name; 1 to {QUERY_MAX_CHARACTERS:,} characters."
 # GET /search answers with the tool's JSON; a failure's status says whose it is.
 HTTP_STATUS = {"invalid_query": 400, "search_unavailable": 503}
+# What a browser sends or a library sees of a query string: invalid UTF-8 becomes lone surrogates
+# (as on the command line), which check_query refuses, instead of U+FFFD searched for.
+QUERY_STRING_ERRORS = "surrogateescape"
 
 
 def failure_result(error: SearchError):
@@ -167,7 +179,8 @@ def add_http_routes(server, answer: Callable[[Query], Awaitable[dict]], answer_s
 
     @server.custom_route("/search", methods=["GET"])
     async def search_over_http(request: Request) -> Response:
-        given = request.query_params.getlist("query")
+        query_string = request.scope["query_string"].decode("latin-1")
+        given = parse_qs(query_string, keep_blank_values=True, encoding="utf-8", errors=QUERY_STRING_ERRORS).get("query", [])
         try:
             if not given:
                 raise InvalidQuery("the query is missing: GET /search?query=what+you+need")
@@ -189,7 +202,10 @@ def openapi_document(answer_schema: dict) -> dict:
     error = {
         "type": "object",
         "required": ["error", "detail"],
-        "properties": {"error": {"type": "string", "enum": ["invalid_query", "search_unavailable", "unauthorized"]}, "detail": {"type": "string"}},
+        "properties": {
+            "error": {"type": "string", "enum": ["invalid_query", "search_unavailable", "unauthorized", "invalid_request"]},
+            "detail": {"type": "string"},
+        },
     }
     schemas = {**answer_schema.pop("$defs", {}), "Answer": answer_schema, "Error": error}
 
@@ -216,9 +232,17 @@ def openapi_document(answer_schema: dict) -> dict:
                     ],
                     "responses": {
                         "200": json_of("Answer", "At most three matches, in the registry's order; no scores."),
-                        "400": json_of("Error", "invalid_query: the query is missing, empty or too long; fix it."),
+                        "400": json_of("Error", "invalid_query: the query is missing, empty, too long or not UTF-8; fix it."),
                         "401": json_of("Error", "unauthorized: no valid bearer token (servers beyond loopback)."),
-                        "503": json_of("Error", "search_unavailable: the registry's database or embedding service failed; try again later."),
+                        "403": json_of("Error", "invalid_request: a web page's request (servers on loopback without tokens)."),
+                        "408": json_of("Error", "invalid_request: the request's body did not come within its deadline."),
+                        "413": json_of("Error", "invalid_request: the request's body is too large."),
+                        "421": json_of("Error", "invalid_request: the Host header names another address than the server's."),
+                        "503": json_of(
+                            "Error",
+                            "search_unavailable: the registry's database or embedding service failed, or the server holds "
+                            "as many connections as it may; try again later.",
+                        ),
                     },
                 }
             }
@@ -259,7 +283,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK, token_file: Path | None = None) -> None:
+def serve(
+    registry: Registry, http_port: int | None = None, host: str = LOOPBACK, token_file: Path | None = None, max_connections: int = MAX_CONNECTIONS
+) -> None:
     """Serves until standard input closes (stdio) or SIGTERM / Ctrl-C (HTTP, where it exits 0)."""
     # What can refuse to start does before the MCP SDK loads (most of a start's second).
     tokens = AgentTokens(token_file) if token_file is not None else None  # a wrong file stops it here, named
@@ -268,6 +294,13 @@ def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK
             f"--host {host} is beyond loopback: every agent there must present a bearer token; "
             "give --token-file FILE (one line per agent: NAME TOKEN, mode 600; see docs/agents.md)"
         )
+    door = None
+    if http_port is not None:
+        from .base.http_door import Door, http_response
+
+        busy = {"error": "search_unavailable", "detail": f"the server holds as many connections as it may ({max_connections:,}), each in a request; try again"}
+        door = Door(max_connections, http_response(503, "Service Unavailable", "application/json", json.dumps(busy).encode()))
+        allow_open_files(door.open_files, f"--max-connections {max_connections:,}")
     sock = bind(host, http_port) if http_port is not None else None
     server = build_server(registry)
     # The pool opened (the embedded default started) and a local model loaded before the server
@@ -275,7 +308,7 @@ def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK
     registry.warm_up()
     # Stopped with SIGTERM (agent hosts, service managers), the server exits 0, as for a closed stdin.
     try:
-        if sock is None:
+        if sock is None or door is None:
             # At once: a SystemExit raised inside the SDK's stdio tasks was now and then reported as
             # an unhandled error (a traceback on stderr) or swallowed (the server kept running), and
             # a read of stdin blocks in a thread nothing can cancel. Searches write nothing to lose;
@@ -284,52 +317,150 @@ def serve(registry: Registry, http_port: int | None = None, host: str = LOOPBACK
             server.run("stdio")
         else:
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-            serve_http(server, sock, host, tokens)
+            serve_http(server, sock, door, tokens)
     finally:
         registry.close()
 
 
-class HttpGate:
-    """Before any route: with tokens, a request without one of them is refused (401); without
-    (loopback only), a Host header not naming loopback is (DNS rebinding, 421)."""
+class Refusal(NamedTuple):
+    """A request the gate answers itself: its status, its name in the door's tally, and why."""
 
-    def __init__(self, app, tokens: AgentTokens | None) -> None:
+    status: int
+    tally: str
+    detail: str
+
+
+class HttpGate:
+    """What every connection meets before any route, each refusal answered at once (JSON, see
+    refuse) and counted in the door's tally:
+
+    - only HTTP requests pass, and the server's own lifespan: a WebSocket, or any other kind;
+    - with tokens, a request without one of them (401); without (loopback only), a Host header
+      naming another address than the one bound (DNS rebinding, 421), and a web page's request
+      (an Origin other than the server's own, or a browser's Sec-Fetch-Site saying another site
+      sent it: 403), so no page a browser shows can spend the registry's embeddings;
+    - GET /mcp (405): the server never speaks unasked, so it holds no stream open;
+    - a body over MAX_BODY_BYTES (413) or not all come within BODY_TIMEOUT seconds (408): it is
+      read whole, and only then does a route see the request.
+    """
+
+    def __init__(self, app, door: "Door", tokens: AgentTokens | None, bound: tuple[str, int]) -> None:
         self.app = app
+        self.door = door
         self.tokens = tokens
+        self.hosts = host_names(bound[0])
+        self.port = bound[1]
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             return await self.app(scope, receive, send)
-        headers = [(name.lower(), value) for name, value in scope["headers"]]
+        if scope["type"] != "http":
+            self.door.count("not_http")
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return None
+        headers = [(name.lower(), value.decode("latin-1")) for name, value in scope["headers"]]
+        refusal = self.refusal(headers)
+        if refusal is not None:
+            self.door.count(refusal.tally)
+            return await refuse(send, refusal)
+        if scope["path"] == "/mcp" and scope["method"] == "GET":
+            return await refuse(send, Refusal(405, "", "this server sends nothing unasked: POST each JSON-RPC message to /mcp"))
+        body = await self.whole_body(headers, receive)
+        if isinstance(body, Refusal):
+            self.door.count(body.tally)
+            return await refuse(send, body)
+        if body is not None:  # else the client went away
+            await self.app(scope, replaying(body, receive), send)
+        return None
+
+    def refusal(self, headers: list[tuple[bytes, str]]) -> Refusal | None:
+        """Why a request's head is refused, or None."""
         if self.tokens is not None:
             presented = [value for name, value in headers if name == b"authorization"]
-            scheme, _, token = presented[0].decode("latin-1").partition(" ") if len(presented) == 1 else ("", "", "")
+            scheme, _, token = presented[0].partition(" ") if len(presented) == 1 else ("", "", "")
             if scheme.lower() != "bearer" or self.tokens.agent_of(token.strip()) is None:
-                return await refuse(send, 401, "unauthorized", "present an agent's bearer token: Authorization: Bearer TOKEN")
-        else:
-            named = [HOST_HEADER.fullmatch(value.decode("latin-1")) for name, value in headers if name == b"host"]
-            if len(named) != 1 or named[0] is None or named[0].group(1) not in LOOPBACK_HOSTS:
-                return await refuse(send, 421, "invalid_request", "this server answers on loopback only: ask it at 127.0.0.1")
-        return await self.app(scope, receive, send)
+                return Refusal(401, "unauthorized", "present an agent's bearer token: Authorization: Bearer TOKEN")
+            return None
+        named = [HOST_HEADER.fullmatch(value) for name, value in headers if name == b"host"]
+        if len(named) != 1 or named[0] is None or named[0].group(1).lower() not in self.hosts or int(named[0].group(2) or 80) != self.port:
+            return Refusal(421, "wrong_host", f"this server answers on loopback only: ask it at {min(self.hosts)}:{self.port}")
+        own_origin = f"http://{named[0].group(0)}".lower()
+        origins = [value.lower() for name, value in headers if name == b"origin"]
+        fetched_by = [value.lower() for name, value in headers if name == b"sec-fetch-site"]
+        if any(origin != own_origin for origin in origins) or any(site not in OWN_FETCHES for site in fetched_by):
+            return Refusal(403, "cross_origin", "a web page may not call this server: without tokens it answers programs on this machine only")
+        return None
+
+    async def whole_body(self, headers: list[tuple[bytes, str]], receive) -> dict | Refusal | None:
+        """The request's body as one message, why it is refused, or None when the client went away."""
+        import anyio
+
+        declared = [value for name, value in headers if name == b"content-length"]
+        too_large = Refusal(413, "body_too_large", f"the request's body is larger than {MAX_BODY_BYTES // 1024} KB")
+        if declared and declared[0].isdigit() and int(declared[0]) > MAX_BODY_BYTES:
+            return too_large
+        body = bytearray()
+        with anyio.move_on_after(BODY_TIMEOUT):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return None
+                body += message.get("body", b"")
+                if len(body) > MAX_BODY_BYTES:
+                    return too_large
+                if not message.get("more_body", False):
+                    return {"type": "http.request", "body": bytes(body), "more_body": False}
+        return Refusal(408, "body_too_slow", f"the request's body did not all come within {BODY_TIMEOUT} seconds")
 
 
-async def refuse(send, status: int, code: str, detail: str) -> None:
-    body = json.dumps({"error": code, "detail": detail}).encode()
+def replaying(message: dict, receive):
+    """receive() that gives the whole body first, then what the client sends after (its disconnect)."""
+    given: list[dict] = []
+
+    async def replay() -> dict:
+        if not given:
+            given.append(message)
+            return message
+        return await receive()
+
+    return replay
+
+
+async def refuse(send, refusal: Refusal) -> None:
+    """A refusal as JSON ({"error": "unauthorized" | "invalid_request", "detail"}). Its connection
+    then waits for a request like any other (the door's deadline, the first to give its place),
+    what is left of a body read and dropped meanwhile: closed at once, a body still arriving would
+    make the kernel reset it, and the client could lose the answer. A body too slow closes it."""
+    code = "unauthorized" if refusal.status == 401 else "invalid_request"
+    body = json.dumps({"error": code, "detail": refusal.detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 401:
+    if refusal.status == 408:
+        headers.append((b"connection", b"close"))
+    if refusal.status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="payrail-agent-search"'))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    if refusal.status == 405:
+        headers.append((b"allow", b"POST"))
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-def serve_http(server, sock: socket.socket, host: str, tokens: AgentTokens | None) -> None:
+def serve_http(server, sock: socket.socket, door: "Door", tokens: AgentTokens | None) -> None:
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
 
-    app = HttpGate(server.streamable_http_app(host=host), tokens)
+    bound = sock.getsockname()[:2]
+    # Stateless: each request stands alone (the one tool keeps no state), so a server holds no
+    # session between requests, and a token deleted from the file is refused at the very next one.
+    # The gate checks Host and Origin for every route; the SDK's own check covers /mcp only.
+    app = server.streamable_http_app(
+        stateless_http=True, json_response=True, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
     # A query of 2,000 characters percent-encoded in a URL is up to 24 KB: above h11's default 16 KB.
-    config = uvicorn.Config(app, log_level="warning", log_config=None, h11_max_incomplete_event_size=64 * 1024)  # its lines through the package's handler
+    # uvicorn's own lines go through the package's handler (log_config=None, which door.config sets).
+    config = door.config(HttpGate(app, door, tokens, bound), log_level="warning", h11_max_incomplete_event_size=64 * 1024)
     http = uvicorn.Server(config)
-    bound_host, port = sock.getsockname()[:2]
+    bound_host, port = bound
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     guard = f"bearer tokens of {tokens.path}" if tokens is not None else "loopback only"
     print(f"serving MCP over streamable HTTP at http://{shown}:{port}/mcp and GET /search (OpenAPI: /openapi.json), {guard}", flush=True)

@@ -8,6 +8,7 @@ named, parsed and defaulted in one place.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -19,6 +20,17 @@ import click
 from .base import logs, safe_text
 from .embedders import BACKENDS, Embedder, make_embedder, tuned_models
 from .postgres import connection, local_server
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange for a number that must be one: nan passes every range (it compares false to
+    any bound), and an infinity passes one open on that side, so both are refused here in words."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,7 @@ SETTINGS = (
         "embedding_timeout",
         "--embedding-timeout",
         "PAYRAIL_EMBEDDING_TIMEOUT",
-        click.FloatRange(min=0.1),
+        FiniteRange(min=0.1),
         10.0,
         "Seconds for one embedding request (a batch of texts; a search's query), from the first attempt to the reply's last byte: one deadline, every retry and its wait included.",
     ),

@@ -11,16 +11,20 @@ import uvicorn
 
 from ..base import logs
 from ..base.errors import reason
+from ..base.http_door import Door, http_response
+from ..base.network import TooFewOpenFiles, allow_open_files
 from ..postgres import connection
 from ..settings import Settings
 from .app import create_app
 from .guard import is_loopback, origin_of
 from .sessions import SessionLimits
 
-# Connections (and requests) uvicorn serves at once; more are answered 503. What unauthenticated
-# clients can hold of the backoffice's memory: each a request line and headers (h11 takes 16 kB
-# at most) and at most 64 kB of a body not yet read.
+# Connections the backoffice holds at once (base/http_door.py): past them a new one takes the
+# place of the one that waited longest for its request, and is answered 503 when every one is in a
+# request. What unauthenticated clients can hold of the backoffice's memory: each a request line
+# and headers (h11 takes 16 kB at most) and at most 64 kB of a body not yet read.
 MAX_CONNECTIONS = 200
+BUSY = f"The backoffice is serving as many requests as it may ({MAX_CONNECTIONS}); try again in a moment.".encode()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -55,6 +59,11 @@ def serve(settings: Settings, host: str, port: int, limits: SessionLimits, uploa
         )
     if public_url is not None and (origin_of(public_url) is None or urlsplit(public_url).path not in ("", "/")):
         raise click.BadParameter(f"{public_url!r} is not an origin such as https://registry.example.com", param_hint="--public-url")
+    door = Door(MAX_CONNECTIONS, http_response(503, "Service Unavailable", "text/plain; charset=utf-8", BUSY))
+    try:
+        allow_open_files(door.open_files, "the backoffice")
+    except TooFewOpenFiles as error:
+        raise click.ClickException(error.detail) from None
     app = create_app(settings, limits=limits, upload_limit=upload_limit, bind_host=host, public_url=public_url)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
@@ -77,6 +86,6 @@ def serve(settings: Settings, host: str, port: int, limits: SessionLimits, uploa
         )
     # X-Forwarded-Proto and -For are believed from 127.0.0.1 only (uvicorn's default; the
     # FORWARDED_ALLOW_IPS environment variable names a proxy elsewhere). uvicorn's lines go through
-    # the package's log handler (log_config=None), one line of stable keys each.
-    config = uvicorn.Config(app, log_level="info", proxy_headers=True, limit_concurrency=MAX_CONNECTIONS, log_config=None)
+    # the package's log handler (door.config sets log_config=None), one line of stable keys each.
+    config = door.config(app, log_level="info", proxy_headers=True)
     uvicorn.Server(config).run(sockets=[sock])

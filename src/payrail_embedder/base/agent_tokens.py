@@ -4,8 +4,9 @@ A token file has one line per agent, `NAME TOKEN` (blank lines and `#` comments 
 says in the log which agent asked, the token is what it presents (`Authorization: Bearer TOKEN`).
 The file is read again whenever it changes, so deleting a line revokes that agent at its next
 request, without a restart; a file that has become unreadable or wrong lets no one in (and says
-why in the log) until it is fixed. Like an SSH key, it must be a regular file that only its owner
-can read or write.
+why in the log) until it is fixed. Like an SSH key, it must be a regular file of the user the server
+runs as, that only this user can read or write: checked at start and again at every change of the
+file, its mode and owner included (a chmod or chown changes no content, and is a change all the same).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class _Version:
     inode: int
     size: int
     modified_ns: int
+    # chmod and chown change the inode's change time, and neither the size nor the modification time.
+    changed_ns: int
+    mode: int
+    owner: int
 
 
 def read_tokens(path: Path) -> dict[str, str]:
@@ -54,6 +59,11 @@ def read_tokens(path: Path) -> dict[str, str]:
             info = os.fstat(file.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise TokenFileRefused(f"{path}: the token file must be a regular file")
+            if info.st_uid != os.geteuid():
+                raise TokenFileRefused(
+                    f"{path}: the token file belongs to another user (uid {info.st_uid}), who could change it; "
+                    f"it must be owned by the user the server runs as (uid {os.geteuid()})"
+                )
             if info.st_mode & 0o077:
                 raise TokenFileRefused(f"{path}: the token file can be read or written by other users (mode {stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
             data = file.read(MAX_FILE_BYTES + 1)
@@ -105,7 +115,7 @@ class AgentTokens:
             info = os.stat(self.path)
         except OSError:
             return None
-        return _Version(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        return _Version(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode, info.st_uid)
 
     def _current(self) -> dict[str, str]:
         with self._lock:

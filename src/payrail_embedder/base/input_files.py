@@ -10,19 +10,23 @@ What may be named:
 - a pipe, a FIFO or standard input (`-`, /dev/stdin) is read once, into a private temporary file
   (unnamed in $TMPDIR: it goes when the command ends, however it ends) of at most
   MAX_SPOOLED_BYTES, which every pass then reads; the line bound applies while it is copied, so
-  `cat /dev/zero | payrail-embedder import -` stops at the first line;
+  `cat /dev/zero | payrail-embedder import -` stops at the first line; a full $TMPDIR is
+  output_files.DiskFull naming it;
 - anything else is refused in words before a byte is read: a directory, a socket, a device
   (/dev/zero, /dev/urandom, a terminal as standard input).
 
 A line is read with at most line_limit + 1 bytes in memory. A longer one is reported as the last
 line: reading stops there rather than looking for its end, which /dev/zero (or any file without
 line breaks) never gives; a line that long is more than anything valid can take, so the file is
-not what the operator meant, and its lines after that are not worth reading into memory.
+not what the operator meant, and its lines after that are not worth reading into memory. A format
+whose lines are held in memory together (labelled queries) bounds the whole input too
+(size_limit): the line that takes it past the bound is reported the same way, as the last line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import sys
@@ -30,9 +34,10 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ClassVar
 
 from .errors import CodedError
+from .output_files import writing_to
 
 # JSON's own white space: a line of nothing else is blank; any other character is content.
 JSON_WHITE_SPACE = " \t\r\n"
@@ -51,14 +56,25 @@ class InputRefused(CodedError):
 
 
 @dataclass(frozen=True)
-class LineLimit:
-    """The most bytes a line of a format may take (its line break included), and why, in words."""
+class ByteLimit:
+    """The most bytes a part of an input may take (LineLimit: a line, its line break included;
+    SizeLimit: the whole input), and why, in words."""
 
     bytes: int
     why: str
+    # The part, as the refusal names it.
+    part: ClassVar[str]
 
     def refusal(self) -> str:
-        return f"the line is longer than {self.bytes:,} bytes, {self.why}; the rest of the file was not read"
+        return f"{self.part} is longer than {self.bytes:,} bytes, {self.why}; the rest of the file was not read"
+
+
+class LineLimit(ByteLimit):
+    part = "the line"
+
+
+class SizeLimit(ByteLimit):
+    part = "the input"
 
 
 @dataclass(frozen=True)
@@ -78,15 +94,20 @@ class UnreadableLine:
     problem: str
 
 
-def json_lines(file: BinaryIO, limit: LineLimit) -> Iterator[NumberedLine | UnreadableLine]:
+def json_lines(file: BinaryIO, limit: LineLimit, size: SizeLimit | None = None) -> Iterator[NumberedLine | UnreadableLine]:
     """The non-blank lines of a JSON Lines file, decoded from UTF-8 (a byte order mark where the
     file begins is allowed: editors on Windows write one), each read with at most limit.bytes + 1
-    bytes in memory. file: any binary file (an upload's bytes in io.BytesIO, say)."""
-    number = 0
+    bytes in memory. file: any binary file (an upload's bytes in io.BytesIO, say). With a size
+    limit, the line that takes the file past it is reported (size.refusal) as the last one."""
+    number = total = 0
     while raw := file.readline(limit.bytes + 1):
         number += 1
+        total += len(raw)
         if len(raw) > limit.bytes:
             yield UnreadableLine(number, limit.refusal())
+            return
+        if size is not None and total > size.bytes:
+            yield UnreadableLine(number, size.refusal())
             return
         try:
             text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
@@ -106,20 +127,22 @@ class InputFile:
     line_limit: LineLimit
     # Where the input begins in file: standard input redirected from a file may have been read partly already.
     start: int = 0
+    size_limit: SizeLimit | None = None
 
     def lines(self) -> Iterator[NumberedLine | UnreadableLine]:
         """json_lines of the whole input, from its start, however often it is called."""
         self.file.seek(self.start)
         try:
-            yield from json_lines(self.file, self.line_limit)
+            yield from json_lines(self.file, self.line_limit, self.size_limit)
         except OSError as error:
             raise InputRefused(f"{self.source} cannot be read: {error.strerror or error}") from error
 
 
 @contextlib.contextmanager
-def open_input(name: str | Path, *, line_limit: LineLimit, max_spooled: int = MAX_SPOOLED_BYTES) -> Iterator[InputFile]:
+def open_input(name: str | Path, *, line_limit: LineLimit, size_limit: SizeLimit | None = None, max_spooled: int = MAX_SPOOLED_BYTES) -> Iterator[InputFile]:
     """The input `name` (a path, or "-" for standard input), opened once for reading; refused
-    (InputRefused) unless it is a regular file, a pipe or a FIFO. See the module's docstring."""
+    (InputRefused) unless it is a regular file, a pipe or a FIFO. See the module's docstring.
+    size_limit: the most the whole input may take, for a format read whole into memory."""
     source = STDIN if str(name) == "-" else str(name)
     with contextlib.ExitStack() as closing:
         file, regular = _open_readable(name, source)
@@ -127,12 +150,13 @@ def open_input(name: str | Path, *, line_limit: LineLimit, max_spooled: int = MA
         close = file.close if file is not getattr(sys.stdin, "buffer", None) else lambda: None
         closing.callback(close)
         if regular:
-            yield InputFile(source, file, line_limit, start=file.tell())
+            yield InputFile(source, file, line_limit, start=file.tell(), size_limit=size_limit)
             return
-        spool = closing.enter_context(tempfile.TemporaryFile(prefix="payrail-input-"))
-        _copy_lines(file, spool, source, line_limit, max_spooled)
+        # Unbuffered: a write the disk refuses leaves nothing in a buffer to fail again at close.
+        spool = closing.enter_context(tempfile.TemporaryFile(prefix="payrail-input-", buffering=0))
+        _copy_lines(file, spool, source, line_limit, max_spooled, size_limit)
         close()  # the writer learns at once that nothing more is read (SIGPIPE, or EPIPE)
-        yield InputFile(source, spool, line_limit)
+        yield InputFile(source, io.BufferedReader(spool), line_limit, size_limit=size_limit)
 
 
 def _open_readable(name: str | Path, source: str) -> tuple[BinaryIO, bool]:
@@ -186,19 +210,22 @@ def _refuse_unless_readable_kind(mode: int, source: str) -> None:
     raise InputRefused(f"{source} is {kind}, not a file: name a file, a FIFO, or - for standard input")
 
 
-def _copy_lines(source_file: BinaryIO, spool: BinaryIO, source: str, limit: LineLimit, max_spooled: int) -> None:
-    """Copies source_file into spool a line at a time, up to its first line over the limit (the
-    part json_lines needs to refuse it), never more than max_spooled bytes."""
+def _copy_lines(source_file: BinaryIO, spool: io.FileIO, source: str, limit: LineLimit, max_spooled: int, size: SizeLimit | None) -> None:
+    """Copies source_file into spool a line at a time, up to its first line over the limit or
+    past the size limit (the part json_lines needs to refuse it), never more than max_spooled bytes."""
     copied = 0
     try:
-        while raw := source_file.readline(limit.bytes + 1):
-            copied += len(raw)
-            if copied > max_spooled:
-                raise InputRefused(
-                    f"{source} holds more than {max_spooled:,} bytes, the most read from a pipe or standard input: write it to a file and name the file"
-                )
-            spool.write(raw)
-            if len(raw) > limit.bytes:
-                break
+        with writing_to(tempfile.gettempdir(), "set TMPDIR to a directory with room, or write the input to a file and name the file"):
+            while raw := source_file.readline(limit.bytes + 1):
+                copied += len(raw)
+                if copied > max_spooled:
+                    raise InputRefused(
+                        f"{source} holds more than {max_spooled:,} bytes, the most read from a pipe or standard input: write it to a file and name the file"
+                    )
+                unwritten = memoryview(raw)
+                while unwritten:
+                    unwritten = unwritten[spool.write(unwritten) :]
+                if len(raw) > limit.bytes or (size is not None and copied > size.bytes):
+                    break
     except OSError as error:
         raise InputRefused(f"{source} cannot be read: {error.strerror or error}") from error

@@ -14,6 +14,12 @@ handler of its own (a NullHandler, so Python's last-resort handler prints nothin
 call configure, or route them as it likes; each record carries `event` and `fields`, and its
 message is the event and its fields as one line.
 
+A library's line that repeats is written at most REPEATS_PER_WINDOW times in REPEAT_WINDOW
+seconds (a line's kind: its logger, level and message before its values); the rest are counted,
+and when the window ends one line says how many were left out (event=log_repeated). What an
+outsider makes a server's libraries say (a malformed request, a refused upgrade, an accept that
+failed) is so bounded per minute, however fast it comes; the package's own events are each written.
+
 No key holds a secret: callers pass role names, record ids, counts and causes, never a password,
 an API key, a session id or a CSRF token, and name a database by connection.display_url. As a
 second line of defence the handler scrubs every value (safe_text.scrub: the secrets it was given,
@@ -28,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 
@@ -129,6 +136,56 @@ class LineFormatter(logging.Formatter):
         return line.translate(JSON_ESCAPES)
 
 
+class RepeatedLines(logging.Filter):
+    """Lets a library's line of one kind through at most REPEATS_PER_WINDOW times in REPEAT_WINDOW
+    seconds, counts the rest, and writes their number through `handler` when the window ends.
+
+    A kind is the logger, the level and the message before its values are put in (uvicorn's
+    "Invalid HTTP request received.", asyncio's "socket.accept() out of system resource"); past
+    MAX_KINDS kinds (a library that puts values in the message itself), any other shares one."""
+
+    REPEATS_PER_WINDOW = 10
+    REPEAT_WINDOW = 60.0
+    MAX_KINDS = 100
+
+    def __init__(self, handler: logging.Handler) -> None:
+        super().__init__()
+        self.handler = handler
+        self._lock = threading.Lock()
+        self._windows: dict[tuple[str, int, str], _Window] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if hasattr(record, "event") or record.name == "uvicorn.access":
+            return True  # the package's events and the backoffice's request lines: each one counts
+        kind = (record.name, record.levelno, str(record.msg))
+        with self._lock:
+            if kind not in self._windows and len(self._windows) >= self.MAX_KINDS:
+                kind = (record.name, record.levelno, "(other messages)")
+            window = self._windows.get(kind)
+            if window is None:
+                window = self._windows[kind] = _Window(threading.Timer(self.REPEAT_WINDOW, self._close, (kind,)))
+                window.timer.daemon = True
+                window.timer.start()
+            window.seen += 1
+            return window.seen <= self.REPEATS_PER_WINDOW
+
+    def _close(self, kind: tuple[str, int, str]) -> None:
+        with self._lock:
+            window = self._windows.pop(kind)
+        left_out = window.seen - self.REPEATS_PER_WINDOW
+        if left_out > 0:
+            logger, level, message = kind
+            fields = {"logger": logger, "message": message, "left_out": left_out, "seconds": self.REPEAT_WINDOW}
+            extra = {"event": "log_repeated", "fields": fields}
+            self.handler.handle(LOGGER.makeRecord(LOGGER.name, level, __file__, 0, _EventLine("log_repeated", fields), (), None, extra=extra))
+
+
+class _Window:
+    def __init__(self, timer: threading.Timer) -> None:
+        self.timer = timer
+        self.seen = 0
+
+
 class StandardError(logging.StreamHandler):
     """Writes to whatever sys.stderr is when a line is written (click's test runner swaps it)."""
 
@@ -154,6 +211,7 @@ def configure(log_format: str = "logfmt", level: str = "info", *, secrets: Itera
     threshold = LEVELS[level]
     handler = StandardError()
     handler.setFormatter(LineFormatter(log_format, secrets))
+    handler.addFilter(RepeatedLines(handler))
     # On the handler too: uvicorn sets its own loggers' levels.
     handler.setLevel(threshold)
     root = logging.getLogger()

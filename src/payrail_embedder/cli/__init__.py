@@ -15,6 +15,7 @@ import click
 
 from ..base import logs
 from ..base.errors import EXIT_STATUS, code_and_detail
+from ..base.output_files import full_disk, is_disk_full
 from ..base.safe_text import json_text
 from ..settings import Settings, settings_options
 from . import bulk, db, golden, model, records, search, serve
@@ -31,6 +32,9 @@ def as_failure(error: BaseException, command: str | None) -> Failure | None:
     if isinstance(error, click.ClickException):  # usage errors, unreadable files
         return Failure("invalid_query" if command == "search" else "invalid_input", error.format_message())
     known = code_and_detail(error)
+    if known is None and is_disk_full(error):  # a write no command wraps (output_files.writing_to) names its file if it can
+        where = error.filename if isinstance(error, OSError) and error.filename else "a file it was writing"
+        known = code_and_detail(full_disk(where))
     return None if known is None else Failure(*known)
 
 

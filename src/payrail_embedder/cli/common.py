@@ -4,15 +4,21 @@ commands take, the change log line, and reading a query for search.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 
 import click
 import psycopg
 
 from ..base import logs
 from ..base.errors import as_json, as_text
-from ..embedders import OPENAI_MAX_BATCH
+from ..base.safe_text import one_line
+from ..embedders import OPENAI_MAX_BATCH, tuned_models
 from ..model.switch import SwitchReport
 from ..postgres import connection
 from ..registry.search import Connections, SearchUnavailable
@@ -32,6 +38,38 @@ class Failure(click.ClickException):
 
     def to_json(self) -> dict:
         return as_json(self.code, self.message)
+
+
+# The signals that stop a command: Ctrl-C, the terminal's hangup, and kill's default.
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def scratch_removed_on_signals() -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP remove the scratch directories the process
+    holds (tuned_models.remove_held_scratch), say so, and end it as the signal would have. Not by
+    raising KeyboardInterrupt to unwind: one raised while a finalizer (__del__) runs is printed
+    and dropped, and the command would go on. A signal the process was started ignoring (nohup,
+    a background job's Ctrl-C) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in STOPPING_SIGNALS}
+    for number, handler in previous.items():
+        if handler in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(number, _remove_scratch_and_stop)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _remove_scratch_and_stop(number: int, frame: object) -> None:
+    removed = "".join(f"; removed {scratch}" for scratch in tuned_models.remove_held_scratch())
+    os.write(2, one_line(f"Aborted! (stopped by {signal.Signals(number).name}{removed})").encode() + b"\n")
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
 
 
 def log_change(event: str, conn: psycopg.Connection, started: float, *, failed: bool = False, **fields) -> None:

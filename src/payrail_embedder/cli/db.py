@@ -12,7 +12,7 @@ from ..base import logs, paths
 from ..base.reports import emit
 from ..base.safe_text import one_line
 from ..postgres import connection, deploy, local_server
-from ..settings import Settings
+from ..settings import FiniteRange, Settings
 from .common import JSON_OPTION, Failure
 
 
@@ -25,7 +25,7 @@ def db():
 @click.option("--force", is_flag=True, help="Apply every file even when the registry is current, and check every derived row (repairs them, and grants).")
 @click.option(
     "--lock-timeout",
-    type=click.FloatRange(min=0.001),
+    type=FiniteRange(min=0.001),
     default=deploy.LOCK_TIMEOUT_SECONDS,
     show_default=True,
     help="Seconds to wait for each lock before giving way and trying again; keep it under the server's deadlock_timeout.",

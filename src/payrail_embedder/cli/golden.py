@@ -10,13 +10,14 @@ from pathlib import Path
 import click
 
 from ..base.errors import EXIT_STATUS
+from ..base.output_files import output_file
 from ..base.reports import emit
 from ..model import evaluation
 from ..registry import golden as golden_module
 from ..registry import labelled_queries
 from ..registry.embedding_model import registry_model
 from ..registry.search import check_query
-from ..settings import Settings
+from ..settings import FiniteRange, Settings
 from .common import JSON_OPTION, QUERY_ARGUMENT, Failure, connect_for_search, log_change, read_query
 
 # eval's exit status when a metric is below its floor (--min-hit-at-3, --min-mrr): the report is
@@ -28,7 +29,7 @@ BELOW_FLOOR = 3
 def floor_option(name: str, metric: str):
     return click.option(
         name,
-        type=click.FloatRange(0, 1),
+        type=FiniteRange(0, 1),
         help=f"Exit {BELOW_FLOOR} when {metric} is below this (0 to 1): a deployment pipeline refuses a change that makes search worse.",
     )
 
@@ -202,12 +203,10 @@ def golden_export(settings: Settings, file):
 
     In the order they were added; each line {"query", "relevant"} in that order, the records in
     the order they were given, each by the names it has now. `golden import` of the file into a
-    registry holding the same records, then `golden export`, gives the same bytes.
+    registry holding the same records, then `golden export`, gives the same bytes. FILE is written
+    whole or not at all (renamed into place once written).
     """
     with settings.connect() as conn:
         data = "".join(line + "\n" for line in golden_module.export_lines(conn)).encode("utf-8")
-    if file is None or str(file) == "-":
-        with click.open_file("-", "wb") as stdout:
-            stdout.write(data)
-    else:
-        file.write_bytes(data)
+    with output_file(file or "-") as written:
+        written.write(data)

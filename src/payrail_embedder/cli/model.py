@@ -17,8 +17,8 @@ from ..base.progress import progress
 from ..base.reports import emit
 from ..embedders import tuned_models
 from ..model import switch, tuning, tuning_data
-from ..settings import Settings
-from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change
+from ..settings import FiniteRange, Settings
+from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change, scratch_removed_on_signals
 
 
 @click.group()
@@ -81,7 +81,7 @@ def choices(name: str, named: Sequence[str], default: str, help: str):
 @click.argument("golden_file", metavar="[GOLDEN.jsonl]", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--validation-fraction",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteRange(0, 1, min_open=True, max_open=True),
     default=tuning_data.TuneOptions.validation_fraction,
     show_default=True,
     help="Keep about this share of the queries aside to decide, split by provider: no training query names a validation query's providers.",
@@ -115,7 +115,7 @@ def choices(name: str, named: Sequence[str], default: str, help: str):
 )
 @click.option(
     "--learning-rate",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteRange(0, 1, min_open=True),
     default=tuning_data.TuneOptions.learning_rate,
     show_default=True,
     help="Peak learning rate (AdamW, linear decay after a 10% warm-up).",
@@ -169,7 +169,7 @@ def model_tune(
     local backend only: OpenAI's models cannot be tuned.
     """
     options = tuning_data.TuneOptions(validation_fraction, seed, epochs, batch_size, learning_rate, threads, force, record_pairs, negatives, decide_epochs)
-    with settings.connect() as conn, contextlib.ExitStack() as training:
+    with scratch_removed_on_signals(), settings.connect() as conn, contextlib.ExitStack() as training:
         advance: Callable[[int], None] | None = None
         done = 0
 
@@ -211,7 +211,9 @@ def model_install(settings: Settings, source, as_json):
     Install it on every machine that searches or saves (replicas, every backoffice host) before
     `model switch`.
     """
-    emit(tuning.InstalledModel(tuned_models.install(source, settings.models_dir)), as_json)
+    with scratch_removed_on_signals():
+        installed = tuned_models.install(source, settings.models_dir)
+    emit(tuning.InstalledModel(installed), as_json)
 
 
 @model.command("list")

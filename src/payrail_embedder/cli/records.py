@@ -14,6 +14,7 @@ import psycopg
 from .. import edit as edit_module
 from ..base import input_files
 from ..base.errors import EXIT_STATUS
+from ..base.output_files import output_file
 from ..base.progress import progress
 from ..base.reports import emit
 from ..model import golden_rankings
@@ -92,13 +93,20 @@ def import_(settings: Settings, files, skip_invalid, enable, as_json):
 
 
 @click.command("export")
-@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-", help="File to write (default: standard output).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILENAME",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="File to write (default: standard output), whole or not at all: it is renamed into place once written.",
+)
 @click.pass_obj
 def export(settings: Settings, output):
     """Write every record as JSON Lines, in the format `import` reads (enabled included)."""
-    with settings.connect() as conn:
+    with settings.connect() as conn, output_file(output) as written:
         for line in catalog.export_records(conn):
-            output.write(line + "\n")
+            written.write((line + "\n").encode("utf-8"))
 
 
 @click.command("list")

@@ -14,8 +14,10 @@ from ..postgres import logins
 from ..settings import Settings
 from .common import JSON_OPTION, Failure, log_change
 
-# mcp_server.LOOPBACK, not imported: the command line loads the server's modules only for `mcp`.
+# mcp_server.LOOPBACK and MAX_CONNECTIONS, not imported: the command line loads the server's
+# modules only for `mcp`.
 LOOPBACK = "127.0.0.1"
+MAX_CONNECTIONS = 1000
 
 
 @click.command("mcp")
@@ -35,10 +37,18 @@ LOOPBACK = "127.0.0.1"
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="PAYRAIL_MCP_TOKEN_FILE",
-    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600). Read again when it changes: delete a line to revoke.",
+    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600, owned by the server's user). Read again when it changes: delete a line to revoke.",
+)
+@click.option(
+    "--max-connections",
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Connections --http holds at once. Past it, a new one takes the place of the one that waited longest for its request; "
+    "when every one is in a request, it is answered 503. The server raises its open-files limit to what they need.",
 )
 @click.pass_obj
-def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path | None):
+def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path | None, max_connections: int):
     """Serve the search as an MCP server (one tool: search_provider_methods).
 
     Speaks stdio by default, for an agent host that starts this command; takes the same
@@ -47,10 +57,12 @@ def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path |
     from ..api import Registry
     from ..mcp_server import serve  # the MCP SDK loads only for this command
 
-    if http_port is None and (host != LOOPBACK or token_file is not None):
-        raise click.UsageError("--host and --token-file go with --http PORT; over stdio the agent host starts the server itself")
-    # A busy port, a host beyond loopback without tokens or a wrong token file: invalid_input, named.
-    serve(Registry(settings=settings), http_port, host, token_file)
+    given_http_options = host != LOOPBACK or token_file is not None or max_connections != MAX_CONNECTIONS
+    if http_port is None and given_http_options:
+        raise click.UsageError("--host, --token-file and --max-connections go with --http PORT; over stdio the agent host starts the server itself")
+    # A busy port, a host beyond loopback without tokens, a wrong token file or too few open files
+    # for --max-connections: invalid_input, named.
+    serve(Registry(settings=settings), http_port, host, token_file, max_connections)
 
 
 def read_password(password_stdin: bool) -> str:

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..base.errors import CodedError
+from ..base.output_files import writing_to
 from ..base.paths import default_data_dir
 from . import local_model
 from .protocol import EmbeddingUnavailable
@@ -41,6 +43,8 @@ MANIFEST = "tuning.json"
 NOT_CONTENT = frozenset({GRAPH_DIR, MANIFEST, "README.md"})
 # Pickled weights run code when they are loaded; a tuned model carries safetensors only.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+UNWRITABLE_HINT = "Make the models directory writable, or set PAYRAIL_DATA_DIR"
+FULL_HINT = "free some space there, or set PAYRAIL_DATA_DIR to a directory on a disk with room"
 COPY_HINT = "copy it from the machine that tuned it and run `payrail-embedder model install DIRECTORY` (docs/embeddings.md, Tuning the local model)"
 
 
@@ -200,7 +204,7 @@ def load_encoder(name: str, directory: Path):
             check_content(model_dir, name)
         except TunedModelError as error:
             raise EmbeddingUnavailable(str(error)) from error
-        local_model.export(model_dir, graph, unwritable_hint="Make the models directory writable, or set PAYRAIL_DATA_DIR")
+        local_model.export(model_dir, graph, unwritable_hint=UNWRITABLE_HINT)
     return local_model.OnnxSentenceEncoder(model_dir, graph)
 
 
@@ -223,27 +227,93 @@ class InstallRunning(CodedError):
     code = "unavailable"
 
 
-# Installs stage their copy in a directory of this prefix inside the models directory, while they
-# hold INSTALL_LOCK (flock): one found while holding the lock was left by an install that was
-# killed (the kernel releases a dead process's lock), and is removed.
+# `model tune` and `model install` work in private scratch directories inside the models directory,
+# named by these prefixes. Each process holds a lock (flock) on its own scratch directory while it
+# lives, and the kernel drops a dead process's lock, so a scratch directory whose lock is free was
+# left by a process killed where nothing could clean up (kill -9, a power cut). Every tune and install
+# removes those before it makes its own: both while holding the models directory's lock (briefly),
+# so a sweep never takes a scratch directory being made, nor one whose process still runs (two
+# tunes at once, a tune beside an install).
+TUNING_PREFIX = ".tuning-"
 STAGING_PREFIX = ".installing-"
+SCRATCH_PREFIXES = (TUNING_PREFIX, STAGING_PREFIX)
+# One install at a time in a models directory: it holds this file's lock while it runs.
 INSTALL_LOCK = ".install.lock"
 
 
 @contextlib.contextmanager
+def _locked_directory(path: Path, flags: int = fcntl.LOCK_EX) -> Iterator[int]:
+    """path, a directory, opened and locked (flock with flags) while the block runs."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, flags)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+# The scratch directories this process holds now: what remove_held_scratch removes when a signal
+# ends the process (the command line's handler), since no block unwinds then.
+_held: set[Path] = set()
+
+
+@contextlib.contextmanager
+def scratch_directory(directory: Path, prefix: str) -> Iterator[Path]:
+    """A private directory in the models directory (prefix: one of SCRATCH_PREFIXES), locked while
+    the block runs and removed afterwards, however the block ends; the scratch directories of
+    processes that were killed are removed first (remove_abandoned)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked_directory(directory):
+        remove_abandoned(directory)
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
+        _held.add(scratch)
+        owned = contextlib.ExitStack()
+        owned.enter_context(_locked_directory(scratch))
+    with owned:
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            _held.discard(scratch)
+
+
+def remove_held_scratch() -> list[Path]:
+    """Removes the scratch directories this process holds, for a signal that ends it; returns them."""
+    held = sorted(_held)
+    for scratch in held:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return held
+
+
+def remove_abandoned(directory: Path) -> list[Path]:
+    """Removes the scratch directories in directory whose lock is free: their process is gone.
+    Called holding directory's lock, so none of them is being made. Returns those removed."""
+    removed = []
+    for scratch in sorted(directory.iterdir()):
+        if not (scratch.name.startswith(SCRATCH_PREFIXES) and scratch.is_dir() and not scratch.is_symlink()):
+            continue
+        try:
+            with _locked_directory(scratch, fcntl.LOCK_EX | fcntl.LOCK_NB):
+                shutil.rmtree(scratch, ignore_errors=True)
+                removed.append(scratch)
+        except BlockingIOError:
+            continue  # its process runs
+    return removed
+
+
+@contextlib.contextmanager
 def staging_directory(directory: Path) -> Iterator[Path]:
-    """A private directory in the models directory to copy and export into, removed afterwards,
-    while no other install runs there; killed installs' leftovers are removed first."""
+    """A scratch directory in the models directory to copy and export into, removed afterwards,
+    while no other install runs there; killed tunes' and installs' leftovers are removed first."""
+    directory.mkdir(parents=True, exist_ok=True)
     lock = os.open(directory / INSTALL_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise InstallRunning(f"another `model install` is running in {directory}; run this one once it has finished") from None
-        for leftover in directory.glob(STAGING_PREFIX + "*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix=STAGING_PREFIX, dir=directory) as scratch:
-            yield Path(scratch)
+        with scratch_directory(directory, STAGING_PREFIX) as scratch:
+            yield scratch
     finally:
         os.close(lock)
 
@@ -275,26 +345,110 @@ def install(source: Path, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / name / "modules.json").is_file():
         return directory / name
-    with staging_directory(directory) as scratch:
+    with writing_to(directory, FULL_HINT), staging_directory(directory) as scratch:
         if (directory / name / "modules.json").is_file():  # installed by an install that ended since the check above
             return directory / name
         staged = scratch / name
         copy_entries(source, entries(source), staged)
         # Checked again as copied: the source may have changed since it was checked.
         check_content(staged, name)
-        local_model.export(staged, staged / GRAPH_DIR, unwritable_hint="Make the models directory writable, or set PAYRAIL_DATA_DIR")
+        local_model.export(staged, staged / GRAPH_DIR, unwritable_hint=UNWRITABLE_HINT)
         return keep(staged, directory)
 
 
 def installed(directory: Path) -> list[dict]:
-    """The tuned models of this installation, by name, with what their tuning.json says."""
+    """The tuned models of this installation, by name, with what their tuning.json says
+    (read_manifest): "tuning" the manifest or None, "tuningProblem" why it is not shown, or None."""
     models = []
     for model_dir in sorted(directory.glob("*-tuned-*")):
         if not (model_dir.is_dir() and is_tuned_name(model_dir.name)):
             continue
-        try:
-            manifest = json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            manifest = None
-        models.append({"name": model_dir.name, "path": str(model_dir), "exported": (model_dir / GRAPH_DIR).is_dir(), "tuning": manifest})
+        manifest, problem = read_manifest(model_dir)
+        models.append(
+            {"name": model_dir.name, "path": str(model_dir), "exported": (model_dir / GRAPH_DIR).is_dir(), "tuning": manifest, "tuningProblem": problem}
+        )
     return models
+
+
+# tuning.json as `model tune` writes it: a few kB, nested 4 deep, more by 100 bytes for each label
+# warning it lists. Not part of a model's content, so a copy from elsewhere may carry any file
+# there, which `model install` copies as it is: it is read within these bounds, as text from elsewhere.
+MAX_MANIFEST_BYTES = 4 * 2**20
+MAX_MANIFEST_DEPTH = 16
+# Its integers are counts, and the seed (which may be any integer, of far fewer digits than this).
+MAX_MANIFEST_DIGITS = 100
+LONE_SURROGATE = re.compile("[\\ud800-\\udfff]")
+
+
+class ManifestRefused(ValueError):
+    """tuning.json is not what `model tune` writes, in words."""
+
+
+def read_manifest(model_dir: Path) -> tuple[dict | None, str | None]:
+    """(tuning.json of model_dir, None), or (None, why it is not shown), or (None, None) when
+    there is none. Shown: a regular file (no link followed, no FIFO waited for) of at most
+    MAX_MANIFEST_BYTES, UTF-8 JSON of an object nested at most MAX_MANIFEST_DEPTH deep, holding
+    finite numbers and text without lone surrogates (which no UTF-8 output can carry)."""
+    path = model_dir / MANIFEST
+    try:
+        status = path.lstat()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, f"{MANIFEST} cannot be read: {error.strerror}"
+    kind = next((words for is_kind, words in ODD_KINDS if is_kind(status.st_mode)), None)
+    if kind is not None or not stat.S_ISREG(status.st_mode):
+        return None, f"{MANIFEST} is {kind or 'a directory'}, not a file"
+    if status.st_size > MAX_MANIFEST_BYTES:
+        return None, f"{MANIFEST} holds {status.st_size:,} bytes, more than the {MAX_MANIFEST_BYTES:,} model list reads"
+    try:
+        data = b"".join(read_chunks(path, status.st_size))
+        manifest = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_short_int)
+        _check_manifest(manifest)
+    except TunedModelError as error:
+        return None, str(error)
+    except UnicodeDecodeError as error:
+        return None, f"{MANIFEST} is not UTF-8 (byte {error.start + 1})"
+    except RecursionError:
+        return None, f"{MANIFEST} is nested more than {MAX_MANIFEST_DEPTH} deep"
+    except ManifestRefused as error:
+        return None, f"{MANIFEST} {error}"
+    except ValueError as error:  # json.JSONDecodeError, or an integer too long to convert
+        return None, f"{MANIFEST} is not JSON: {error}"
+    return manifest, None
+
+
+def _refuse_constant(name: str):
+    raise ManifestRefused(f"holds {name}, which is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ManifestRefused(f"holds {text[:40]}, a number beyond floating point")
+    return number
+
+
+def _short_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_MANIFEST_DIGITS:
+        raise ManifestRefused(f"holds an integer of {len(text.lstrip('-')):,} digits")
+    return int(text)
+
+
+def _check_manifest(manifest: object) -> None:
+    """ManifestRefused unless manifest is a JSON object within MAX_MANIFEST_DEPTH whose text
+    (keys too) holds no lone surrogate; walked without recursion."""
+    if not isinstance(manifest, dict):
+        raise ManifestRefused(f"holds a JSON {type(manifest).__name__}, not the object model tune writes")
+    pending: list[tuple[object, int]] = [(manifest, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_MANIFEST_DEPTH:
+            raise ManifestRefused(f"is nested more than {MAX_MANIFEST_DEPTH} deep")
+        if isinstance(value, dict):
+            pending += [(key, depth) for key in value]
+            pending += [(item, depth + 1) for item in value.values()]
+        elif isinstance(value, list):
+            pending += [(item, depth + 1) for item in value]
+        elif isinstance(value, str) and LONE_SURROGATE.search(value):
+            raise ManifestRefused("holds text that is not Unicode (a lone surrogate)")

@@ -33,7 +33,6 @@ import hashlib
 import json
 import math
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,13 +41,15 @@ from pathlib import Path
 
 import psycopg
 
+from ..base.output_files import writing_to
 from ..base.reports import Report, duration
+from ..base.safe_text import escape_controls
 from ..embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, tuned_models
 from ..embedders.openai import OPENAI_MODEL_DIMENSIONS
 from ..postgres.connection import one_value
 from ..registry import golden as golden_module
 from ..registry.embedding_model import registry_model, require_embedder_model
-from ..registry.labelled_queries import read_labelled_queries
+from ..registry.labelled_queries import LabelledQuery, read_labelled_queries
 from .evaluation import EvaluationReport, evaluate, evaluate_candidate, side_by_side
 from .training import Training
 from .tuning_data import CannotTune, TuneData, TuneOptions, golden_queries, record_queries, split_by_provider, training_pairs
@@ -247,18 +248,55 @@ class TunedModels(Report):
         return {"modelsDirectory": str(self.directory), "models": self.models}
 
     def describe(self) -> list[str]:
+        """A line a model: its name, how it was tuned as far as its tuning.json says (a file from
+        elsewhere: any field may be missing or of another type, and its text is escaped), its path."""
         lines = [] if self.models else [f"no tuned models in {self.directory}"]
         for item in self.models:
-            tuning_report = item["tuning"] or {}
-            measured, final = tuning_report.get("validation"), (tuning_report.get("final") or {}).get("trainedOn")
-            scores = "".join(
-                f", {label} MRR@3 {figures['before'][DECIDING_METRIC]:.3f} -> {figures['after'][DECIDING_METRIC]:.3f}"
-                for label, figures in (("validation", measured), (f"on its {final and final['queries']} training queries (optimistic)", final))
-                if figures
-            )
-            origin = f" (tuned from {tuning_report['tunedFrom']} {tuning_report.get('created', '')}{scores})" if tuning_report else ""
-            lines.append(f"{item['name']}{origin}: {item['path']}")
+            if item["tuningProblem"]:
+                origin = f" ({item['tuningProblem']})"
+            elif item["tuning"] is not None:
+                origin = f" ({tuning_summary(item['tuning'])})"
+            else:
+                origin = ""
+            lines.append(escape_controls(f"{item['name']}{origin}: {item['path']}"))
         return lines
+
+
+# The most characters of a text of tuning.json that `model list` shows (a model's name is under 80).
+SHOWN_CHARACTERS = 200
+
+
+def tuning_summary(manifest: dict) -> str:
+    """What tuning.json says of how a model was tuned, in words: the model it was tuned from, when,
+    and MRR@3 before and after on validation and on its training queries; what is missing or not of
+    the type model tune writes is left out."""
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    def field(value: object, *keys: str) -> object:
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def mrr_change(figures: object) -> str | None:
+        before, after = field(figures, "before", DECIDING_METRIC), field(figures, "after", DECIDING_METRIC)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1 for v in (before, after)):
+            return None  # a metric is a fraction
+        return f"MRR@3 {before:.3f} -> {after:.3f}"
+
+    trained_on = field(manifest, "final", "trainedOn")
+    queries = field(trained_on, "queries")
+    scores = [
+        f"{label} {change}"
+        for label, figures in (
+            ("validation", field(manifest, "validation")),
+            (f"on its {queries if isinstance(queries, int) else '?'} training queries (optimistic)", trained_on),
+        )
+        if (change := mrr_change(figures)) is not None
+    ]
+    made = " ".join(part[:SHOWN_CHARACTERS] for part in (text(manifest.get("tunedFrom")), text(manifest.get("created"))) if part)
+    return ", ".join(["tuned from " + (made or "an unknown model"), *scores])
 
 
 def tunable_model(conn: psycopg.Connection, embedder: Embedder, models_dir: Path) -> tuple[LocalEmbedder, Path]:
@@ -286,13 +324,15 @@ def tunable_model(conn: psycopg.Connection, embedder: Embedder, models_dir: Path
     )
 
 
-def tune_data(conn: psycopg.Connection, golden_path: Path | None, options: TuneOptions) -> tuple[TuneData, list[dict], str]:
-    """What tune trains on, the label warnings eval gives, and the SHA-256 of the golden queries
-    as `golden export` writes them (for the manifest); CannotTune when it cannot train or decide."""
-    if golden_path is None:
-        queries, source = golden_module.labelled_queries(conn), "the registry's golden queries"
+def tune_data(conn: psycopg.Connection, golden_file: tuple[Path, list[LabelledQuery]] | None, options: TuneOptions) -> tuple[TuneData, list[dict], str]:
+    """What tune trains on (golden_file: a file and its queries; None: the registry's golden
+    queries), the label warnings eval gives, and the SHA-256 of the golden queries as `golden
+    export` writes them (for the manifest); CannotTune when it cannot train or decide."""
+    if golden_file is None:
+        golden_path, queries, source = None, golden_module.labelled_queries(conn), "the registry's golden queries"
     else:
-        queries, source = read_labelled_queries(golden_path), golden_path.name
+        golden_path, queries = golden_file
+        source = golden_path.name
     digest = hashlib.sha256("".join(query.file_line() + "\n" for query in queries).encode("utf-8")).hexdigest()
     usable, warnings = golden_queries(conn, queries)
     if not usable and not options.uses_record_pairs(len(queries)):
@@ -351,8 +391,10 @@ def tune(
     on queries tune never saw). The registry is read, never changed: `model switch NAME` makes the
     tuned model the registry's."""
     clock = Phases()
+    # A file is read first: one it refuses is refused before the model is loaded.
+    golden_file = (golden_path, read_labelled_queries(golden_path)) if golden_path is not None else None
     current, source = tunable_model(conn, embedder, models_dir)
-    data, warnings, golden_digest = tune_data(conn, golden_path, options)
+    data, warnings, golden_digest = tune_data(conn, golden_file, options)
     if len(data.split.validation) < MIN_VALIDATION_QUERIES and not options.force:
         raise CannotTune("invalid_input", too_few_to_decide(data, options))
     current.embed([data.validation[0].query])  # loads the model before anything is timed
@@ -385,13 +427,12 @@ def tune(
     plan.preparing_seconds = clock.lap("preparing")
     announce(plan)
 
-    models_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".tuning-", dir=models_dir) as scratch:
-        decided = first_training(conn, training, current, Path(scratch), data, lambda step, steps: progress("tune", step, steps), clock, measure)
+    with writing_to(models_dir, tuned_models.FULL_HINT), tuned_models.scratch_directory(models_dir, tuned_models.TUNING_PREFIX) as scratch:
+        decided = first_training(conn, training, current, scratch, data, lambda step, steps: progress("tune", step, steps), clock, measure)
         report = TuneReport(plan, options, warnings, before, decided.after, training_seconds=decided.seconds, epochs_tried=decided.tried, epochs=decided.epochs)
         if report.better or options.force:
             final = Training(source, final_pairs, options, epochs=decided.epochs)
-            seconds, kept = train_candidate(final, current, Path(scratch) / "final", lambda step, steps: progress("tune_final", step, steps))
+            seconds, kept = train_candidate(final, current, scratch / "final", lambda step, steps: progress("tune_final", step, steps))
             clock.lap("final_training")
             measure("tune_final", kept)
             trained_on = [query.labelled for query in data.all_queries]
@@ -478,7 +519,7 @@ def named_and_exported(weights: Path, current: LocalEmbedder) -> LocalEmbedder:
     their ONNX graph exported: its embedder."""
     name = tuned_models.tuned_name(tuned_models.base_model(current.model_name), weights)
     staged = weights.rename(weights.parent / name)
-    local_model.export(staged, staged / tuned_models.GRAPH_DIR)
+    local_model.export(staged, staged / tuned_models.GRAPH_DIR, unwritable_hint=tuned_models.UNWRITABLE_HINT)
     return LocalEmbedder(name, models_dir=weights.parent)
 
 

@@ -33,8 +33,6 @@ from .labelled_queries import LabelledQuery, NormalizedNames
 from .records import Refusal
 from .search import Query, check_query, embed_queries
 
-# db/schema/080-golden_queries.sql: golden_query_records_ordinal_check.
-MAX_RELEVANT = 100
 # When two queries are the same (golden_queries_query_key), in the database's words.
 SAME_QUERY = "queries compare ignoring case, compatibility forms, invisible characters and runs of white space"
 
@@ -244,12 +242,13 @@ def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[
     """Adds the labelled queries of a file (labelled_queries.read_labelled_queries) as golden queries, all or none.
 
     Every line is checked first and every problem reported, naming its line: a record no record
-    goes by, one named twice, more than MAX_RELEVANT, a query the file has on an earlier line, or
-    one the registry holds with other records. A query the registry holds with the same records
-    (in any order) is left as it is, so importing a file again changes nothing. The rest are added
-    in one transaction, with their vectors by the registry's model (embedded first, in batches: a
-    failing embedding service adds none); a refusal of the database (another session added the
-    same query meanwhile) saves none of them either.
+    goes by, one named twice, a query the file has on an earlier line, or one the registry holds
+    with other records (the reader refused more than labelled_queries.MAX_RELEVANT already). A
+    query the registry holds with the same records (in any order) is left as it is, so importing
+    a file again changes nothing. The rest are added in one transaction, with their vectors by the
+    registry's model (embedded first, in batches: a failing embedding service adds none); a
+    refusal of the database (another session added the same query meanwhile) saves none of them
+    either.
     """
     names = NormalizedNames(conn, [pair for q in queries for pair in q.relevant])
     existing = _existing(conn, queries)
@@ -266,8 +265,6 @@ def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[
         named = {record_id: pair for record_id, pair in reversed(known)}  # the first spelling
         ids = [record_id for record_id, _ in known]
         problems += [f'names "{" / ".join(named[i])}" more than once' for i in dict.fromkeys(ids) if ids.count(i) > 1]
-        if len(labelled.relevant) > MAX_RELEVANT:
-            problems.append(f"names {len(labelled.relevant)} relevant records; the limit is {MAX_RELEVANT}")
         if key in first_line:
             problems.append(f"the same query as line {first_line[key]} ({SAME_QUERY})")
         first_line.setdefault(key, line)

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 
 from ..base.errors import CodedError
-from ..base.input_files import LineLimit, NumberedLine, UnreadableLine, open_input
+from ..base.input_files import LineLimit, NumberedLine, SizeLimit, UnreadableLine, open_input
 from ..base.safe_text import json_text
 from .records import RECORD_LINE, refuse_duplicate_keys
 from .search import InvalidQuery, Query, check_query
@@ -69,14 +69,24 @@ def origin_text(item: dict) -> str:
 
 
 # A labelled query's line may be as long as a catalog line (records.RECORD_LINE): a query of
-# 2,000 characters and a hundred or more relevant pairs written at their longest.
-LABELLED_QUERY_LINE = LineLimit(RECORD_LINE.bytes, "more than a labelled query line may take (docs/embeddings.md, Tuning the local model)")
+# 2,000 characters and its hundred relevant pairs written at their longest.
+LABELLED_QUERY_LINE = LineLimit(RECORD_LINE.bytes, "more than a labelled query line may take (docs/operators.md, Labelled query files)")
+# The most relevant records a labelled query may name: a golden query's (db/schema/080-golden_queries.sql,
+# golden_query_records_ordinal_check). eval counts the first three answers.
+MAX_RELEVANT = 100
+# A file's queries are held in memory (eval embeds them in one batch, golden import checks them all
+# before it adds any, tune trains on them all), so a file holds at most this many, in at most this
+# many bytes: 50,000 queries of a real file's length (a query and two labels, 150 to 300 bytes) take
+# 8 to 15 MB. Read at the bounds, the costliest file (a hundred short labels a line) takes 200 MB in
+# memory (docs/operators.md, Labelled query files).
+MAX_LABELLED_QUERIES = 50_000
+LABELLED_FILE = SizeLimit(16_000_000, "the most a labelled query file may take (docs/operators.md, Labelled query files): split it")
 
 
 def read_labelled_queries(path: Path | str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
     """The labelled queries of a file (any input open_input takes, "-" included), each with its
-    line (parse_labelled_lines)."""
-    with open_input(path, line_limit=LABELLED_QUERY_LINE) as opened:
+    line (parse_labelled_lines), the file within LABELLED_FILE."""
+    with open_input(path, line_limit=LABELLED_QUERY_LINE, size_limit=LABELLED_FILE) as opened:
         return parse_labelled_lines(opened.lines(), opened.source, only_known_fields=only_known_fields)
 
 
@@ -87,15 +97,21 @@ def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source:
     optional "language" tag (LANGUAGE_TAG, kept lower-cased); the first line that is not is
     refused, naming source and line: EvaluationError (invalid_input), or InvalidQuery
     (invalid_query) for a query search would refuse, before the database or the embedder is
-    asked. only_known_fields: refuse fields other than query and relevant, language included
-    (golden import keeps those two alone, so nothing else a line says is dropped unseen);
-    otherwise other fields are ignored. None at all is refused too.
+    asked. A line naming more than MAX_RELEVANT records is refused, and so is the query after
+    MAX_LABELLED_QUERIES, which is not read. only_known_fields: refuse fields other than query and
+    relevant, language included (golden import keeps those two alone, so nothing else a line says
+    is dropped unseen); otherwise other fields are ignored. None at all is refused too.
     """
-    queries = []
+    queries: list[LabelledQuery] = []
     for line in lines:
         where = f"{source}:{line.number}"
         if isinstance(line, UnreadableLine):
             raise EvaluationError(f"{where}: {line.problem}")
+        if len(queries) == MAX_LABELLED_QUERIES:
+            raise EvaluationError(
+                f"{where}: more than {MAX_LABELLED_QUERIES:,} labelled queries, the most a file may hold "
+                "(docs/operators.md, Labelled query files): split it; the rest of the file was not read"
+            )
         try:
             query, relevant, language = _labelled_fields(line.text, only_known_fields)
         except (json.JSONDecodeError, ValueError, RecursionError) as error:
@@ -132,6 +148,8 @@ def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pai
         and all(isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, str) for n in pair) for pair in relevant)
     ):
         raise ValueError("relevant must be a non-empty array of [provider, method] pairs")
+    if len(relevant) > MAX_RELEVANT:
+        raise ValueError(f"relevant names {len(relevant):,} records; a labelled query may name at most {MAX_RELEVANT}, as a golden query may")
     for name in (name for pair in relevant for name in pair):
         if "\x00" in name or _has_lone_surrogate(name):
             raise ValueError(f"relevant names {name!r}, which PostgreSQL text cannot hold (a NUL or a lone surrogate)")

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,11 +18,11 @@ import anyio
 from payrail_embedder.api import Registry
 from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_embedder.settings import Settings
-from payrail_test_support import CLI, REPO
+from payrail_test_support import REPO
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, mcp_client
 from payrail_test_support.backoffice import HttpClient, http_sign_in, record_form
 from payrail_test_support.cli import cli_json, run_cli, write_jsonl
-from payrail_test_support.ports import unused_port
+from payrail_test_support.remote_agents import tool_answer
 
 TOOL = "search_provider_methods"
 FAKE_EDITOR = REPO / "tests" / "fake_editor.py"
@@ -64,54 +62,9 @@ def mcp_stdio_answers(env: dict[str, str], queries: list[str], errlog_path: Path
     async def main():
         with open(errlog_path, "a") as errlog:
             async with mcp_client(env, errlog) as client:
-                return [_tool_answer(await client.call_tool(TOOL, {"query": query})) for query in queries]
+                return [tool_answer(await client.call_tool(TOOL, {"query": query})) for query in queries]
 
     return anyio.run(main)
-
-
-class McpHttpServer:
-    """`payrail-embedder mcp --http PORT` in a subprocess."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        import socket
-
-        self.port = unused_port()
-        self.log_path = log_path
-        with open(log_path, "a") as log:
-            self.process = subprocess.Popen([str(CLI), "mcp", "--http", str(self.port)], env=env, cwd=REPO, stdout=log, stderr=log)
-        deadline = time.monotonic() + 90  # a start under a loaded test run can exceed 30 s (test_mcp.py)
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.process.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    continue
-                # Never left running for the rest of the session when its start is refused or too slow.
-                self.stop()
-                raise AssertionError(f"mcp --http did not listen: {log_path.read_text()}") from None
-
-    def answers(self, queries: list[str]) -> list[dict]:
-        from mcp.client import Client
-
-        async def main():
-            async with Client(f"http://127.0.0.1:{self.port}/mcp") as client:
-                return [_tool_answer(await client.call_tool(TOOL, {"query": query})) for query in queries]
-
-        return anyio.run(main)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def _tool_answer(result) -> dict:
-    return json.loads(result.content[0].text) if result.is_error else result.structured_content
 
 
 # --- operators -------------------------------------------------------------------------------------
