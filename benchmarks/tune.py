@@ -226,10 +226,31 @@ class Results:
                 sys.exit(f"{path} was measured with {kept['setting']}, not {setting}: give another --results file")
             self.configs = kept["configs"]
 
-    def add(self, name: str, per_stage: dict[str, list[dict]], rows: list[tuple]) -> None:
-        self.configs[name] = {"perQuery": per_stage, "rows": [list(row) for row in rows]}
+    def add(self, name: str, per_stage: dict[str, list[dict]], rows: list[tuple], folds: list[int]) -> None:
+        self.configs[name] |= {"perQuery": per_stage, "rows": [list(row) for row in rows], "folds": folds}
+        self.save()
+
+    def save(self) -> None:
         if self.path:
             self.path.write_text(json.dumps({"setting": self.setting, "configs": self.configs}) + "\n", encoding="utf-8")
+
+    def add_fold(self, name: str, fold: int, per_stage: dict[str, list[dict]], decision: str, seconds: float, peak: int) -> None:
+        """One fold of a configuration, kept as soon as it is measured."""
+        self.configs.setdefault(name, {}).setdefault("byFold", {})[str(fold)] = {"perQuery": per_stage, "decision": decision, "seconds": seconds, "peak": peak}
+        self.save()
+
+    def fold(self, name: str, fold: int) -> dict | None:
+        return self.configs.get(name, {}).get("byFold", {}).get(str(fold))
+
+    def folds(self, name: str, every: int) -> list[int]:
+        """The folds a configuration was measured on (all of them when the file does not say)."""
+        return self.configs[name].get("folds", list(range(every)))
+
+    def final_on(self, name: str, folds: list[int], fold_sizes: list[int]) -> list[dict]:
+        """A configuration's final model's per-query figures on some of the folds it was measured on."""
+        measured, per_query = self.folds(name, len(fold_sizes)), self.configs[name]["perQuery"]["tune_final"]
+        starts = dict(zip(measured, itertools.accumulate([0] + [fold_sizes[fold] for fold in measured])))
+        return [metrics for fold in folds for metrics in per_query[starts[fold] : starts[fold] + fold_sizes[fold]]]
 
 
 def pooled(reports: list[evaluation.EvaluationReport]) -> list[dict]:
@@ -243,25 +264,25 @@ def as_report(per_query: list[dict]) -> evaluation.EvaluationReport:
 
 
 def tune_config(
-    conn, name: str, args, splits, golden_files: list[Path], tests: list[list], scratch: Path
+    conn, name: str, args, folds: list[int], golden_files: list[Path], tests: list[list], scratch: Path, results: Results
 ) -> tuple[dict[str, list[dict]], list[str], float, int]:
-    """One configuration tuned once a fold (once for records alone), its models measured on each
-    fold's test queries: per-query figures by stage (pooled over the folds), tune's decisions, the
-    training seconds and the peak resident MiB."""
+    """One configuration tuned once for each of folds (once for records alone), its models measured
+    on each fold's test queries: per-query figures by stage (pooled over the folds), tune's
+    decisions, the training seconds and the peak resident MiB. Each fold is kept in results as soon
+    as it is measured, and a fold results already holds is not tuned again (a run killed midway
+    resumes where it stopped)."""
     label, epochs_from, overrides = CONFIGS[name]
     epochs = {"golden": args.epochs, "records": args.record_epochs, "decided": args.max_epochs}[epochs_from]
     options = tuning_data.TuneOptions(seed=args.seed, epochs=epochs, threads=args.threads, force=True, **overrides)
     golden = name != "records"
-    measured: dict[str, list[evaluation.EvaluationReport]] = {stage: [] for stage in STAGES}
-    decisions, seconds = [], 0.0
-    reset_peak_resident()
-    for fold, golden_file in enumerate(golden_files if golden else golden_files[:1]):
+    for fold in [fold for fold in (folds if golden else folds[:1]) if results.fold(name, fold) is None]:
+        measured: dict[str, list[evaluation.EvaluationReport]] = {stage: [] for stage in STAGES}
 
         def measure(stage: str, candidate: LocalEmbedder) -> None:
             embed_once(candidate)
             # Records alone is one model for every fold: measured on each fold's test queries.
-            for test in tests if not golden else [tests[fold]]:
-                measured[stage].append(evaluation.evaluate_candidate(conn, candidate, test))
+            for measured_fold in folds if not golden else [fold]:
+                measured[stage].append(evaluation.evaluate_candidate(conn, candidate, tests[measured_fold]))
 
         def announce(plan: tuning_plan.TunePlan) -> None:
             print(f"{label}, fold {fold + 1}: {plan.steps} + {plan.final_steps} steps, expected {plan.estimated_seconds / 60:.0f} min", flush=True)
@@ -270,21 +291,32 @@ def tune_config(
             if step and (step % 20 == 0 or step == steps):
                 print(f"  {stage} step {step}/{steps}", flush=True)
 
+        reset_peak_resident()
         report = tuning.tune(
             conn,
             bundled_embedder(),
             scratch / f"{name}-{fold}",
-            golden_file if golden else None,
+            golden_files[fold] if golden else None,
             options,
             announce=announce,
             progress=show_progress,
             measure=measure,
         )
-        seconds += report.training_seconds + report.final.training_seconds
         chosen = f", {report.epochs} ep" if options.decide_epochs else ""
-        decisions.append(f"{'better' if report.better else 'not better'} {report.before.metrics['mrr@3']:.3f} -> {report.after.metrics['mrr@3']:.3f}{chosen}")
-        print(f"  fold {fold + 1}: {decisions[-1]}; phases {report.to_json()['phases']}", flush=True)
-    return {stage: pooled(reports) for stage, reports in measured.items()}, decisions, seconds, round(peak_resident_mib(os.getpid()))
+        decision = f"{'better' if report.better else 'not better'} {report.before.metrics['mrr@3']:.3f} -> {report.after.metrics['mrr@3']:.3f}{chosen}"
+        print(f"  fold {fold + 1}: {decision}; phases {report.to_json()['phases']}", flush=True)
+        for n, measured_fold in enumerate(folds if not golden else [fold]):
+            results.add_fold(
+                name,
+                measured_fold,
+                {stage: reports[n].per_query for stage, reports in measured.items()},
+                decision,
+                report.training_seconds + report.final.training_seconds if n == 0 else 0.0,
+                round(peak_resident_mib(os.getpid())),
+            )
+    done = [results.fold(name, fold) for fold in (folds if golden else folds[:1])]
+    per_stage = {stage: [metrics for fold in folds for metrics in results.fold(name, fold)["perQuery"][stage]] for stage in STAGES}
+    return per_stage, [entry["decision"] for entry in done], sum(entry["seconds"] for entry in done), max(entry["peak"] for entry in done)
 
 
 def bundled_embedder() -> LocalEmbedder:
@@ -303,6 +335,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads to train on")
     parser.add_argument("--configs", default="golden,mined,epochs,both-mined", help=f"tuned configurations, in order, of {','.join(CONFIGS)}")
     parser.add_argument("--results", type=Path, help="JSON file keeping each configuration's per-query figures across runs")
+    parser.add_argument("--first-folds", type=int, help="tune on the first N folds only (a costly configuration), compared on those")
     parser.add_argument("--sizes", default="", help="golden set sizes whose command cost is measured, e.g. 10,100,300,1000")
     args = parser.parse_args()
     configs = [name for name in args.configs.split(",") if name]
@@ -325,8 +358,10 @@ def main() -> None:
                 golden_files[-1].write_text("".join(query.labelled.file_line() + "\n" for query in split.training), encoding="utf-8")
             # The bundled model through the SQL path, as the registry answers (ranked in memory it gives
             # the same answers: tests/test_eval.py; not redone here, as it embeds every record again).
-            bundled = as_report(pooled([evaluation.evaluate(conn, bundled_embedder, test) for test in tests]))
-            test_count = bundled.queries
+            bundled_folds = [evaluation.evaluate(conn, bundled_embedder, test) for test in tests]
+            bundled = as_report(pooled(bundled_folds))
+            fold_sizes = [len(test) for test in tests]
+            folds = list(range(min(args.first_folds or len(splits), len(splits))))
             print(f"records: {len(lines)}; dev queries: {len(queries)} ({args.eval_dir}); {os.cpu_count()} CPUs, {args.threads} training thread(s)")
             for fold, split in enumerate(splits):
                 print(
@@ -336,41 +371,45 @@ def main() -> None:
                     flush=True,
                 )
             for name in configs:
-                per_stage, decisions, seconds, peak = tune_config(conn, name, args, splits, golden_files, tests, Path(scratch))
-                label = CONFIGS[name][0]
+                per_stage, decisions, seconds, peak = tune_config(conn, name, args, folds, golden_files, tests, Path(scratch), results)
+                label = CONFIGS[name][0] + (
+                    "" if len(folds) == len(splits) else f" (fold{'s' if len(folds) > 1 else ''} {', '.join(str(f + 1) for f in folds)} only)"
+                )
                 better = sum(decision.startswith("better") for decision in decisions)
+                bundled_on_folds = as_report(pooled([bundled_folds[fold] for fold in folds]))
                 rows = [
                     (
                         f"{label}, {STAGES[stage]}",
-                        *(versus_bundled(bundled, as_report(per_stage[stage]), m, args.seed) for m in SHOWN),
+                        *(versus_bundled(bundled_on_folds, as_report(per_stage[stage]), m, args.seed) for m in SHOWN),
                         f"better in {better} of {len(decisions)}: {'; '.join(decisions)}" if stage == "tune" else "kept (forced)",
                         round(seconds) if stage == "tune_final" else "",
                         peak,
                     )
                     for stage in STAGES
                 ]
-                results.add(name, per_stage, rows)
+                results.add(name, per_stage, rows, folds)
                 # Each configuration as soon as it is measured: a long run interrupted still leaves its figures.
                 for row in rows:
                     print("  " + " | ".join(str(cell) for cell in row), flush=True)
-            measured = [name for name in CONFIGS if name in results.configs]
+            measured = [name for name in CONFIGS if "rows" in results.configs.get(name, {})]
             print(
-                f"\non the {test_count} held-out test queries of {len(splits)} fold(s) (paired bootstrap vs bundled, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))"
+                f"\non the {bundled.queries} held-out test queries of {len(splits)} fold(s), or those of the folds a row names "
+                f"(paired bootstrap vs bundled on the same queries, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))"
             )
             bundled_row = ("bundled all-MiniLM-L6-v2", f"{bundled.metrics['hit@3']:.3f}", f"{bundled.metrics['mrr@3']:.3f}", "", "", "")
             print_table(TABLE_HEADERS, [bundled_row, *(tuple(row) for name in measured for row in results.configs[name]["rows"])])
             if len(measured) > 1:
                 # Each tuned row above is compared with the bundled model only; whether one tuning beats
                 # another needs their own paired difference, over the same held-out queries.
-                finals = {name: as_report(results.configs[name]["perQuery"]["tune_final"]) for name in measured}
-                print(f"final models against each other on the same {test_count} held-out queries (paired bootstrap, {RESAMPLES:,} resamples)")
-                print_table(
-                    ("comparison", "hit@3 difference (95% CI)", "MRR@3 difference (95% CI)"),
-                    [
-                        (f"{CONFIGS[second][0]} - {CONFIGS[first][0]}", *(difference(finals[first], finals[second], m, args.seed) for m in SHOWN))
-                        for first, second in itertools.combinations(measured, 2)
-                    ],
-                )
+                print(f"final models against each other on the held-out queries of the folds both were measured on (paired bootstrap, {RESAMPLES:,} resamples)")
+                comparisons = []
+                for first, second in itertools.combinations(measured, 2):
+                    common = sorted(set(results.folds(first, len(fold_sizes))) & set(results.folds(second, len(fold_sizes))))
+                    pair = [as_report(results.final_on(name, common, fold_sizes)) for name in (first, second)]
+                    comparisons.append(
+                        (f"{CONFIGS[second][0]} - {CONFIGS[first][0]}", pair[0].queries, *(difference(pair[0], pair[1], m, args.seed) for m in SHOWN))
+                    )
+                print_table(("comparison", "queries", "hit@3 difference (95% CI)", "MRR@3 difference (95% CI)"), comparisons)
             records = [
                 {"provider": p, "method": m, "guidance": g}
                 for p, m, g in conn.execute("select provider, method, guidance from payrail.provider_methods order by id").fetchall()

@@ -168,6 +168,7 @@ class TuneReport(Report):
             "phases": {
                 "expected": {name: round(seconds, 1) for name, seconds in plan.expected(self.kept).items()},
                 "actual": {name: round(seconds, 1) for name, seconds in self.phases.items()},
+                "rates": plan.rates(),
             },
         }
 

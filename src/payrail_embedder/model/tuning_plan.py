@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from ..base.reports import duration
-from ..embedders import LocalEmbedder, record_text
+from ..embedders import LocalEmbedder, batched, record_text
 from .tuning_data import Split, TuneData
 
 # What a training costs beside its steps (the trainer set up, the model saved, its ONNX graph
@@ -28,8 +28,9 @@ from .tuning_data import Split, TuneData
 # token of the timed step took, on the 2-core development machine (docs/benchmarks.md,
 # "Retrieval quality"). A rate and not seconds, so that it follows the machine and its load.
 TRAINING_FIXED_TOKENS = 6_000
-# Records embedded to time the evaluation's pass over every record.
+# Records embedded to time the evaluation's pass over every record, so many at a time.
 TIMED_RECORDS = 64
+TIMED_BATCH = 8
 
 # TIMED_RECORDS of the enabled records, spread over them in id order.
 SPREAD_RECORDS = """
@@ -51,12 +52,15 @@ def warm_up_export() -> None:
 
 def seconds_per_record(conn: psycopg.Connection, embedder: LocalEmbedder) -> float:
     """What embedding one enabled record costs, as evaluation embeds every record: a sample spread
-    over the registry embedded in one call (so sorted and batched as the whole would be)."""
-    texts = [record_text(*row) for row in conn.execute(SPREAD_RECORDS, {"sample": TIMED_RECORDS})]
+    over the registry, sorted by length and embedded TIMED_BATCH at a time. Evaluation sorts every
+    record by length and embeds them in batches that are barely padded; one batch of the sample
+    would be padded to its longest text (2.5 times the time on the benchmark's records)."""
+    texts = sorted((record_text(*row) for row in conn.execute(SPREAD_RECORDS, {"sample": TIMED_RECORDS})), key=len)
     if not texts:
         return 0.0
     started = time.perf_counter()
-    embedder.embed(texts)
+    for batch in batched(texts, TIMED_BATCH):
+        embedder.embed(list(batch))
     return (time.perf_counter() - started) / len(texts)
 
 
@@ -133,6 +137,15 @@ class TunePlan:
             # The registry's model through the search path on every query, then the kept model in memory.
             phases |= {"final_training": self.final_steps * self.seconds_per_step + self.fixed, "final_evaluating": self.evaluating(2 * every)}
         return phases
+
+    def rates(self) -> dict[str, float]:
+        """The rates the estimate was made of, as measured."""
+        return {
+            "secondsPerStep": round(self.seconds_per_step, 3),
+            "secondsPerToken": round(self.seconds_per_token, 6),
+            "secondsPerRecord": round(self.seconds_per_record, 4),
+            "secondsPerQuery": round(self.seconds_per_query, 4),
+        }
 
     @property
     def estimated_seconds(self) -> float:
