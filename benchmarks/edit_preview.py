@@ -1,6 +1,6 @@
 """What an edit would change for the golden queries, before it is saved, at 10,000 records and 1,000
-golden queries: the preview (write.prepare_change + golden_rankings.effect_of, what the record
-page's Preview changes, `edit` and `preview --draft` run), the Quality page's ranking of every
+golden queries: the preview (golden_rankings.measured_edit: saved in a transaction, measured,
+rolled back; what the record page's Preview changes, `edit` and `preview --draft` run), the Quality page's ranking of every
 golden query, and a record's golden queries. Not a test: it prints a table.
 
     taskset -c 0 ./scripts/benchmark edit_preview [--records 10000] [--golden 1000] [--dimensions 1536,384] [--repeats 5]
@@ -48,7 +48,7 @@ from payrail_embedder.model import golden_rankings, quality
 from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres import connection
 from payrail_embedder.registry import golden
-from payrail_embedder.registry.write import Change, prepare_change, save_changes
+from payrail_embedder.registry.write import Change, save_changes
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.openai_fake import FAKE_MODEL, FakeOpenAI, random_embedding
 from throwaway_postgres import throwaway_postgres
@@ -157,9 +157,9 @@ def edits(conn, catalog: list[dict], golden_lines: list[dict]) -> list[tuple[str
 def same_as_eval_after_save(conn, embedder, change: Change) -> bool:
     """The preview's changes are exactly the golden queries whose top three eval finds changed once it is saved."""
     before = {r.labelled.golden_query_id: [(m.provider, m.method) for m in r.returned] for r in run_queries(conn, embedder, golden.labelled_queries(conn))}
-    prepared = prepare_change(conn, embedder, change)
-    effect = golden_rankings.effect_of(conn, embedder, prepared)
-    save_changes(conn, prepared.embedder_factory(embedder), [change])
+    preview = golden_rankings.measured_edit(conn, embedder, change)
+    save_changes(conn, embedder, [change], embeddings=[preview.embedding])
+    effect = preview.effect
     after = {r.labelled.golden_query_id: [(m.provider, m.method) for m in r.returned] for r in run_queries(conn, embedder, golden.labelled_queries(conn))}
     said = {c.golden.golden_query_id: [(m.provider, m.method) for m in c.after.top] for c in effect.changes}
     return said == {i: top for i, top in after.items() if top != before[i]}
@@ -180,7 +180,7 @@ def measure(args, dimensions: int) -> list[tuple[str, list[float], str]]:
             rows = []
             with connection.connect(url, autocommit=True) as conn:
                 for label, change in edits(conn, catalog, golden_lines):
-                    samples, effect = timed(lambda: golden_rankings.effect_of(conn, embedder, prepare_change(conn, embedder, change)), args.repeats)
+                    samples, effect = timed(lambda: golden_rankings.measured_edit(conn, embedder, change).effect, args.repeats)
                     gains, loses, displaced = effect.counts()
                     rows.append((f"preview: {label}", samples, f"{len(effect.changes)} changed ({gains} gain, {loses} lose, {displaced} displaced)"))
                 samples, report = timed(lambda: quality.quality_report(conn, embedder), args.repeats)

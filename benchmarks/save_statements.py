@@ -1,6 +1,6 @@
 """Statements, round trips and time of one backoffice save: a content save, a URL-only save and a
-delete, as the record page's actions run them on the session's connection. Not a test: it prints
-a table.
+delete, as the record page's actions run them on the session's connection; and of an import of one
+batch of new lines, and of the same lines again (unchanged). Not a test: it prints a table.
 
     ./scripts/benchmark save_statements [--records 1000] [--repeats 30] [--postgres 18|16]
 
@@ -25,6 +25,7 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from psycopg import pq
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1000, help="records in the registry, imported through the product")
     parser.add_argument("--repeats", type=int, default=30, help="timed saves of each kind")
     parser.add_argument("--postgres", type=int, choices=(18, 16), default=18)
+    parser.add_argument("--batch", type=int, default=100, help="lines of the imported batch (at most one batch: 2,048)")
     args = parser.parse_args()
 
     fake = FakeOpenAI(dimensions=DIMENSIONS, embedding=random_embedding).start()
@@ -103,10 +105,31 @@ def main() -> None:
                 row = stored.get(conn, next(ids))
                 assert actions.delete(conn, row["id"], row["version"])[1] is None
 
+            batches = iter(range(1, args.repeats + 2))
+            last_batch: list[Line] = []
+
+            def import_batch() -> None:
+                batch = next(batches)
+                last_batch[:] = [Line("batch", i + 1, replace(r, provider=f"Batch {batch} {r.provider}")) for i, r in enumerate(records[: args.batch])]
+                report = catalog.import_records(conn, lambda: embedder, last_batch)
+                assert report.created == args.batch, report
+
+            def import_again() -> None:
+                report = catalog.import_records(conn, lambda: embedder, last_batch)
+                assert report.unchanged == args.batch, report
+
             table = []
-            for name, action in (("content save (embedded first)", content_save), ("URL-only save", url_only_save), ("delete", delete)):
-                # The read before the action is the page's, not the save's: counted apart.
-                read_statements, read_trips = counted(conn, Path(scratch), lambda: stored.get(conn, 1))
+            # Each with whether it reads the record first, as the page does: that read is the
+            # page's, not the save's, and is counted apart.
+            actions_measured = (
+                ("content save (embedded first)", content_save, True),
+                ("URL-only save", url_only_save, True),
+                ("delete", delete, True),
+                (f"import of {args.batch} new lines", import_batch, False),
+                ("the same lines again", import_again, False),
+            )
+            for name, action, page_read in actions_measured:
+                read_statements, read_trips = counted(conn, Path(scratch), lambda: stored.get(conn, 1)) if page_read else (0, 0)
                 statements, trips = counted(conn, Path(scratch), action)
                 times = []
                 for _ in range(args.repeats):

@@ -314,6 +314,26 @@ def test_a_records_golden_queries_are_ranked_added_and_removed_on_its_page(page,
     assert golden_count(database_url) == 4
 
 
+def test_a_golden_query_added_on_a_records_page_keeps_its_language(page, golden_registry, database_url):
+    page.goto(f"/records/{record_id(database_url, WEATHER)}")
+    golden = page.get_by_role("region", name="Golden queries")
+    golden.get_by_label("Question").fill("Wetter in meiner Stadt")
+    golden.get_by_label("Language").fill("english-uk")
+    golden.get_by_role("button", name="Add golden query").click()
+    expect(page.get_by_role("alert")).to_contain_text("Not added: language must be a language tag of 2 to 8 letters, digits and hyphens")
+    expect(page.get_by_label("Question")).to_have_value("Wetter in meiner Stadt")
+    expect(page.get_by_label("Language")).to_have_value("english-uk")
+    assert golden_count(database_url) == 4
+
+    page.get_by_label("Language").fill("DE")
+    page.get_by_role("button", name="Add golden query").click()
+    expect(page.get_by_role("status").filter(has_text='Added the golden query "Wetter in meiner Stadt"')).to_be_visible()
+    added = page.get_by_role("region", name="Golden queries").get_by_role("listitem").filter(has=page.get_by_role("heading", name="Wetter in meiner Stadt"))
+    expect(added).to_contain_text("Language: de")
+    listed = cli_json(golden_registry, "golden", "list", "--json")[1]["goldenQueries"]
+    assert [q["language"] for q in listed] == [None, None, None, None, "de"]
+
+
 def test_preview_changes_shows_what_an_edit_gains_and_loses_and_saving_it_gives_what_eval_then_finds(page, golden_registry, database_url, tmp_path):
     weather = record_id(database_url, WEATHER)
     page.goto(f"/records/{weather}")

@@ -102,6 +102,10 @@ COMMANDS = {
     "payrail-embedder enable --state draft --yes": RUN,
     'payrail-embedder disable --text "acme maps" --yes': RUN,
     "payrail-embedder undo --yes": RUN,
+    # Advice on the editorial template (docs/operators.md), on the walkthrough's registry.
+    "payrail-embedder advise --summary": RUN,
+    "payrail-embedder advise --code vague_purpose": RUN,
+    'payrail-embedder advise "Acme Maps / Geocode an address"': RUN,
     # The golden queries' loop (docs/operators.md), on the sample catalog.
     GOLDEN_ADD: RUN,
     "payrail-embedder golden list": RUN,
@@ -220,6 +224,9 @@ def test_the_walkthrough_runs_as_printed_in_a_fresh_shell(fresh_env):
     ok(env, psql, sql_block("update payrail.provider_methods set enabled = true"))
     rules = ok(env, psql, sql_block("select * from payrail.rules"))
     assert "provider_methods_docs_url_check" in rules and "provider_methods_urls_https_check" in rules, rules
+    # The write path in SQL: a draft saved, new content answered with what to embed, the records list.
+    saved = ok(env, psql, sql_block("-- Save a batch"))
+    assert "| created " in saved and "| needs_embedding | all-MiniLM-L6-v2" in saved and "Invoice lookup | draft needing an embedding" in saved, saved
 
     preview = json.loads(ok(env, 'payrail-embedder preview "geocode a street address" --draft "Acme Maps / Geocode an address" --json'))
     assert preview["matches"][0]["provider"] == "Acme Maps", preview
@@ -300,6 +307,20 @@ def test_many_records_at_once_as_printed(fresh_env):
     assert "enabled: agents can find it" in ok(fresh_env, 'payrail-embedder show "Acme Maps / Geocode an address"')
 
 
+def test_advice_on_the_editorial_template_as_printed(fresh_env):
+    """The sample catalog and the record docs/operators.md adds in psql: the sample's one piece of
+    advice (Mapbox's Purpose names a /path), which its table counts, and the added record fits."""
+    summary = ok(fresh_env, "payrail-embedder advise --summary")
+    assert "1 record has a vague Purpose line (vague_purpose): " in summary, summary
+    row = next(line for line in read(DOCS / "operators.md").splitlines() if line.startswith("| a vague Purpose line (`vague_purpose`) |"))
+    assert row.split("|")[2].strip() == "1", row
+    listed = ok(fresh_env, "payrail-embedder advise --code vague_purpose")
+    assert listed.startswith("Mapbox / Geocoding API v6: Forward geocoding (record "), listed
+    assert ok(fresh_env, 'payrail-embedder advise "Acme Maps / Geocode an address"').endswith("checked against the editorial template: every one fits it\n")
+    counted = ok(fresh_env, 'psql "$(payrail-embedder db url)"', sql_block("select code, enabled + drafts as records"))
+    assert "vague_purpose" in counted and "no_docs_url" in counted, counted
+
+
 def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
     # The registry the walkthrough applies, whichever worker ran it (a no-op where it is current).
     applied = shell(fresh_env, "payrail-embedder db apply")
@@ -314,7 +335,17 @@ def test_the_backoffice_command_serves_as_printed(fresh_env, tmp_path):
 def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
     applied = shell(fresh_env, "payrail-embedder db apply")
     assert applied.returncode == 0, applied.stderr
-    assert ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n").startswith("created login booking_agent")
+    added = ok(fresh_env, AGENT_ADD, stdin="a long passphrase\na long passphrase\n")
+    assert added.startswith("created login booking_agent"), added
+    # The URL it prints is the embedded default's socket, and psql connects with it as the login,
+    # the password given apart; with another password PostgreSQL refuses it.
+    url = re.search(r"^agents connect with (\S+) \(the password apart", added, flags=re.M).group(1)
+    assert re.fullmatch(r"postgresql://booking_agent@/payrail\?host=/\S+/postgresql-18&port=\d+", url), url
+    assert url.split("host=")[1].startswith(fresh_env["HOME"]) and "passphrase" not in url
+    login = 'psql -X -w -At -c "select current_user" "$URL"'
+    assert shell({**fresh_env, "URL": url, "PGPASSWORD": "a long passphrase"}, login).stdout == "booking_agent\n"
+    refused = shell({**fresh_env, "URL": url, "PGPASSWORD": "another passphrase"}, login)
+    assert refused.returncode != 0 and "password authentication failed" in refused.stderr, refused.stderr
     tokens = REPO / "agent-tokens"
     port = unused_port()
     try:
@@ -329,6 +360,18 @@ def test_the_remote_agent_commands_run_as_printed(fresh_env, tmp_path):
             searched = shell(fresh_env, 'payrail-embedder search "send an SMS" --json')
             assert answer == json.loads(searched.stdout) and len(answer["matches"]) == 3, answer
             assert json.loads(shell({**fresh_env, "TOKEN": "wrong" * 8}, curl).stdout)["error"] == "unauthorized"
+            # docs/agents.md's Python client, as printed, at this server: a good token gets the
+            # matches search answers; a wrong one, the 401 in words and a non-zero exit.
+            block = next(block for block in code_blocks(read(DOCS / "agents.md"), "python") if "PAYRAIL_AGENT_TOKEN" in block)
+            client = {**fresh_env, "BLOCK": block, "PAYRAIL_MCP_URL": f"http://127.0.0.1:{port}/mcp"}
+            printed = shell({**client, "PAYRAIL_AGENT_TOKEN": token}, 'python -c "$BLOCK"')
+            sms = json.loads(ok(fresh_env, 'payrail-embedder search "send an SMS to a customer" --json'))["matches"]
+            assert printed.returncode == 0 and printed.stdout.splitlines() == [f"{m['provider']} {m['method']} {m['docsUrl']}" for m in sms], printed
+            refused = shell({**client, "PAYRAIL_AGENT_TOKEN": "wrong" * 8}, 'python -c "$BLOCK"')
+            assert refused.returncode == 1 and refused.stdout == "", refused
+            assert refused.stderr == (
+                "cannot search the registry: 401 unauthorized: the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)\n"
+            ), refused.stderr
     finally:
         tokens.unlink(missing_ok=True)
 

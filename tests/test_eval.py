@@ -187,12 +187,28 @@ def test_eval_refuses_a_bad_language_tag_naming_its_line_and_measures_nothing(cl
     assert "metrics" not in failure and len(openai_fake.requests) == requests_before, "nothing embedded or measured"
 
 
-def test_golden_import_refuses_a_language_tag(cli_env, registry, tmp_path):
-    """The registry's golden queries have no language: the tag is for eval's files alone."""
+def test_eval_of_the_registrys_golden_queries_reports_each_language_as_eval_of_the_file_does(cli_env, registry, tmp_path):
+    """A tagged file, in the benchmark's format (each line with its "source"), imported as golden
+    queries: eval without a file reports the same languages and figures as eval of the file."""
     path = tmp_path / "tagged.jsonl"
-    path.write_text(json.dumps({**LABELLED[0], "language": "en"}) + "\n")
-    code, failure, _ = cli_json(cli_env, "golden", "import", "--json", path)
-    assert (code, failure["error"]) == (2, "invalid_input") and f"{path}:1: unknown field(s) language" in failure["detail"], failure
+    path.write_text(
+        "".join(
+            json.dumps({**item, **({"language": LANGUAGES[line]} if line in LANGUAGES else {}), "source": f"dev.jsonl#{line}"}) + "\n"
+            for line, item in enumerate(LABELLED, start=1)
+        )
+    )
+    code, imported, stderr = cli_json(cli_env, "golden", "import", "--json", path)
+    assert code == 0 and imported["added"] == len(LABELLED) and imported["ignoredFields"] == [{"field": "source", "lines": len(LABELLED)}], (imported, stderr)
+    groups = {"de": [4, 5], "en": [1, 2, 3], "untagged": [line for line in range(1, len(LABELLED) + 1) if line not in LANGUAGES]}
+
+    code, report, stderr = cli_json(cli_env, "eval", "--json")
+
+    assert code == 0, (report, stderr)
+    assert list(report["byLanguage"]) == ["de", "en", "untagged"]
+    for language, lines in groups.items():
+        assert report["byLanguage"][language] == {"queries": len(lines), "metrics": pytest.approx(expected_report(lines)[0], abs=1e-9)}, language
+    assert report["byLanguage"] == cli_json(cli_env, "eval", "--json", path)[1]["byLanguage"]
+    assert "by language:" in run_cli(cli_env, "eval").stdout
 
 
 def test_eval_fails_rather_than_scoring_without_the_embedder(cli_env, registry):

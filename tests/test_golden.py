@@ -91,6 +91,7 @@ def test_add_list_and_remove_a_golden_query(registry, database_url):
     assert added == {
         "goldenQueryId": golden_id,
         "query": query,
+        "language": None,
         "addedBy": added_by,
         "addedAt": added_at.isoformat(),
         "relevant": [
@@ -173,7 +174,7 @@ GOLDEN_LINES = [
     # Keys in order, pairs in the order given (not alphabetical), non-ASCII as it is, the line
     # breaks other readers split at escaped, quotes and a newline in the query escaped.
     '{"query": "rembourser un paiement, puis prévenir par SMS", "relevant": [["Twilio", "Send an SMS"], ["Stripe", "Create a refund"]]}',
-    '{"query": "Nachricht nach Zürich schicken\\u2028bitte", "relevant": [["Zürich Telekom", "Nachricht senden"]]}',
+    '{"query": "Nachricht nach Zürich schicken\\u2028bitte", "relevant": [["Zürich Telekom", "Nachricht senden"]], "language": "de"}',
     '{"query": "the \\"hotel\\" one\\nsecond line", "relevant": [["Amadeus", "Hotel Search"]]}',
     '{"query": "charge a card 💳", "relevant": [["Stripe", "Create a PaymentIntent"], ["Stripe", "Create a refund"], ["Twilio", "Send an SMS"]]}',
 ]
@@ -182,7 +183,7 @@ GOLDEN_LINES = [
 def test_export_then_import_round_trips_byte_for_byte(registry, database_url, tmp_path):
     source = write_lines(tmp_path / "golden.jsonl", GOLDEN_LINES)
     code, report, stderr = cli_json(registry, "golden", "import", "--json", source)
-    assert (code, report) == (0, {"added": 4, "unchanged": 0, "refused": [], "saved": True}), (report, stderr)
+    assert (code, report) == (0, {"added": 4, "unchanged": 0, "refused": [], "saved": True, "ignoredFields": []}), (report, stderr)
 
     exported = tmp_path / "exported.jsonl"
     assert run_cli(registry, "golden", "export", exported).returncode == 0
@@ -204,7 +205,7 @@ def test_export_then_import_round_trips_byte_for_byte(registry, database_url, tm
     # Importing the same file again changes nothing.
     kept = stored_golden(database_url)
     code, report, _ = cli_json(registry, "golden", "import", "--json", exported)
-    assert (code, report) == (0, {"added": 0, "unchanged": 4, "refused": [], "saved": True})
+    assert (code, report) == (0, {"added": 0, "unchanged": 4, "refused": [], "saved": True, "ignoredFields": []})
     assert stored_golden(database_url) == kept
     assert run_cli(registry, "golden", "import", exported).stdout == "0 golden queries added, 4 unchanged\n"
 
@@ -266,11 +267,6 @@ def test_import_refuses_every_bad_line_by_number_and_adds_nothing(registry, data
 @pytest.mark.parametrize(
     "line, code, detail",
     [
-        (
-            '{"query": "hotel", "relevant": [["Amadeus", "Hotel Search"]], "source": "dev"}',
-            "invalid_input",
-            "unknown field(s) source: a golden query is its query and relevant records alone",
-        ),
         ('{"query": "hotel", "query": "other", "relevant": [["Amadeus", "Hotel Search"]]}', "invalid_input", "field 'query' appears twice"),
         ('{"query": "hotel", "relevant": []}', "invalid_input", "relevant must be a non-empty array"),
         # The registry's own limit for a golden query, met before the database is asked (which refuses it too).
@@ -295,6 +291,71 @@ def test_import_refuses_a_malformed_line_naming_it(registry, database_url, tmp_p
     assert stored_golden(database_url) == []
 
 
+def test_import_takes_every_line_eval_takes_naming_the_fields_it_ignores_once(registry, database_url, tmp_path):
+    """Lines in the benchmark's format carry "source" beside query and relevant (and may carry
+    anything else): golden import takes each line eval takes, keeps its language, and names every
+    other field once, with how many lines carry it; the stored queries are exactly the lines'."""
+    source = write_lines(
+        tmp_path / "golden.jsonl",
+        [
+            '{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]], "source": "solvable_queries/G1_instruction.json#query_id=1"}',
+            '{"source": "G1.json#2", "query": "give money back", "relevant": [["Stripe", "Create a refund"]], "language": "EN", "reviewer": {"name": "ada"}}',
+            '{"query": "Nachricht schicken", "relevant": [["Zürich Telekom", "Nachricht senden"]], "language": "de", "source": "by hand"}',
+        ],
+    )
+
+    code, report, stderr = cli_json(registry, "golden", "import", "--json", source)
+
+    assert (code, report) == (
+        0,
+        {"added": 3, "unchanged": 0, "refused": [], "saved": True, "ignoredFields": [{"field": "source", "lines": 3}, {"field": "reviewer", "lines": 1}]},
+    ), (report, stderr)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("select query, language from payrail.golden_queries order by id").fetchall() == [
+            ("charge a card", None),
+            ("give money back", "en"),  # tags compare regardless of case: kept as eval compares them
+            ("Nachricht schicken", "de"),
+        ]
+    again = run_cli(registry, "golden", "import", source)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "0 golden queries added, 3 unchanged\nignored fields: source (in 3 lines), reviewer (in 1 line)\n"
+    assert run_cli(registry, "golden", "export").stdout == (
+        '{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}\n'
+        '{"query": "give money back", "relevant": [["Stripe", "Create a refund"]], "language": "en"}\n'
+        '{"query": "Nachricht schicken", "relevant": [["Zürich Telekom", "Nachricht senden"]], "language": "de"}\n'
+    )
+    listed = run_cli(registry, "golden", "list").stdout
+    assert "golden query" in listed and listed.count("   language: ") == 2 and "   language: de\n" in listed, listed
+
+
+def test_import_refuses_a_query_the_registry_holds_in_another_language(registry, database_url, tmp_path):
+    code, added, _ = cli_json(registry, "golden", "add", "--json", "charge a card", "--relevant", "Stripe / Create a PaymentIntent", "--language", "EN")
+    assert code == 0 and added["language"] == "en", added
+    before = stored_golden(database_url)
+    lines = {
+        '{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}': 'in language "en", this line has none',
+        '{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]], "language": "de"}': 'in language "en", this line says "de"',
+    }
+    for line, why in lines.items():
+        code, report, _ = cli_json(registry, "golden", "import", "--json", write_lines(tmp_path / "golden.jsonl", [line]))
+        assert code == 2 and report["refused"] == [
+            {
+                "line": 1,
+                "reason": f'the registry holds the golden query "charge a card" {why}; remove it first (`payrail-embedder golden remove`) to label it anew',
+            }
+        ], report
+    same = write_lines(tmp_path / "same.jsonl", ['{"query": "Charge a card", "relevant": [["stripe", "create a paymentintent"]], "language": "En"}'])
+    assert cli_json(registry, "golden", "import", "--json", same)[1]["unchanged"] == 1
+    assert stored_golden(database_url) == before
+
+
+@pytest.mark.parametrize("tag", ["e", "english-uk", "en_US", "zh Hans", "", "untagged", "日本"])
+def test_add_refuses_a_language_that_is_no_tag_and_adds_nothing(registry, database_url, tag):
+    code, failure, _ = cli_json(registry, "golden", "add", "--json", "charge a card", "--relevant", "Stripe / Create a PaymentIntent", "--language", tag)
+    assert (code, failure["error"]) == (2, "invalid_input") and "--language" in failure["detail"], failure
+    assert stored_golden(database_url) == []
+
+
 def test_import_refuses_bytes_that_are_not_utf8_and_takes_a_byte_order_mark(registry, database_url, tmp_path):
     source = tmp_path / "golden.jsonl"
     source.write_bytes(b'\xef\xbb\xbf{"query": "charge a card", "relevant": [["Stripe", "Create a PaymentIntent"]]}\n{"query": "caf\xe9"}\n')
@@ -312,7 +373,7 @@ def test_a_record_golden_queries_name_is_deleted_only_with_them(registry, databa
     before = stored_golden(database_url)
 
     with connect(database_url, autocommit=True) as conn:
-        refused = delete_record(conn, refund, 1)
+        refused = delete_record(conn, refund, 1)[1]
         assert refused == Refused(
             'provider method "Stripe / Create a refund" is not deleted: 2 golden queries name it: "money back", "money back and a text" '
             "(golden_query_records_record_id_fkey). Hint: Delete it with its golden queries (payrail.delete_provider_method(id, version, "
@@ -321,7 +382,7 @@ def test_a_record_golden_queries_name_is_deleted_only_with_them(registry, databa
         assert stored_golden(database_url) == before
         assert [g.query for g in golden.golden_queries(conn, record_id=refund)] == ["money back", "money back and a text"]
 
-        assert delete_record(conn, refund, 1, with_golden_queries=True) is None
+        assert delete_record(conn, refund, 1, with_golden_queries=True)[1] is None
     assert [(row[1], row[4]) for row in stored_golden(database_url)] == [("money back and a text", [record_id(database_url, "Twilio", "Send an SMS")])]
     with psycopg.connect(database_url) as conn:
         assert conn.execute("select count(*) from payrail.provider_methods where id = %s", (refund,)).fetchone() == (0,)

@@ -21,7 +21,7 @@ from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres.connection import connect, naming_pgvector
 from payrail_embedder.registry import golden
 from payrail_embedder.registry.records import ProviderMethod
-from payrail_embedder.registry.write import Change, Refused, Saved, prepare_change, save_changes
+from payrail_embedder.registry.write import Change, Refused, Saved, save_changes
 from payrail_test_support.openai_fake import FAKE_MODEL
 
 WORDS = ["hotel", "room", "book", "flight", "sms", "send", "card", "charge", "refund", "map", "route", "weather"]
@@ -114,17 +114,17 @@ def said(change: golden_rankings.QueryChange) -> tuple:
 def check_edit(conn, embedder_factory, change: Change) -> golden_rankings.Effect:
     """The effect of change against eval before and after it is saved; returns the effect."""
     before = eval_tops(conn, embedder_factory)
-    prepared = prepare_change(conn, embedder_factory, change)
-    effect = golden_rankings.effect_of(conn, embedder_factory, prepared)
+    preview = golden_rankings.measured_edit(conn, embedder_factory, change)
+    effect = preview.effect
     # Ranked by one pass over every record's vector instead of search: the same effect.
-    in_one_pass = golden_rankings.effect_of(conn, embedder_factory, prepared, search_at_most=0)
+    in_one_pass = golden_rankings.measured_edit(conn, embedder_factory, change, embedding=preview.embedding, search_at_most=0).effect
     assert [said(c) for c in in_one_pass.changes] == [said(c) for c in effect.changes]
     if effect.outcome is not None:
         # Refused before the save: the save refuses it too, and nothing changes.
         assert not isinstance(save_changes(conn, embedder_factory, [change])[0], Saved)
         assert eval_tops(conn, embedder_factory) == before
         return effect
-    (saved,) = save_changes(conn, prepared.embedder_factory(embedder_factory), [change])
+    (saved,) = save_changes(conn, embedder_factory, [change], embeddings=[preview.embedding])
     assert isinstance(saved, Saved), saved
     after = eval_tops(conn, embedder_factory)
     changed = {c.golden.query: c for c in effect.changes}

@@ -239,7 +239,7 @@ def test_role_names_are_shown_quoted_and_escaped_never_raw(registry):
     made = run(registry, "agent", "add", HOSTILE, "--no-password")
     assert made.exit_code == 0, made.output
     assert made.stdout.startswith(f"created login {SHOWN} without a password"), made.stdout
-    assert f"postgresql://{quote(HOSTILE, safe='')}@HOST/DATABASE" in made.stdout
+    assert f"agents connect with postgresql://{quote(HOSTILE, safe='')}@/" in made.stdout
     assert "\x1b" not in made.output and "\u202e" not in made.output, "no terminal control, in the output or the log line"
     assert "\u200b" not in made.stdout
     as_json = json.loads(run(registry, "agent", "add", HOSTILE, "--no-password", "--json").stdout)

@@ -237,10 +237,13 @@ def plpgsql_expressions(tree):
 def check_plpgsql(create: str, where: str, bare: set[str]) -> list[Problem]:
     """Every expression and statement of a PL/pgSQL function (or DO block) as PL/pgSQL hands it
     to the SQL parser. pglast's PL/pgSQL parser resolves a qualified type only in pg_catalog and
-    public: payrail's are read as public's, which changes no name it checks."""
+    public: payrail's are read as public's, which changes no name it checks; an array of one of
+    them or of pgvector's (whose arrays it reads as record[] and refuses) is read as text[], which
+    changes none either."""
     code = re.sub(r"--[^\n]*", "", create)
     problems = [Problem(where, "names schema public, which pglast reads payrail's types as", create)] if "public." in code else []
-    for query, mode in plpgsql_expressions(pglast.parse_plpgsql(re.sub(r"\bpayrail\.", "public.", create))):
+    readable = re.sub(r"\b(payrail\.\w+|vector|halfvec)\[\]", "text[]", create)
+    for query, mode in plpgsql_expressions(pglast.parse_plpgsql(re.sub(r"\bpayrail\.", "public.", readable))):
         query = query.replace("public.", "payrail.")
         # 0: a statement; 2: an expression; 3-5: an assignment, "target := expression".
         statement = query if mode == 0 else "select " + (re.split(r":=|=", query, maxsplit=1)[1] if mode >= 3 else query)

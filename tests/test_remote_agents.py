@@ -9,7 +9,7 @@ import json
 import os
 import pwd
 import subprocess
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import anyio
 import jsonschema
@@ -17,11 +17,16 @@ import psycopg
 import pytest
 
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.postgres.local_server import use_hba_rules
 from payrail_test_support import CLI
 from payrail_test_support.agent_helpers import CATALOG, SEMANTIC_QUERY, as_match, expected_semantic_matches
 from payrail_test_support.cli import run_cli, run_cli_subprocess
+from payrail_test_support.environments import cli_environment
+from payrail_test_support.pgbouncer import PASSWORD as PGBOUNCER_PASSWORD
+from payrail_test_support.pgbouncer import start_pgbouncer
 from payrail_test_support.ports import unused_port
 from payrail_test_support.remote_agents import TOOL, McpHttpServer, bearer, call_tool, write_tokens
+from payrail_test_support.servers import embedded_bin
 
 ALL_INTERFACES = "0.0.0.0"
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -72,27 +77,39 @@ def test_every_request_needs_an_agents_token_and_nothing_else_passes(served, tok
     ok_status, _, answer = served.get("/search?query=Stripe", bearer(token))
     assert ok_status == 200 and answer == {"matches": [as_match(r) for r in CATALOG[:2]]}, answer
 
+    # Each refusal says what was wrong, in RFC 6750's challenge too (no error for a request that presented no token).
+    none = ("", "present an agent's token in an Authorization header: Bearer TOKEN")
+    wrong = (', error="invalid_token"', "the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)")
     refusals = {
-        "no header": {},
-        "a wrong token": bearer("x" * 64),
-        "another scheme": {"Authorization": f"Basic {token}"},
-        "a token one character short": bearer(token[:-1]),
-        "a token and more": bearer(token + "0"),
-        "two headers, one right": [("Authorization", f"Bearer {token}"), ("Authorization", "Bearer " + "y" * 64)],
-        "bytes that are not ASCII": {"Authorization": "Bearer " + "\u00e9" * 64},
-        "a header of 40 KB": bearer("z" * 40_000),
+        "no header": ({}, none),
+        "a wrong token": (bearer("x" * 64), wrong),
+        "another scheme": ({"Authorization": f"Basic {token}"}, none),
+        "a token one character short": (bearer(token[:-1]), wrong),
+        "a token and more": (bearer(token + "0"), wrong),
+        "two headers, one right": (
+            [("Authorization", f"Bearer {token}"), ("Authorization", "Bearer " + "y" * 64)],
+            (', error="invalid_request"', "give one Authorization header, not several: Bearer TOKEN"),
+        ),
+        "bytes that are not ASCII": ({"Authorization": "Bearer " + "\u00e9" * 64}, wrong),
+        "a header of 40 KB": (bearer("z" * 40_000), wrong),
     }
-    for attack, headers in refusals.items():
+    for attack, (headers, (challenge, detail)) in refusals.items():
         status, response_headers, body = served.get("/search?query=Stripe", headers)
         assert status == 401, (attack, status, body)
-        assert response_headers["www-authenticate"] == 'Bearer realm="payrail-agent-search"', attack
-        assert body == {"error": "unauthorized", "detail": "present an agent's bearer token: Authorization: Bearer TOKEN"}, attack
+        assert response_headers["www-authenticate"] == 'Bearer realm="payrail-agent-search"' + challenge, attack
+        assert body == {"error": "unauthorized", "detail": detail}, attack
     # A token in the URL is never read; the MCP endpoint and the OpenAPI document are guarded alike.
     assert served.get(f"/search?query=Stripe&access_token={token}")[0] == 401
     assert served.get("/openapi.json")[0] == 401
     assert served.get("/mcp")[0] == 401
-    with pytest.raises(Exception, match="unhandled errors"):  # the SDK's client, refused at its first request
+    # The SDK's client, refused at its first request, says so in the server's words (its handshake's
+    # error comes wrapped in the SDK's task groups), and carries the one shape as the error's data.
+    with pytest.raises(ExceptionGroup) as refused:
         call_tool(served.port, None, "Stripe")
+    error = refused.value
+    while isinstance(error, ExceptionGroup):
+        error = error.exceptions[0]
+    assert str(error) == f"401 unauthorized: {none[1]}" and error.error.data == {"error": "unauthorized", "detail": none[1]}, error
     # A header far past any real one is refused by the HTTP layer; the server lives on.
     try:
         oversized = served.get("/search?query=Stripe", bearer("z" * 200_000))[0]
@@ -140,6 +157,16 @@ def test_the_openapi_document_describes_what_search_answers(served, tokens, open
     assert operation["operationId"] == TOOL
     assert [(p["name"], p["in"], p["required"], p["schema"]["maxLength"]) for p in operation["parameters"]] == [("query", "query", True, 2000)]
     assert document["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    # servers: the URL the request reached, by the address or the name it was asked at; https where
+    # a reverse proxy on this machine says so. A Host that names no server is never echoed.
+    assert document["servers"] == [{"url": f"http://127.0.0.1:{served.port}"}]
+    assert list(document)[:3] == ["openapi", "info", "servers"]
+    by_name = served.get("/openapi.json", bearer(token), host=f"localhost:{served.port}")[2]
+    assert by_name["servers"] == [{"url": f"http://localhost:{served.port}"}]
+    proxied = served.get("/openapi.json", {**bearer(token), "X-Forwarded-Proto": "https"}, host="registry.example.com")[2]
+    assert proxied["servers"] == [{"url": "https://registry.example.com"}]
+    for host in ('evil"><script>', "a b", "registry.example.com/path", "user@registry.example.com"):
+        assert served.get("/openapi.json", bearer(token), host=host)[2]["servers"] == [{"url": f"http://127.0.0.1:{served.port}"}], host
     # Real answers and errors validate against the schemas it gives for their status.
     registry = {"$id": "urn:payrail-openapi", **document}
 
@@ -207,6 +234,7 @@ def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clie
     from mcp.client import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
 
     booking, travel = tokens["booking-agent"], tokens["travel-agent"]
 
@@ -215,13 +243,15 @@ def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clie
         async with http, Client(streamable_http_client(f"http://127.0.0.1:{served.port}/mcp", http_client=http)) as client:
             answered = await client.call_tool(TOOL, {"query": "Stripe"})
             write_tokens(token_file, [f"travel-agent {travel}"])
-            with pytest.raises(Exception) as refused:
+            with pytest.raises(MCPError) as refused:
                 await client.call_tool(TOOL, {"query": "Stripe"})
             return answered, refused.value
 
     answered, refused = anyio.run(main)
     assert answered.structured_content == {"matches": [as_match(r) for r in CATALOG[:2]]}
-    assert "error response" in str(refused), refused
+    # The SDK raises the refusal in the server's words (an MCPError, its data the one shape).
+    assert str(refused) == "401 unauthorized: the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)", refused
+    assert refused.error.data["error"] == "unauthorized", refused
     assert "event=http_refused unauthorized=1" in served.text()  # refused at the gate, its first refusal
     # No session ID is ever given, and no stream is held open for server-sent messages.
     initialize = {
@@ -233,7 +263,7 @@ def test_no_session_outlives_a_request_so_a_revoked_token_is_refused_at_the_clie
     status, headers, _ = served.post("/mcp", initialize, bearer(travel))
     assert status == 200 and "mcp-session-id" not in headers, headers
     status, headers, body = served.get("/mcp", {**bearer(travel), "Accept": "text/event-stream"})
-    assert status == 405 and headers["allow"] == "POST" and body["error"] == "invalid_request", body
+    assert status == 405 and headers["allow"] == "POST" and body["error"]["data"]["error"] == "invalid_request", body
 
 
 @pytest.mark.parametrize("encoded", ["%FF", "caf%E9", "%C3%28", "%ED%A0%80", "Stripe%80"])
@@ -260,12 +290,6 @@ def test_on_loopback_no_token_is_asked_and_a_foreign_host_name_is_refused(agents
         server.stop()
 
 
-def login_url(database_url: str, name: str) -> str:
-    with connect(database_url) as conn:
-        info = conn.info
-        return psycopg.conninfo.make_conninfo(host=info.host, port=info.port, dbname=info.dbname, user=name)
-
-
 def role(database_url: str, name: str) -> dict | None:
     with connect(database_url) as conn:
         row = conn.execute(
@@ -288,13 +312,15 @@ def test_agent_add_makes_a_login_that_can_search_and_read_nothing(agents_env, da
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("created login booking_agent with a password, granted payrail_agent only, at most 20 connections"), result.stdout
+    url = printed_url(result.stdout)
     assert role(database_url, "booking_agent") == {
         "limit": 20,
         "settings": ["idle_in_transaction_session_timeout=10s", "statement_timeout=2s"],
         "grants": ["payrail_agent"],
         "password": True,
     }
-    with psycopg.connect(login_url(database_url, "booking_agent"), password="a long passphrase") as conn:
+    with psycopg.connect(url, password="a long passphrase") as conn:
+        assert conn.execute("select current_user").fetchone() == ("booking_agent",)
         assert conn.execute("select provider from payrail.search_provider_methods('Stripe')").fetchall()
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("select * from payrail.provider_methods")
@@ -304,6 +330,7 @@ def test_agent_add_makes_a_login_that_can_search_and_read_nothing(agents_env, da
     assert json.loads(again.stdout) == {
         "login": "booking_agent",
         "created": False,
+        "url": url,
         "grants": ["payrail_agent"],
         "otherRoles": [],
         "connectionLimit": 5,
@@ -350,3 +377,75 @@ def test_agent_add_never_makes_an_agent_of_a_role_that_reads_more_and_changes_no
     assert role(database_url, hostile)["grants"] == ["payrail_agent"]
     with connect(database_url) as conn:
         assert conn.execute("select count(*) from payrail.provider_methods").fetchone()[0] == len(CATALOG)
+
+
+def printed_url(stdout: str) -> str:
+    """The URL agent add's text names for the login."""
+    line = stdout.splitlines()[1]
+    assert line.startswith("agents connect with postgresql://"), stdout
+    return line.split()[3]
+
+
+@pytest.fixture
+def scram_registry(own_server, registry_url) -> str:
+    """A registry on a server of the module's own (18 and 16) that asks every login but postgres for
+    its password (scram-sha-256), as the embedded default does."""
+    use_hba_rules(own_server.handle.get_uri("postgres"), "local all postgres trust\nlocal all all scram-sha-256\n")
+    return registry_url
+
+
+def test_the_url_agent_add_prints_connects_as_the_login_with_its_password_given_apart(scram_registry, openai_fake, tmp_path):
+    """Over the server's Unix socket: postgresql://NAME@/DATABASE?host=DIRECTORY&port=PORT, every
+    part percent-encoded, which psql and psycopg read alike; PostgreSQL checks the password."""
+    env = cli_environment(scram_registry, openai_fake, tmp_path)
+    name, password = "booking agent/é", "a long passphrase"
+    made = run_cli(env, "agent", "add", name, "--password-stdin", input=password + "\n")
+    assert made.returncode == 0, made.stderr
+    url = printed_url(made.stdout)
+    assert made.stdout.splitlines()[1].endswith(f"{url} (the password apart: in PGPASSWORD or ~/.pgpass)"), made.stdout
+    with psycopg.connect(scram_registry) as conn:
+        socket_dir, port, database = conn.info.host, conn.info.port, conn.info.dbname
+    assert url == f"postgresql://booking%20agent%2F%C3%A9@/{database}?host={socket_dir}&port={port}", url
+    as_json = run_cli(env, "agent", "add", name, "--password-stdin", "--json", input=password + "\n")
+    assert json.loads(as_json.stdout)["url"] == url and password not in made.stdout + as_json.stdout
+    assert "password" not in psycopg.conninfo.conninfo_to_dict(url)
+
+    psql = embedded_bin(18) / "psql"
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
+    for given, answered in ((password, True), ("another passphrase", False), (None, False)):
+        result = subprocess.run(
+            [str(psql), "-X", "-w", "-At", "-c", "select current_user, current_database()", url],
+            env=clean | ({"PGPASSWORD": given} if given else {}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (result.returncode == 0) == answered, (given, result.stderr)
+        if answered:
+            assert result.stdout == f"{name}|{database}\n", result.stdout
+        else:
+            assert "password" in result.stderr, result.stderr
+    with psycopg.connect(url, password=password) as conn:
+        assert conn.execute("select current_user").fetchone() == (name,)
+        assert conn.execute("select payrail.query_takes_name_path('Stripe')").fetchone() == (False,)  # an empty registry
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("select * from payrail.provider_methods")
+
+
+def test_through_a_network_address_the_url_names_its_host_port_and_sslmode(server, database_url, openai_fake, tmp_path):
+    """Over TCP (here PgBouncer on 127.0.0.1, which checks the password): postgresql://NAME@HOST:PORT/DATABASE,
+    and the sslmode the command's own connection asked for."""
+    bouncer = start_pgbouncer(server.admin_url)
+    try:
+        env = cli_environment(bouncer.through(database_url) + "?sslmode=disable", openai_fake, tmp_path)
+        made = run_cli(env, "agent", "add", "tcp_agent", "--password-stdin", "--json", input=PGBOUNCER_PASSWORD + "\n")
+        assert made.returncode == 0, made.stderr
+        url = json.loads(made.stdout)["url"]
+        assert url == f"postgresql://tcp_agent@127.0.0.1:{bouncer.port}{urlsplit(database_url).path}?sslmode=disable", url
+        bouncer.allow("tcp_agent")
+        with psycopg.connect(url, password=PGBOUNCER_PASSWORD) as conn:
+            assert conn.execute("select current_user").fetchone() == ("tcp_agent",)
+        with pytest.raises(psycopg.OperationalError, match="authentication failed"):
+            psycopg.connect(url, password="another passphrase").close()
+    finally:
+        bouncer.stop()

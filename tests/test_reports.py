@@ -22,7 +22,7 @@ from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.model import evaluation, golden_rankings, switch, tuning, tuning_data, tuning_plan
 from payrail_embedder.postgres import deploy, logins
-from payrail_embedder.registry import bulk, catalog, golden, history, search, stored, sync, undo
+from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, stored, sync, undo
 from payrail_embedder.registry.embedding_model import EmbeddingModel
 from payrail_embedder.registry.records import Refusal
 from payrail_embedder.registry.write import Saved
@@ -63,8 +63,12 @@ def all_report_classes() -> set[type]:
 BULK_ACTION = undo.BulkAction(9, "delete", 'text "stripe"', None, True, SAVED_AT, "carol", 2, None)
 
 
-def golden_query(query_id: int, query: str) -> golden.GoldenQuery:
-    return golden.GoldenQuery(query_id, query, (golden.RelevantRecord(7, "Stripe", "Create refund", False),), "alice", SAVED_AT)
+def golden_query(query_id: int, query: str, language: str | None = None) -> golden.GoldenQuery:
+    return golden.GoldenQuery(query_id, query, (golden.RelevantRecord(7, "Stripe", "Create refund", False),), language, "alice", SAVED_AT)
+
+
+NO_DOCS = advice.Advice("no_docs_url", "The record has no docs URL.", "Set the Docs URL.")
+NO_DOCS_COUNT = advice.AdviceCount("no_docs_url", "no docs URL", "Set the Docs URL.", 1, 2)
 
 
 def tune_report() -> tuning.TuneReport:
@@ -83,11 +87,19 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
     (deploy.ApplyResult("postgresql://registry@db/payrail", True, "shared", 31, ["003"], seconds=2.5), ["postgresql://registry@db/payrail", 31, "003"]),
     (deploy.Roles(["payrail_agent"], ["payrail_operator"]), ["payrail_agent", "payrail_operator"]),
     (logins.OperatorAdded("alice", True), ["alice"]),
-    (logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False, ("hba_agents",)), ["booking_agent", 7, "2s", "10s", "hba_agents"]),
     (
-        stored.ShownRecord({**STORED, "enabled": False, "embedded": False, "saved_by": "bob"}),
-        [7, "draft needing an embedding", "bob", "Purpose: refunds a charge"],
+        logins.AgentAdded(logins.AgentLogin("booking_agent", None, 7, "2s", "10s"), False, "postgresql://booking_agent@db:5432/registry", ("hba_agents",)),
+        ["booking_agent", 7, "2s", "10s", "hba_agents", "postgresql://booking_agent@db:5432/registry"],
     ),
+    (
+        stored.ShownRecord({**STORED, "enabled": False, "embedded": False, "saved_by": "bob"}, (NO_DOCS,)),
+        [7, "draft needing an embedding", "bob", "Purpose: refunds a charge", "no_docs_url", "The record has no docs URL."],
+    ),
+    (
+        advice.AdviceReport([advice.AdvisedRecord(9, "Globex", "Weather now", True, [NO_DOCS])], [NO_DOCS_COUNT], 3),
+        ["Globex", "Weather now", "no_docs_url", "The record has no docs URL.", "Set the Docs URL.", 3],
+    ),
+    (advice.AdviceReport([], [NO_DOCS_COUNT], 14, summary_only=True), ["no_docs_url", "no docs URL", 14]),
     (bulk.BulkResult(True, (1, 2), (3,), (4,), (99,)), ["run `payrail-embedder sync` first", "named no record"]),
     (bulk.BulkDeleteResult((5,), (6,), (), applied=False), ["golden queries name 1 record"]),
     (
@@ -95,8 +107,13 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
         ["user=nobody connect_timeout=2 dbname=payrail host=127.0.0.1 port=1", "Connection refused"],
     ),
     (catalog.ImportReport(5, 2, 11, [Refusal("catalog.jsonl", 9, "the method is empty")], False, 18), [5, 11, 18, "the method is empty"]),
+    (catalog.ImportReport(5, 2, 11, saved=True, advice=[NO_DOCS_COUNT]), [5, 11, "no_docs_url", "no docs URL"]),
     (golden.ImportReport(6, 4, [], True), [6, 4]),
-    (golden.GoldenQueries([golden_query(21, "refund a card payment"), golden_query(22, "payout to a bank")]), [21, 22, "payout to a bank", "alice"]),
+    (golden.ImportReport(6, 4, [], True, {"source": 296}), [6, 4, "source", 296]),
+    (
+        golden.GoldenQueries([golden_query(21, "refund a card payment"), golden_query(22, "payout to a bank", "pt-br")]),
+        [21, 22, "payout to a bank", "alice", "pt-br"],
+    ),
     (golden.GoldenQueries([golden_query(23, "refund a card payment")], "added"), [23, "refund a card payment", "Create refund"]),
     (golden.GoldenQueries([golden_query(24, "cancel a subscription")], "removed"), [24, "cancel a subscription"]),
     (sync.SyncReport(12, 3, ["Stripe / Create refund"], "the embedder timed out", 4), [12, 3, 4]),

@@ -2,7 +2,8 @@
 sends): an exact name is one, a semantic search two (the name path's answer says which model to
 embed with; the search with the vector checks it in SQL), through the Python API and the MCP tool,
 prepared or not; a pooled connection the server dropped is found by using it, not by a check
-before every use, and costs no failed search."""
+before every use, and costs no failed search. Writes take the same shape: a batch is one call of
+payrail.save_provider_methods, answered with what needs a vector, then one with the vectors."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ import psycopg
 import pytest
 
 from payrail_embedder.api import Registry
+from payrail_embedder.backoffice import actions
+from payrail_embedder.embedders import OpenAIEmbedder
 from payrail_embedder.postgres import connection, pool
+from payrail_embedder.registry import catalog
 from payrail_embedder.registry.embedding_model import EmbeddingModel, model_of_embedding_required
+from payrail_embedder.registry.records import Line, ProviderMethod
 from payrail_embedder.registry.search import NeedsEmbedding, _name_path
 from payrail_test_support.agent_helpers import SEMANTIC_QUERY, expected_semantic_matches, import_catalog, mcp_client
+from payrail_test_support.openai_fake import FAKE_MODEL
 from payrail_test_support.pgbouncer import start_pgbouncer
 from payrail_test_support.round_trips import RoundTripCounter
 
@@ -112,3 +118,38 @@ def test_the_name_paths_answer_names_the_model_whatever_its_name(database_url):
         with pytest.raises(psycopg.Error) as older:
             conn.execute("do $$ begin raise exception using errcode = 'PYE01', message = 'needs a query embedding'; end $$")
         assert model_of_embedding_required(conn, older.value) == EmbeddingModel(model, 3)
+
+
+def test_writes_are_one_call_each_way_an_import_batch_a_save_and_a_delete(database_url, openai_fake):
+    """An import batch of new content: one call answered with the texts to embed, one saving them
+    with their vectors; the same file again, one call. A backoffice content save: whether any golden
+    query could change, then the two calls; a URL-only save one call; a delete one statement that
+    reads and deletes the record."""
+    counter = RoundTripCounter(database_url)
+    embedder = OpenAIEmbedder(FAKE_MODEL, api_key="test-key", base_url=openai_fake.base_url, timeout=5, max_retries=0)
+    records = [ProviderMethod(f"Provider {n}", f"Method {n}", [f"https://api.example/{n}"], None, f"Purpose: thing {n}.", True) for n in range(40)]
+    lines = [Line("catalog.jsonl", n + 1, record) for n, record in enumerate(records)]
+    try:
+        with connection.connect(counter.url(), autocommit=True) as conn:
+            with counter.counting() as imported:
+                first = catalog.import_records(conn, lambda: embedder, lines)
+            with counter.counting() as reimported:
+                again = catalog.import_records(conn, lambda: embedder, lines)
+            ids = [dict(conn.execute("select provider, id from payrail.provider_methods").fetchall())[f"Provider {n}"] for n in range(3)]
+            content, url_only = (
+                ProviderMethod("Provider 0", "Method 0", ["https://api.example/0"], None, "Purpose: thing 0, edited.", True),
+                ProviderMethod("Provider 1", "Method 1", ["https://api.example/1", "https://mirror.example/1"], None, "Purpose: thing 1.", True),
+            )
+            with counter.counting() as content_save:
+                embedded = actions.save_record(conn, lambda: embedder, content, ids[0], 1)
+            with counter.counting() as url_only_save:
+                kept = actions.save_record(conn, lambda: embedder, url_only, ids[1], 1)
+            with counter.counting() as delete:
+                deleted, problem = actions.delete(conn, ids[2], 1)
+    finally:
+        counter.close()
+    assert (first.created, again.unchanged) == (40, 40)
+    assert embedded.saved is not None and (embedded.saved.outcome, embedded.saved.embedded) == ("updated", True)
+    assert kept.saved is not None and (kept.saved.outcome, kept.saved.embedded, kept.saved.has_current_vector) == ("updated", False, True)
+    assert problem is None and deleted is not None and deleted["provider"] == "Provider 2"
+    assert (imported, reimported, content_save, url_only_save, delete) == ([2], [1], [3], [2], [1])

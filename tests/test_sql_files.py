@@ -80,6 +80,8 @@ SHIPPED_UPGRADE_STEPS = {
     "008-delete_provider_method_golden_queries": "ed9e8bb6d2fb79fc5baa5af2a679f4699d35d4c05b235b0821e92b4423329b1b",
     "009-run_upgrade_step": "3045ae929654024d1cf94c391d94e24293c7ef1fcfd74c6c0a9d998d0ec0699d",
     "010-agent_logins": "71709e4a93fbaa41498e25c5940d40f20411e4e382a6588749ef2b359d6dd696",
+    "011-golden_queries_language": "968600121615d7d23c8c0c49fd447c87efd40ebca5fd59681455810be5aa9010",
+    "012-drop_plan_provider_method_changes": "c33a6e1d846e07727ad866b19f1c8fbf2486bd639d37bb24d46ccb2d124f2eb6",
 }
 
 

@@ -3,7 +3,8 @@ compared character by character with independent sources, and attacked with look
 
 The sources: Unicode's White_Space and Default_Ignorable_Code_Point from the regex module, case
 folding from Python's str.casefold(), NFKC from unicodedata; search.check_query's copy of the
-white space and of the empty-query rule against the database's own.
+white space and of the empty-query rule, and the text a record is embedded from, against the
+database's own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 import regex
 
+from payrail_embedder.embedders import record_text
 from payrail_embedder.postgres.connection import connect
 from payrail_embedder.registry.search import QUERY_BLANK, QUERY_INVISIBLE, QUERY_WHITE_SPACE, InvalidQuery, check_query
 from payrail_test_support.openai_fake import FAKE_DIMENSIONS, FAKE_MODEL
@@ -219,3 +221,15 @@ def test_the_python_key_mirror_is_the_databases(database_url):
     with connect(database_url) as conn:
         in_sql = [k for (k,) in conn.execute("select payrail._normalize_name(n) from unnest(%s::text[]) with ordinality as u(n, i) order by i", (samples,))]
     assert in_sql == [normalized(s) for s in samples]
+
+
+@pytest.mark.parametrize(
+    "provider, method, guidance",
+    [("Acme", "Geocode", "Purpose: x."), ("楽天 Pay", "Pay / Refund", "Line one.\nLine two.\n\n# not a comment"), ("A: B", "C\u2028D", "\ttabbed\r\n")],
+)
+def test_the_text_a_record_is_embedded_from_is_the_same_in_sql_and_python(database_url, provider, method, guidance):
+    """payrail._embedding_text (the write path's answer names the text to embed) and
+    embedders.record_text (what the model switch and tuning embed) say the same, character for character."""
+    with connect(database_url) as conn:
+        (in_sql,) = conn.execute("select payrail._embedding_text(%s, %s, %s)", (provider, method, guidance)).fetchone()
+    assert in_sql == record_text(provider, method, guidance)

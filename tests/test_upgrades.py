@@ -28,8 +28,10 @@ pytestmark = pytest.mark.slow
 
 # The first commit with the registry table; the first with the history (and before the derived
 # table); the first with search's derived half-precision table (before records had versions);
-# the last before upgrade steps were recorded.
-RELEASES = ["b35def0", "17768a6", "b1fd839", "01de324"]
+# the last before upgrade steps were recorded; the last before golden queries had a language.
+RELEASES = ["b35def0", "17768a6", "b1fd839", "01de324", "efeeb70"]
+# The golden query a release with golden queries holds before the upgrade.
+OLD_GOLDEN = '{"query": "find a hotel room for tonight", "relevant": [["Acme Travel", "Hotel Search"]]}\n'
 
 CATALOG = [
     {
@@ -80,6 +82,9 @@ def fill(release: Path, url: str, env: dict[str, str], tmp_path: Path, logins: d
     for number, catalog in enumerate([CATALOG, [dict(CATALOG[1], guidance="Purpose: search and compare flights.")]]):
         result = run_cli_of(release, env, "import", write_jsonl(tmp_path / f"catalog-{number}.jsonl", catalog))
         assert result.returncode == 0, result.stdout + result.stderr
+    if has_golden_queries(release):
+        result = run_cli_of(release, env, "golden", "import", write_jsonl(tmp_path / "golden.jsonl", [json.loads(OLD_GOLDEN)]))
+        assert result.returncode == 0, result.stdout + result.stderr
     first, second = [login for login, role in logins.items() if role == "payrail_operator"]
     if release.name == "b35def0":  # operators could not write yet: the rule helpers were not granted to them
         first = second = urlsplit(url).username
@@ -91,6 +96,10 @@ def fill(release: Path, url: str, env: dict[str, str], tmp_path: Path, logins: d
     with psycopg.connect(login_url(url, second), autocommit=True) as operator:
         operator.execute("delete from payrail.provider_methods where provider = 'Initech'")
         operator.execute("update payrail.provider_methods set enabled = false where provider = 'Globex' and method = 'Weather'")
+
+
+def has_golden_queries(release: Path) -> bool:
+    return (release / "db" / "schema" / "080-golden_queries.sql").exists()
 
 
 def snapshot(url: str, agent_url: str, logins: list[str]) -> dict:
@@ -115,6 +124,7 @@ def snapshot(url: str, agent_url: str, logins: list[str]) -> dict:
         state = {
             "records": rows("provider_methods", "id"),
             "history": rows("provider_method_history", "id"),
+            "golden": rows("golden_queries", "id"),
             "model": rows("embedding_model", "name"),
             "memberships": conn.execute(
                 """select m.rolname::text, r.rolname::text from pg_auth_members as a
@@ -164,6 +174,9 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(r
         for entry, kept in zip(before["history"], after["history"], strict=True):
             assert {column: kept[column] for column in entry} == entry
             assert kept["version"] == entry.get("version")
+        for query, kept in zip(before["golden"], after["golden"], strict=True):
+            assert {column: kept[column] for column in query} == query and kept["language"] is None, "a golden query kept, without a language"
+        assert len(after["golden"]) == has_golden_queries(tmp_path / release)
         assert (after["model"], after["memberships"], after["answers"]) == (before["model"], before["memberships"], before["answers"])
         assert len(after["history"]) >= (0 if release == "b35def0" else 4), "the first release kept no history; the others did"
 
@@ -183,7 +196,9 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(r
             ).fetchone()[0], "the records list's entries are every record's"
             recorded = dict(conn.execute("select name, ran from payrail.applied_upgrades").fetchall())
         assert set(recorded) == {path.stem for path in (Path(__file__).parents[1] / "db" / "upgrades").glob("*.sql")}
-        assert all(recorded.values()), "a registry of an earlier release needs every step checked"
+        # Those it recorded stay as it recorded them (not needed: it was created with them).
+        steps_before = {path.stem for path in (tmp_path / release / "db" / "upgrades").glob("*.sql")}
+        assert all(ran for step, ran in recorded.items() if step not in steps_before), "a registry of an earlier release needs every later step checked"
 
         # Nothing of the old release is left over, nothing is missing: the catalog of a new registry.
         result = run_cli({**env, "PAYRAIL_DATABASE_URL": fresh}, "db", "apply")
@@ -195,14 +210,17 @@ def test_db_apply_upgrades_a_registry_of_an_earlier_release_keeping_everything(r
         with psycopg.connect(login_url(url, f"{name}_op2"), autocommit=True) as operator:
             operator.execute("update payrail.provider_methods set urls = '{}' where provider = 'Globex' and method = 'Send SMS'")
             assert operator.execute("select changed_by, version from payrail.provider_method_history order by id desc limit 1").fetchone() == (f"{name}_op2", 1)
-            # The upgraded registry has golden queries: an operator adds one, its record is kept from
-            # deletion, and the next apply (every file again) keeps it.
+            # The upgraded registry has golden queries, with their language: an operator adds one
+            # (the function of before, without a language, is gone: no two overloads), its record
+            # is kept from deletion, and the next apply (every file again) keeps it.
             operator.execute("""select payrail.add_golden_query('text my customer',
-                                array(select id from payrail.provider_methods where provider = 'Globex' and method = 'Send SMS'))""")
+                                array(select id from payrail.provider_methods where provider = 'Globex' and method = 'Send SMS'), 'en')""")
             with pytest.raises(psycopg.errors.ForeignKeyViolation, match="1 golden query names it"):
                 operator.execute("delete from payrail.provider_methods where provider = 'Globex' and method = 'Send SMS'")
         golden = run_cli(env, "golden", "export")
-        assert golden.stdout == '{"query": "text my customer", "relevant": [["Globex", "Send SMS"]]}\n', golden.stderr
+        assert golden.stdout == (OLD_GOLDEN if has_golden_queries(tmp_path / release) else "") + (
+            '{"query": "text my customer", "relevant": [["Globex", "Send SMS"]], "language": "en"}\n'
+        ), golden.stderr
         assert json.loads(run_cli(env, "db", "apply", "--force", "--json").stdout)["changed"] is True
         assert run_cli(env, "golden", "export").stdout == golden.stdout
     finally:

@@ -31,7 +31,7 @@ $$Why an edit of a record read at p_expected_version conflicts (PYE03), in words
 p_id: the record the caller read (NULL: found by name); p_current: that record as stored now
 (all NULL: there is none). Deleted since it was read, or at another version now (p_expected_version
 NULL: no version to compare). The one statement of the edit-conflict rule: saves and deletes raise
-it (payrail._refuse_edit_conflict), the write plan reports it (payrail.plan_provider_method_changes).$$;
+it (payrail._refuse_edit_conflict), the batch answers it in its words (payrail.save_provider_methods).$$;
 
 create or replace function payrail._refuse_edit_conflict(
   p_id bigint,
@@ -113,13 +113,22 @@ begin
     v_embedding_content_hash := payrail._content_hash(v_provider, v_method, p_guidance);
   end if;
 
-  if v_current.id is null then
+  -- Without a vector the statement names no vector column, so an operator without
+  -- payrail_embedder can still create drafts and make URL-only edits; the vector rules (triggers)
+  -- decide the rest.
+  if v_current.id is null and p_embedding is null then
+    insert into payrail.provider_methods as pm (provider, method, urls, docs_url, guidance, enabled, mixed_scripts)
+    values (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false), coalesce(p_mixed_scripts, false))
+    returning pm.id, pm.version into record_id, record_version;
+  elsif v_current.id is null then
     insert into payrail.provider_methods as pm
       (provider, method, urls, docs_url, guidance, enabled, embedding, embedding_model, embedding_content_hash, mixed_scripts)
     values
       (v_provider, v_method, p_urls, p_docs_url, p_guidance, coalesce(p_enabled, false),
        p_embedding, p_embedding_model, v_embedding_content_hash, coalesce(p_mixed_scripts, false))
     returning pm.id, pm.version into record_id, record_version;
+  end if;
+  if v_current.id is null then
     outcome := 'created';
     return next;
     return;
@@ -138,8 +147,6 @@ begin
     return;
   end if;
 
-  -- Without a vector the statement leaves the vector columns alone, so an operator without
-  -- payrail_embedder can still make URL-only edits; the vector rules (triggers) decide the rest.
   if p_embedding is null then
     update payrail.provider_methods as pm
     set provider = v_provider, method = v_method, urls = p_urls, docs_url = p_docs_url, guidance = p_guidance,

@@ -159,7 +159,7 @@ $$;
 comment on function payrail._golden_query_named(text) is
 $$The golden query that is the same as p_query (compared as golden_queries_query_key compares them), if any.$$;
 
-create or replace function payrail.add_golden_query(p_query text, p_record_ids bigint[])
+create or replace function payrail.add_golden_query(p_query text, p_record_ids bigint[], p_language text default null)
 returns bigint
 language plpgsql
 volatile
@@ -224,21 +224,23 @@ begin
       hint = 'Name each relevant record once.';
   end if;
 
-  insert into payrail.golden_queries as g (query) values (p_query) returning g.id into v_id;
+  insert into payrail.golden_queries as g (query, language) values (p_query, p_language) returning g.id into v_id;
   insert into payrail.golden_query_records (golden_query_id, record_id, ordinal)
   select v_id, u.id, u.n from pg_catalog.unnest(p_record_ids) with ordinality as u(id, n);
   return v_id;
 end
 $$;
 
-comment on function payrail.add_golden_query(text, bigint[]) is
-$$Adds a golden query: a question, and the records it should find (their ids, in the order given); returns its id.
+comment on function payrail.add_golden_query(text, bigint[], text) is
+$$Adds a golden query: a question, the records it should find (their ids, in the order given) and the language it is in (optional); returns its id.
 
 Refused, in words and naming the rule, when the same query exists already (golden_queries_query_key:
 compared as names are), when it names no record, more than 100, a record twice or one that does
-not exist; the query obeys the search query's rules (golden_queries_query_check). Who and when are
-stamped. Golden queries never change what search answers:
-select payrail.add_golden_query('charge a card in euros', array[42, 7]);$$;
+not exist; the query obeys the search query's rules (golden_queries_query_check), the language
+eval's rule for a tag (golden_queries_language_check: 2 to 8 letters, digits and hyphens). Who
+and when are stamped. Golden queries never change what search answers:
+select payrail.add_golden_query('charge a card in euros', array[42, 7]);
+select payrail.add_golden_query('eine Karte in Euro belasten', array[42], 'de');$$;
 
 create or replace function payrail.remove_golden_query(p_query text)
 returns bigint

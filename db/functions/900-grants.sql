@@ -74,6 +74,7 @@ grant execute on function
 
 -- Operators: the public fields and enabled; never the vector columns. The records list reads the
 -- list entries (counts, filters); only the trigger tg_provider_methods__keep_list_entry writes them.
+grant execute on function payrail.list_provider_methods(text, text, integer, text, text, bigint, boolean) to payrail_operator, payrail_embedder;
 grant select on payrail.provider_methods, payrail.embedding_model, payrail.provider_method_states,
                 payrail.provider_method_list_entries, payrail.provider_method_list_entry_states to payrail_operator;
 grant insert (provider, method, urls, docs_url, guidance, enabled, mixed_scripts),
@@ -91,15 +92,24 @@ grant insert (embedding, embedding_model, embedding_content_hash) on payrail.pro
 grant insert, update on payrail.embedding_model to payrail_embedder;
 grant execute on function payrail.set_embedding_model(text, integer) to payrail_embedder;
 
--- The write path: the plan, one statement that saves the public fields (and the vector when the
--- caller has the embedder's column privileges too: import, edit and the backoffice need both
--- roles), and the delete, each refusing an edit conflict.
+-- The write path: a batch saved in one statement, or answered (save_provider_methods, with its
+-- JSON form); one record saved (save_provider_method), and the delete, each refusing an edit
+-- conflict. Each runs with its caller's privileges: an operator saves public fields and enabled,
+-- the embedder a record's vector as stored (sync), a login holding both content with its vector
+-- (import, edit and the backoffice need both roles).
 grant execute on function
-  payrail.plan_provider_method_changes(bigint[], text[], text[], text[], boolean[], integer[]),
+  payrail.save_provider_methods(payrail.provider_method_change[], boolean, boolean),
+  payrail.provider_method_changes(jsonb, vector[]),
+  payrail._write_provider_method_change(payrail.provider_method_change, bigint, integer, boolean),
+  payrail._embedding_text(text, text, text),
+  payrail._edit_conflict(bigint, payrail.provider_methods, integer),
+  payrail._rules_in_words(jsonb)
+  to payrail_operator, payrail_embedder;
+grant execute on function
   payrail.save_provider_method(bigint, integer, text, text, text[], text, text, boolean, vector, text, boolean),
   payrail.delete_provider_method(bigint, integer, boolean),
-  payrail._edit_conflict(bigint, payrail.provider_methods, integer),
-  payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer)
+  payrail._refuse_edit_conflict(bigint, payrail.provider_methods, integer),
+  payrail._broken_rules(payrail.provider_method_change, bigint, text, text, text, text)
   to payrail_operator;
 
 -- The rules in words: every writer reads them to say why a value was refused, and asks
@@ -157,10 +167,10 @@ $$;
 -- rules are the tables' own, so psql writes obey them too); the embedder reads them (eval, model
 -- tune); agents nothing. Who added one and when are the trigger's to write, never the writer's.
 grant select on payrail.golden_queries, payrail.golden_query_records to payrail_operator, payrail_embedder;
-grant insert (query), delete on payrail.golden_queries to payrail_operator;
+grant insert (query, language), delete on payrail.golden_queries to payrail_operator;
 grant insert (golden_query_id, record_id, ordinal), delete on payrail.golden_query_records to payrail_operator;
 grant execute on function
-  payrail.add_golden_query(text, bigint[]),
+  payrail.add_golden_query(text, bigint[], text),
   payrail.remove_golden_query(text),
   payrail._golden_query_named(text),
   payrail._refuse_golden_query_without_records(text)
@@ -170,6 +180,19 @@ grant execute on function payrail._golden_query_named(text) to payrail_embedder;
 -- embedder writes them, operators and the embedder read them, agents nothing.
 grant select on payrail.golden_query_embeddings to payrail_operator, payrail_embedder;
 grant insert, update, delete on payrail.golden_query_embeddings to payrail_embedder;
+
+-- Advice on the editorial template (180-template_advice.sql): operators read it, and the embedder,
+-- which reads every record's content anyway; agents never (it would tell them of drafts).
+grant execute on function
+  payrail.get_template_advice_kinds(),
+  payrail.advise_provider_method(text, text, text, text),
+  payrail.advise_provider_methods(bigint[]),
+  payrail.count_template_advice(bigint[]),
+  payrail._template_words(text),
+  payrail._template_word_count(text[]),
+  payrail._vague_purpose_in_words(text, text, text),
+  payrail._markup_in_words(text)
+  to payrail_operator, payrail_embedder;
 
 -- Model switch: the embedder stages the next model's vectors and switches.
 grant select, insert, update, delete on payrail.embedding_staging to payrail_embedder;

@@ -2,7 +2,7 @@
 do $$ begin perform pg_catalog.set_config('search_path', payrail._search_path(), false); end $$;
 
 -- The one statement of "has a current vector", which the records list and its counts, sync and
--- the write plan all ask, over the records and over the records list's narrow entries (db/schema/
+-- the write path all ask, over the records and over the records list's narrow entries (db/schema/
 -- 036). Views, not a function: PostgreSQL inlines them into each query, where a function (its
 -- search path pinned) costs a call per row, 0.2 to 0.4 s per 100,000 records counted. Their
 -- invoker's privileges apply, as to the tables. Each is replaced only when its definition changed

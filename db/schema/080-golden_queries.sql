@@ -12,6 +12,9 @@ create table if not exists payrail.golden_queries (
   -- Written by tg_golden_queries__stamp_added, never by the writer.
   added_by text not null,
   added_at timestamptz not null,
+  -- The language the question is in, as eval's files tag it ("en", "de", "zh-Hant"): eval
+  -- reports its figures by language. Last: a registry from before it gets it from upgrade 011.
+  language text,
   constraint golden_queries_pkey primary key (id)
 );
 
@@ -36,6 +39,12 @@ create table if not exists payrail.golden_query_records (
 -- constraint and search refuse the same queries.
 select payrail._ensure_check_constraint('payrail.golden_queries', 'golden_queries_query_check',
   $$check (not payrail._is_blank(query) and pg_catalog.char_length(query) operator(pg_catalog.<=) 2000)$$);
+-- eval's rule for a language tag (labelled_queries.LANGUAGE_TAG): 2 to 8 letters, digits and
+-- hyphens, as BCP 47 writes a tag, loosely; never "untagged", what eval calls queries without one.
+-- Tags compare regardless of case: eval reads them folded.
+select payrail._ensure_check_constraint('payrail.golden_queries', 'golden_queries_language_check',
+  $$check (language operator(pg_catalog.~) '^[A-Za-z0-9-]{2,8}$'
+           and pg_catalog.translate(language, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') operator(pg_catalog.<>) 'untagged')$$);
 -- Relevant records are few (eval counts the first three answers): 1 to 100 a query.
 select payrail._ensure_check_constraint('payrail.golden_query_records', 'golden_query_records_ordinal_check',
   $$check (ordinal operator(pg_catalog.>=) 1 and ordinal operator(pg_catalog.<=) 100)$$);
@@ -64,6 +73,11 @@ Unique as names compare (payrail._normalize_name: ignoring case, compatibility f
 characters and runs of white space): golden_queries_query_key.$$;
 comment on column payrail.golden_queries.added_by is 'Who added it (payrail._author): the role set with SET ROLE, else the login, or the operating-system user the command line names for a superuser login.';
 comment on column payrail.golden_queries.added_at is 'When it was added (the clock time of the insert).';
+comment on column payrail.golden_queries.language is
+$$The language the question is in (a tag of 2 to 8 letters, digits and hyphens: en, de, zh-Hant), or NULL when untold.
+
+eval reports its figures by language, tags compared regardless of case (golden_queries_language_check).
+Evaluation data like the query: search never reads it, agents cannot.$$;
 
 comment on table payrail.golden_query_records is
 $$The records each golden query should find (its relevant records), by record id: renames keep them.

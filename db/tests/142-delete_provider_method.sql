@@ -1,9 +1,9 @@
 -- The write path's rules as functions psql users call too: delete_provider_method (the same
--- edit-conflict rule and words as save_provider_method), the write plan, the one statement of
+-- edit-conflict rule and words as save_provider_method), the batch's judgment, the one statement of
 -- "has a current vector" (provider_method_states) and of a stored vector's length. Named after
--- delete_provider_method (functions/142); the plan (144) and the states (schema/070) share its records.
+-- delete_provider_method (functions/142); the judgment (146) and the states (schema/070) share its records.
 begin;
-select plan(24);
+select plan(25);
 \ir include/error_of.sql
 
 select payrail.set_embedding_model('test-model', 3);
@@ -53,30 +53,38 @@ select throws_ok(format('select payrail.delete_provider_method(%s, 1)', :other),
   'delete: nor may the embedder alone');
 reset role;
 
--- The write plan: what a save would do, in the order asked, writing nothing.
+-- The write path's judgment (payrail.save_provider_methods, functions/146): each change's record
+-- (by id, or by name as the unique key compares), its names as stored, whether it needs a vector,
+-- and its conflict, in the order asked; nothing is written while one needs a vector or conflicts.
 select record_id as geo from payrail.save_provider_method(
   null, 0, 'Acme', 'Geocode', '{}', null, 'Turns addresses into coordinates.', true, '[1,0,0]', 'test-model') \gset
 select record_id as route from payrail.save_provider_method(
   null, 0, 'Acme', 'Route', '{}', null, 'Plans routes.') \gset
 select results_eq(
-  format($$select record_id, record_version, provider, method, needs_embedding, conflict
-    from payrail.plan_provider_method_changes(
-      array[%1$s, null, null, %2$s, 999999, %1$s]::bigint[],
-      array[' Acme ', 'acme', 'New', 'Acme', 'Gone', 'Acme'],
-      array['Geocode', 'geocode', 'Thing', 'Route', 'Away', 'Geocode'],
-      array['Turns addresses into coordinates.', 'Rewritten.', 'Does things.', 'Plans routes.', 'x', 'Turns addresses into coordinates.'],
-      array[null, null, null, true, null, null]::boolean[],
-      array[1, null, 0, 1, 1, 7])$$, :geo, :route),
+  format($$select record_id, record_version, provider, method, outcome, case when outcome = 'conflict' then reason end
+    from payrail.save_provider_methods(payrail.provider_method_changes(pg_catalog.jsonb_build_array(
+      pg_catalog.jsonb_build_object('record_id', %1$s, 'expected_version', 1, 'provider', ' Acme ', 'method', 'Geocode',
+                                    'guidance', 'Turns addresses into coordinates.'),
+      pg_catalog.jsonb_build_object('provider', 'acme', 'method', 'geocode', 'guidance', 'Rewritten.'),
+      pg_catalog.jsonb_build_object('expected_version', 0, 'provider', 'New', 'method', 'Thing', 'guidance', 'Does things.'),
+      pg_catalog.jsonb_build_object('record_id', %2$s, 'expected_version', 1, 'provider', 'Acme', 'method', 'Route',
+                                    'guidance', 'Plans routes.', 'enabled', true),
+      pg_catalog.jsonb_build_object('record_id', 999999, 'expected_version', 1, 'provider', 'Gone', 'method', 'Away', 'guidance', 'x'))))$$,
+    :geo, :route),
   format($$values
-    (%1$s::bigint, 1, 'Acme', 'Geocode', false, null::text),
-    (%1$s, 1, 'acme', 'geocode', true, null),
-    (null, null, 'New', 'Thing', true, null),
-    (%2$s, 1, 'Acme', 'Route', true, null),
-    (null, null, 'Gone', 'Away', true, 'provider method 999999 was deleted since it was read'),
-    (%1$s, 1, 'Acme', 'Geocode', false,
-     'provider method "Acme / Geocode" changed since it was read: version 7 was read, version 1 is saved now')$$, :geo, :route),
-  'plan: each change''s record (by id, or by name as the unique key compares), names as stored, '
+    (%1$s::bigint, 1, 'Acme', 'Geocode', 'ready', null::text),
+    (%1$s, 1, 'acme', 'geocode', 'needs_embedding', null),
+    (null, null, 'New', 'Thing', 'needs_embedding', null),
+    (%2$s, 1, 'Acme', 'Route', 'needs_embedding', null),
+    (null, null, 'Gone', 'Away', 'conflict', 'provider method 999999 was deleted since it was read')$$, :geo, :route),
+  'judgment: each change''s record (by id, or by name as the unique key compares), names as stored, '
     || 'whether it needs a vector (new or changed content, enabled without one), and its conflict');
+select results_eq(
+  format($$select outcome, reason from payrail.save_provider_methods(payrail.provider_method_changes(pg_catalog.jsonb_build_array(
+      pg_catalog.jsonb_build_object('record_id', %s, 'expected_version', 7, 'provider', 'Acme', 'method', 'Geocode',
+                                    'guidance', 'Turns addresses into coordinates.'))))$$, :geo),
+  $$values ('conflict', 'provider method "Acme / Geocode" changed since it was read: version 7 was read, version 1 is saved now')$$,
+  'judgment: a change of another version than stored is a conflict, in payrail._edit_conflict''s words');
 select is((select count(*)::int from payrail.provider_methods), 2, '... and nothing is written');
 
 -- One statement of "has a current vector": a vector by the registry's model of the current content.

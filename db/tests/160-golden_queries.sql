@@ -3,7 +3,7 @@
 -- rules), read by operators and the embedder, refused to agents; a record they name is not
 -- deleted unless they go with it; search answers the same with or without them.
 begin;
-select plan(53);
+select plan(56);
 \ir include/error_of.sql
 
 select payrail.set_embedding_model('test-model', 3);
@@ -238,6 +238,24 @@ select is(
   (select count(*)::int from pg_proc where pronamespace = 'payrail'::regnamespace and prosrc like '%golden%'
      and proname in ('search_provider_methods', '_search', '_first_pass', '_name_path_matches', 'query_takes_name_path', 'preview_search')),
   0, 'no search function reads a golden query');
+
+-- The language a golden query is in: eval's rule for a tag, by add_golden_query or by hand.
+set local role payrail_operator;
+select payrail.add_golden_query('eine Karte belasten', array[:charge]::bigint[], 'de') as german_id \gset
+select is((select g.language from payrail.golden_queries as g where g.id = :german_id), 'de', 'operator: adds a golden query with its language');
+select lives_ok(
+  $$insert into payrail.golden_queries (query, language) values ('Karte belasten, von Hand', 'zh-Hant');
+    insert into payrail.golden_query_records (golden_query_id, record_id, ordinal)
+    select id, (select min(id) from payrail.provider_methods), 1 from payrail.golden_queries where query = 'Karte belasten, von Hand'$$,
+  'operator: writes a language by hand, in any case');
+select results_eq(
+  $$select t.tag, (pg_temp.error_of(pg_catalog.format('select payrail.add_golden_query(%L, array[1]::bigint[], %L)', 'q ' || t.tag, t.tag))).e_constraint
+    from (values ('e'), ('english-uk'), ('en_US'), ('zh Hans'), ('日本'), ('UNTAGGED'), ('')) as t(tag) order by t.tag collate "C"$$,
+  $$values ('', 'golden_queries_language_check'::text), ('UNTAGGED', 'golden_queries_language_check'), ('e', 'golden_queries_language_check'),
+           ('en_US', 'golden_queries_language_check'), ('english-uk', 'golden_queries_language_check'),
+           ('zh Hans', 'golden_queries_language_check'), ('日本', 'golden_queries_language_check')$$,
+  'a language that is no tag (2 to 8 letters, digits and hyphens; never "untagged") is refused, naming the rule');
+reset role;
 
 select * from finish();
 rollback;

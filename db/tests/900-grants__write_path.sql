@@ -1,7 +1,7 @@
 -- Privileges of the write path's additions (history, restore, preview, staging, model switch):
 -- each role gets what its job needs and nothing more. Behaviour under each role is in 120-provider_method_history, 210-preview_search and 300-model_switch.
 begin;
-select plan(28);
+select plan(34);
 
 -- provider_method_history: operators read it; only the security-definer trigger writes it, so no
 -- role can add, change or remove an entry, not even column by column.
@@ -60,13 +60,30 @@ select function_privs_are('payrail', '_search', array['text', 'vector', 'text', 
 select function_privs_are('payrail', '_name_path_matches', array['text', 'bigint'], 'payrail_agent', array[]::text[],
   '_name_path_matches: agents may not call it directly');
 
+-- The batch entry point: operators and the embedder (each with its own privileges), never agents.
+select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean', 'boolean'], 'payrail_operator', array['EXECUTE'],
+  'save_provider_methods: operators may save');
+select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean', 'boolean'], 'payrail_embedder', array['EXECUTE'],
+  'save_provider_methods: the embedder may call it (to write vectors of records as stored)');
+select function_privs_are('payrail', 'save_provider_methods', array['payrail.provider_method_change[]', 'boolean', 'boolean'], 'payrail_agent', array[]::text[],
+  'save_provider_methods: agents may not');
+select function_privs_are('payrail', 'provider_method_changes', array['jsonb', 'vector[]'], 'payrail_agent', array[]::text[],
+  'provider_method_changes: agents may not');
+select function_privs_are('payrail', '_broken_rules', array['payrail.provider_method_change', 'bigint', 'text', 'text', 'text', 'text'], 'payrail_embedder', array[]::text[],
+  '_broken_rules: only operators judge fields');
+
 -- None of the additions runs with its owner's privileges.
 select is_empty(
   $$select p.oid::regprocedure::text from pg_proc as p
     where p.pronamespace = 'payrail'::regnamespace and p.prosecdef
       and p.proname in ('get_provider_method_history', 'restore_provider_method', 'save_provider_method',
+                        'save_provider_methods', 'provider_method_changes', '_write_provider_method_change', '_broken_rules',
                         'preview_search', '_search', '_first_pass', 'switch_embedding_model')$$,
-  'history reads, restore, save, preview, search helpers and switch functions are security invoker');
+  'history reads, restore, saves, preview, search helpers and switch functions are security invoker');
+select is(
+  (select count(*)::int from pg_proc as p where p.pronamespace = 'payrail'::regnamespace
+     and p.proname in ('save_provider_methods', 'provider_method_changes', '_write_provider_method_change', '_broken_rules')),
+  4, '... the batch''s four functions among them');
 
 -- Behaviour: a login holding only payrail_operator edits, and its edits are in the history under its name.
 select payrail.set_embedding_model('test-model', 3);

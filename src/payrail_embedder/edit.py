@@ -19,9 +19,9 @@ A refusal, a conflict with someone else's save, or a failing embedding service o
 again with the reason and the help on top and the operator's text kept, so nothing typed is lost.
 Leaving the editor without saving after such a reopen is a failure (LeftUnsaved), so scripts can tell.
 
-Before it saves, an edit's effect on the golden queries is computed (golden_rankings.effect_of,
-with the vector the save then uses): confirm sees it, and answers to save it, edit it again (the
-editor reopens with the effect on top) or leave it unsaved.
+Before it saves, an edit's effect on the golden queries is measured (golden_rankings.measured_edit:
+saved in a transaction, measured, rolled back; the save then reuses its vector): confirm sees it,
+and answers to save it, edit it again (the editor reopens with the effect on top) or leave it unsaved.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ import psycopg
 
 from .base.errors import CodedError
 from .embedders import Embedder, EmbeddingUnavailable
-from .model.golden_rankings import Effect, effect_of
+from .model.golden_rankings import Effect, measured_edit
 from .registry import stored
+from .registry.changes import Change, Conflict, Outcome, Refused, Saved
 from .registry.records import NEW_RECORD, ProviderMethod, lines_of
 from .registry.search import SearchError
-from .registry.write import Change, Conflict, Outcome, Refused, Saved, prepare_change, save_change
+from .registry.write import save_change
 
 COMMENT = "#"
 # Header names, as the editor shows them; "URL" comes once per URL.
@@ -211,17 +212,16 @@ def edit_record(
         body = split_help(edited)[1]
         try:
             change = Change(parse_editor_text(edited), record_id, version)
-            prepared = prepare_change(conn, embedder_factory, change)
-            effect = effect_of(conn, embedder_factory, prepared)
-            outcome: Outcome | None = effect.outcome
-            if outcome is None:
-                answer = confirm(effect)
+            preview = measured_edit(conn, embedder_factory, change)
+            outcome: Outcome = preview.outcome
+            if isinstance(outcome, Saved):  # saved in the preview's transaction, and rolled back
+                answer = confirm(preview.effect)
                 if answer == LEAVE:
                     return None
                 if answer == EDIT_AGAIN:
-                    left, problem = None, ["NOT SAVED YET: you chose to edit it again. Saving it would change this:", *effect.describe()]
+                    left, problem = None, ["NOT SAVED YET: you chose to edit it again. Saving it would change this:", *preview.effect.describe()]
                     continue
-                outcome = save_change(conn, prepared.embedder_factory(embedder_factory), change, checked=True)
+                outcome = save_change(conn, embedder_factory, change, preview.embedding)
         except ValueError as error:
             left, problem = ("invalid_input", str(error)), [f"NOT SAVED: {error}"]
         except (EmbeddingUnavailable, SearchError) as error:

@@ -4,7 +4,9 @@ One tool, search_provider_methods, over stdio (the default: an agent host starts
 or streamable HTTP (`--http PORT`, on 127.0.0.1 unless `--host` says otherwise). Over HTTP the
 same server also answers `GET /search?query=...` with the tool's JSON, described by the OpenAPI
 document at /openapi.json, for agent frameworks that call tools from OpenAPI. Beyond loopback
-every request needs a bearer token of a token file (base/agent_tokens.py). It answers exactly what
+every request needs a bearer token of a token file (base/agent_tokens.py), and on loopback too
+once one is given. Every error answer has one shape, {"error": CODE, "detail": ...}, on /mcp as a
+JSON-RPC error's data (error_body), whoever made it (HttpGate). It answers exactly what
 the Python API, the CLI and the SQL function answer, from one api.Registry that keeps its pool and
 embedder for the server's lifetime. The MCP SDK is imported only when the server starts, so the
 rest of the CLI does not pay for it.
@@ -19,6 +21,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NamedTuple
@@ -28,10 +31,11 @@ from urllib.parse import parse_qs
 from typing_extensions import TypedDict
 
 from .base.agent_tokens import AgentTokens
-from .base.errors import CodedError
+from .base.errors import CodedError, as_json, as_text
+from .base.logs import log_failure
 from .base.network import allow_open_files, host_names, is_loopback
 from .registry.agent_path import Registry
-from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, check_query
+from .registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, MatchJSON, NeedsEmbedding, Query, SearchError, SearchUnavailable, check_query
 
 if TYPE_CHECKING:  # the web stack loads only when --http serves
     from .base.http_door import Door
@@ -42,6 +46,9 @@ LOOPBACK = "127.0.0.1"
 # Connections --http holds at once, unless --max-connections says otherwise.
 MAX_CONNECTIONS = 1000
 HOST_HEADER = re.compile(r"(\[[^\]]*\]|[^:]*)(?::(\d+))?")
+# A Host header fit to name the server in its OpenAPI document: a name or an address, and a port.
+SERVED_HOST = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?")
+MCP_PATH = "/mcp"
 # A request's body is read whole before any route sees it, within a deadline: the tool's largest
 # call (a query of 2,000 characters, each written as a \uXXXX escape) is some 12 KB.
 MAX_BODY_BYTES = 256 * 1024
@@ -124,6 +131,9 @@ def build_server(registry: Registry):
             return Answer(matches=(await answer(checked))["matches"])
         except SearchError as error:
             return failure_result(error)
+        except Exception as error:  # a bug, or a registry changed by hand: said in the log, answered as every failure is
+            log_failure("server_error", error, tool=TOOL_NAME)
+            return failure_result(SearchUnavailable(SERVER_FAILED, "server_error"))
 
     add_http_routes(server, answer, TypeAdapter(Answer).json_schema(ref_template="#/components/schemas/{model}"))
     server.add_tool(
@@ -194,7 +204,23 @@ def add_http_routes(server, answer: Callable[[Query], Awaitable[dict]], answer_s
 
     @server.custom_route("/openapi.json", methods=["GET"])
     async def openapi(request: Request) -> Response:
-        return JSONResponse(document)
+        # servers, after info: the URL this request reached, which frameworks call /search at.
+        introduction = {key: document[key] for key in ("openapi", "info")}
+        return JSONResponse({**introduction, "servers": [{"url": served_at(request.scope)}], **document})
+
+
+def served_at(scope) -> str:
+    """The URL a request reached the server at (what its OpenAPI document names in servers): its
+    scheme (https where a reverse proxy on this machine says so with X-Forwarded-Proto, which
+    uvicorn believes of 127.0.0.1 alone) and its Host, or, without one fit to name a server, the
+    address and port it came in at."""
+    hosts = [value.decode("latin-1") for name, value in scope["headers"] if name == b"host"]
+    if len(hosts) == 1 and SERVED_HOST.fullmatch(hosts[0]):
+        host = hosts[0]
+    else:
+        address, port = scope["server"]
+        host = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    return f"{scope['scheme']}://{host}"
 
 
 def openapi_document(answer_schema: dict) -> dict:
@@ -233,11 +259,12 @@ def openapi_document(answer_schema: dict) -> dict:
                     "responses": {
                         "200": json_of("Answer", "At most three matches, in the registry's order; no scores."),
                         "400": json_of("Error", "invalid_query: the query is missing, empty, too long or not UTF-8; fix it."),
-                        "401": json_of("Error", "unauthorized: no valid bearer token (servers beyond loopback)."),
+                        "401": json_of("Error", "unauthorized: no valid bearer token (servers given a token file, on loopback too)."),
                         "403": json_of("Error", "invalid_request: a web page's request (servers on loopback without tokens)."),
                         "408": json_of("Error", "invalid_request: the request's body did not come within its deadline."),
                         "413": json_of("Error", "invalid_request: the request's body is too large."),
                         "421": json_of("Error", "invalid_request: the Host header names another address than the server's."),
+                        "500": json_of("Error", f"search_unavailable: {SERVER_FAILED}."),
                         "503": json_of(
                             "Error",
                             "search_unavailable: the registry's database or embedding service failed, or the server holds "
@@ -298,8 +325,14 @@ def serve(
     if http_port is not None:
         from .base.http_door import Door, http_response
 
-        busy = {"error": "search_unavailable", "detail": f"the server holds as many connections as it may ({max_connections:,}), each in a request; try again"}
-        door = Door(max_connections, http_response(503, "Service Unavailable", "application/json", json.dumps(busy).encode()))
+        # Answered before a request is read (its path unknown): the one shape, as on every path but /mcp.
+        busy = as_json("search_unavailable", f"the server holds as many connections as it may ({max_connections:,}), each in a request; try again")
+        malformed = as_json("invalid_request", "the request is not HTTP/1.1 as this server reads it: a malformed line or header, or a head over 64 KB")
+        door = Door(
+            max_connections,
+            http_response(503, "Service Unavailable", "application/json", json.dumps(busy).encode()),
+            http_response(400, "Bad Request", "application/json", json.dumps(malformed).encode()),
+        )
         allow_open_files(door.open_files, f"--max-connections {max_connections:,}")
     sock = bind(host, http_port) if http_port is not None else None
     server = build_server(registry)
@@ -323,25 +356,52 @@ def serve(
 
 
 class Refusal(NamedTuple):
-    """A request the gate answers itself: its status, its name in the door's tally, and why."""
+    """A request the gate answers itself: its status, its name in the door's tally, why, and the
+    headers that say more (RFC 6750's challenge, Allow)."""
 
     status: int
     tally: str
     detail: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+REALM = b'Bearer realm="payrail-agent-search"'
+# A request that presented no bearer token is told the scheme; one that presented a wrong one, or
+# several, also what was wrong with it (RFC 6750, 3.1), in the header and in the answer's words.
+NO_TOKEN = Refusal(401, "unauthorized", "present an agent's token in an Authorization header: Bearer TOKEN", ((b"www-authenticate", REALM),))
+WRONG_TOKEN = Refusal(
+    401,
+    "unauthorized",
+    "the bearer token is not one of this server's agents' tokens (mistyped, or revoked?)",
+    ((b"www-authenticate", REALM + b', error="invalid_token"'),),
+)
+SEVERAL_TOKENS = Refusal(
+    401, "unauthorized", "give one Authorization header, not several: Bearer TOKEN", ((b"www-authenticate", REALM + b', error="invalid_request"'),)
+)
+# JSON-RPC's codes for a request refused and for a server's own failure (mcp_types', not imported:
+# the SDK loads only once the server starts).
+JSONRPC_INVALID_REQUEST = -32600
+JSONRPC_INTERNAL_ERROR = -32603
+# The most of an application's error answer read for its words.
+MAX_ERROR_BYTES = 64 * 1024
+SERVER_FAILED = "the server failed while answering, an error of its own (its log says which); try again later"
 
 
 class HttpGate:
     """What every connection meets before any route, each refusal answered at once (JSON, see
-    refuse) and counted in the door's tally:
+    error_body) and counted in the door's tally:
 
     - only HTTP requests pass, and the server's own lifespan: a WebSocket, or any other kind;
-    - with tokens, a request without one of them (401); without (loopback only), a Host header
-      naming another address than the one bound (DNS rebinding, 421), and a web page's request
-      (an Origin other than the server's own, or a browser's Sec-Fetch-Site saying another site
-      sent it: 403), so no page a browser shows can spend the registry's embeddings;
+    - with tokens, a request without one of them (401), on loopback too; without (loopback only),
+      a Host header naming another address than the one bound (DNS rebinding, 421), and a web
+      page's request (an Origin other than the server's own, or a browser's Sec-Fetch-Site saying
+      another site sent it: 403), so no page a browser shows can spend the registry's embeddings;
     - GET /mcp (405): the server never speaks unasked, so it holds no stream open;
     - a body over MAX_BODY_BYTES (413) or not all come within BODY_TIMEOUT seconds (408): it is
       read whole, and only then does a route see the request.
+
+    What the application answers with a status of 400 or more goes out in the same shape
+    (InOneShape), and a failure of its own is logged (event=server_error) and answered 500.
     """
 
     def __init__(self, app, door: "Door", tokens: AgentTokens | None, bound: tuple[str, int]) -> None:
@@ -363,25 +423,37 @@ class HttpGate:
         refusal = self.refusal(headers)
         if refusal is not None:
             self.door.count(refusal.tally)
-            return await refuse(send, refusal)
-        if scope["path"] == "/mcp" and scope["method"] == "GET":
-            return await refuse(send, Refusal(405, "", "this server sends nothing unasked: POST each JSON-RPC message to /mcp"))
+            return await refuse(send, scope, refusal)
+        if scope["path"] == MCP_PATH and scope["method"] == "GET":
+            return await refuse(
+                send, scope, Refusal(405, "", f"this server sends nothing unasked: POST each JSON-RPC message to {MCP_PATH}", ((b"allow", b"POST"),))
+            )
         body = await self.whole_body(headers, receive)
         if isinstance(body, Refusal):
             self.door.count(body.tally)
-            return await refuse(send, body)
-        if body is not None:  # else the client went away
-            await self.app(scope, replaying(body, receive), send)
+            return await refuse(send, scope, body)
+        if body is None:  # the client went away
+            return None
+        shaped = InOneShape(scope, send)
+        try:
+            await self.app(scope, replaying(body, receive), shaped)
+        except Exception as error:  # a bug, or a registry changed by hand: said in the log, answered 500 if nothing was
+            log_failure("server_error", error, method=scope["method"], path=scope["path"])
+            if not shaped.started:
+                await shaped({"type": "http.response.start", "status": 500, "headers": []})
+                await shaped({"type": "http.response.body", "body": b""})
         return None
 
     def refusal(self, headers: list[tuple[bytes, str]]) -> Refusal | None:
         """Why a request's head is refused, or None."""
         if self.tokens is not None:
             presented = [value for name, value in headers if name == b"authorization"]
-            scheme, _, token = presented[0].partition(" ") if len(presented) == 1 else ("", "", "")
-            if scheme.lower() != "bearer" or self.tokens.agent_of(token.strip()) is None:
-                return Refusal(401, "unauthorized", "present an agent's bearer token: Authorization: Bearer TOKEN")
-            return None
+            if len(presented) > 1:
+                return SEVERAL_TOKENS
+            scheme, _, token = presented[0].partition(" ") if presented else ("", "", "")
+            if scheme.lower() != "bearer":
+                return NO_TOKEN
+            return WRONG_TOKEN if self.tokens.agent_of(token.strip()) is None else None
         named = [HOST_HEADER.fullmatch(value) for name, value in headers if name == b"host"]
         if len(named) != 1 or named[0] is None or named[0].group(1).lower() not in self.hosts or int(named[0].group(2) or 80) != self.port:
             return Refusal(421, "wrong_host", f"this server answers on loopback only: ask it at {min(self.hosts)}:{self.port}")
@@ -411,7 +483,7 @@ class HttpGate:
                     return too_large
                 if not message.get("more_body", False):
                     return {"type": "http.request", "body": bytes(body), "more_body": False}
-        return Refusal(408, "body_too_slow", f"the request's body did not all come within {BODY_TIMEOUT} seconds")
+        return Refusal(408, "body_too_slow", f"the request's body did not all come within {BODY_TIMEOUT} seconds", ((b"connection", b"close"),))
 
 
 def replaying(message: dict, receive):
@@ -427,22 +499,100 @@ def replaying(message: dict, receive):
     return replay
 
 
-async def refuse(send, refusal: Refusal) -> None:
-    """A refusal as JSON ({"error": "unauthorized" | "invalid_request", "detail"}). Its connection
-    then waits for a request like any other (the door's deadline, the first to give its place),
-    what is left of a body read and dropped meanwhile: closed at once, a body still arriving would
-    make the kernel reset it, and the client could lose the answer. A body too slow closes it."""
-    code = "unauthorized" if refusal.status == 401 else "invalid_request"
-    body = json.dumps({"error": code, "detail": refusal.detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if refusal.status == 408:
-        headers.append((b"connection", b"close"))
-    if refusal.status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="payrail-agent-search"'))
-    if refusal.status == 405:
-        headers.append((b"allow", b"POST"))
-    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+def error_code(status: int) -> str:
+    """The code of an error answer whose words name none: the token's, the server's (try again), or the request's."""
+    if status == 401:
+        return "unauthorized"
+    return "search_unavailable" if status >= 500 else "invalid_request"
+
+
+def error_body(path: str, status: int, code: str, detail: str, rpc_id: str | int | None = None, rpc_code: int | None = None) -> bytes:
+    """Every error answer's JSON: {"error": CODE, "detail": ...}. On the MCP endpoint the same
+    inside a JSON-RPC error, as its data, its message the same in words after the HTTP status:
+    MCP clients read that alone (the Python SDK says only "Server returned an error response" of
+    any other body). rpc_id, rpc_code: those of the JSON-RPC error the SDK answered, kept."""
+    shape = as_json(code, detail)
+    if path != MCP_PATH:
+        return json.dumps(shape).encode()
+    if rpc_code is None:
+        rpc_code = JSONRPC_INTERNAL_ERROR if status >= 500 else JSONRPC_INVALID_REQUEST
+    error = {"code": rpc_code, "message": f"{status} {as_text(code, detail)}", "data": shape}
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "error": error}).encode()
+
+
+async def send_error(send, status: int, headers, body: bytes) -> None:
+    """An error answer: body (error_body's) as JSON, with headers but a content type or length of their own."""
+    kept = [(name, value) for name, value in headers if name.lower() not in (b"content-type", b"content-length")]
+    head = [*kept, (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
+
+
+async def refuse(send, scope, refusal: Refusal) -> None:
+    """A refusal in the one shape (error_body). Its connection then waits for a request like any
+    other (the door's deadline, the first to give its place), what is left of a body read and
+    dropped meanwhile: closed at once, a body still arriving would make the kernel reset it, and
+    the client could lose the answer. A body too slow closes it (its Connection: close)."""
+    body = error_body(scope["path"], refusal.status, error_code(refusal.status), refusal.detail)
+    await send_error(send, refusal.status, refusal.headers, body)
+
+
+class InOneShape:
+    """The application's send(): an answer of status 400 or more is held whole (its first
+    MAX_ERROR_BYTES) and goes out in the one shape (error_body), whatever made it: GET /search's
+    own errors as they are, the MCP SDK's JSON-RPC errors and plain-text refusals with their words
+    kept, Starlette's 404, 405 and 500 in words of this server. Anything else passes as it is."""
+
+    def __init__(self, scope, send) -> None:
+        self.scope = scope
+        self.send = send
+        self.started = False  # whether an answer's start went out
+        self.error: dict | None = None
+        self.body = bytearray()
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            self.error, self.body = message, bytearray()
+            return
+        if message["type"] == "http.response.body" and self.error is not None:
+            self.body += message.get("body", b"")[: MAX_ERROR_BYTES - len(self.body)]
+            if not message.get("more_body", False):
+                self.started = True
+                status, headers = self.error["status"], self.error.get("headers", [])
+                await send_error(self.send, status, headers, self.reshaped(status, headers))
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+    def reshaped(self, status: int, headers) -> bytes:
+        path = self.scope["path"]
+        try:
+            said = json.loads(self.body)
+        except ValueError:
+            said = None
+        if isinstance(said, dict) and isinstance(said.get("error"), str) and isinstance(said.get("detail"), str):
+            return error_body(path, status, said["error"], said["detail"])
+        if isinstance(said, dict) and isinstance(said.get("error"), dict):  # the SDK's JSON-RPC error
+            rpc = said["error"]
+            rpc_id = said.get("id") if isinstance(said.get("id"), (str, int)) else None
+            rpc_code = rpc.get("code") if isinstance(rpc.get("code"), int) else None
+            return error_body(path, status, error_code(status), str(rpc.get("message") or HTTPStatus(status).phrase), rpc_id, rpc_code)
+        text = self.body.decode("utf-8", "replace").strip()
+        if text in ("", HTTPStatus(status).phrase):  # Starlette's words: the status alone
+            text = self.in_words(status, headers)
+        return error_body(path, status, error_code(status), text)
+
+    def in_words(self, status: int, headers) -> str:
+        path, method = self.scope["path"], self.scope["method"]
+        if status == 404:
+            return f"nothing is served at {path}: ask POST {MCP_PATH}, GET /search?query=... or GET /openapi.json"
+        if status == 405:
+            allowed = [value.decode("latin-1") for name, value in headers if name.lower() == b"allow"]
+            return f"{path} does not answer {method}" + (f": it answers {allowed[0]}" if allowed else "")
+        if status == 500:
+            return SERVER_FAILED
+        return HTTPStatus(status).phrase
 
 
 def serve_http(server, sock: socket.socket, door: "Door", tokens: AgentTokens | None) -> None:

@@ -16,12 +16,14 @@ from ..base import logs
 from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..model import quality
-from ..model.golden_rankings import Effect, Ranking, effect_of, rank_golden_queries
-from ..registry import bulk, catalog, golden, history, stored, undo
+from ..model.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
+from ..registry import advice, bulk, catalog, golden, history, stored, undo
+from ..registry.advice import Advice, AdviceCount, AdvisedRecord
+from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import RegistryModelMismatch
 from ..registry.records import FIELD_LABELS, ProviderMethod, catalog_lines
 from ..registry.search import InvalidQuery, SearchError, check_query, holding, search_provider_methods
-from ..registry.write import Change, Conflict, Prepared, Refused, Saved, TransientFailure, delete_record, prepare_change, save_change
+from ..registry.write import TransientFailure, delete_record, save_change
 from . import views
 
 EmbedderFactory = Callable[[], Embedder]
@@ -31,11 +33,11 @@ EMBEDDING_UNAVAILABLE = "the embedding service is unavailable"
 
 @dataclass(frozen=True)
 class Preview:
-    """What an edit would change in the golden queries' top threes, and the change as previewed,
-    its vector made."""
+    """What an edit would change in the golden queries' top threes, and the vector made for it
+    (None: it keeps the record's), which its Save reuses."""
 
     effect: Effect
-    prepared: Prepared
+    embedding: Embedding | None
 
 
 @dataclass
@@ -43,7 +45,7 @@ class SaveResult:
     """The outcome of saving a form, for the page: saved, or why not with the record as stored now."""
 
     saved: Saved | None = None
-    # The record as stored now: after the save, or (for a conflict) what someone else saved.
+    # For a conflict: the record as someone else saved it meanwhile.
     row: dict | None = None
     problem: str | None = None
     field_errors: dict[str, str] = field(default_factory=dict)
@@ -78,12 +80,12 @@ def save_record(
     record_id: int | None,
     version: int,
     *,
-    previewed: Prepared | None = None,
+    previewed: Preview | None = None,
 ) -> SaveResult:
     """Saves the form's record through the write path; version is the one the form was read at
-    (0 for a new record). Unless previewed (the operator saw its effect: the change as it was
-    previewed, its vector reused), an edit that changes some golden query's top three is not
-    saved: the result carries its effect for the operator to see first."""
+    (0 for a new record). Unless previewed (the operator saw its effect: its vector is reused), an
+    edit that changes some golden query's top three is not saved: saved in a transaction and
+    measured, it is rolled back, and the result carries its effect for the operator to see first."""
     result = _save_record(conn, embedder_factory, record, record_id, version, previewed)
     saved = result.saved
     if saved is not None:
@@ -110,35 +112,37 @@ def preview_record(
     version: int,
     prefix: str = "No preview",
 ) -> SaveResult:
-    """What saving the form would change in the golden queries' top threes; nothing is saved.
-    The result says why not instead (after prefix) when the save would be refused or conflict."""
-    change = Change(record, record_id, version)
+    """What saving the form would change in the golden queries' top threes: saved in a
+    transaction, measured, rolled back. The result says why not instead (after prefix) when the
+    save is refused or conflicts."""
     try:
-        prepared = prepare_change(conn, embedder_factory, change)
-        effect = effect_of(conn, embedder_factory, prepared)
+        preview = measured_edit(conn, embedder_factory, Change(record, record_id, version))
     except WRITE_FAILURES + (SearchError,) as error:
         return SaveResult(problem=_not_saved(conn, error, prefix))
-    if effect.outcome is not None:
-        return _unsaved(conn, effect.outcome, record_id, prefix)
-    return SaveResult(preview=Preview(effect, prepared))
+    if not isinstance(preview.outcome, Saved):
+        return _unsaved(conn, preview.outcome, record_id, prefix)
+    return SaveResult(preview=Preview(preview.effect, preview.embedding))
 
 
 def _save_record(
-    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int, previewed: Prepared | None
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record: ProviderMethod, record_id: int | None, version: int, previewed: Preview | None
 ) -> SaveResult:
     change = Change(record, record_id, version)
+    outcome: Outcome
     try:
-        prepared = previewed if previewed is not None and previewed.change == change else None
-        if prepared is None:
-            result = preview_record(conn, embedder_factory, record, record_id, version, "Not saved")
-            if result.preview is None or result.preview.effect.changes:
-                return result
-            prepared = result.preview.prepared
-        outcome = save_change(conn, prepared.embedder_factory(embedder_factory), change, checked=True)
-    except WRITE_FAILURES as error:
+        if previewed is not None:
+            outcome = save_change(conn, embedder_factory, change, previewed.embedding)
+        elif not golden.any_golden_queries(conn):
+            outcome = save_change(conn, embedder_factory, change)  # no golden query's top three to change
+        else:
+            measured = measured_edit(conn, embedder_factory, change, keep=lambda effect: not effect.changes)
+            if isinstance(measured.outcome, Saved) and not measured.kept:
+                return SaveResult(preview=Preview(measured.effect, measured.embedding))
+            outcome = measured.outcome
+    except WRITE_FAILURES + (SearchError,) as error:
         return SaveResult(problem=_not_saved(conn, error))
     if isinstance(outcome, Saved):
-        return SaveResult(saved=outcome, row=stored.get(conn, outcome.record_id))
+        return SaveResult(saved=outcome)
     return _unsaved(conn, outcome, record_id)
 
 
@@ -198,14 +202,20 @@ class RecordPage:
     # The golden queries that should find it, each with what search answers it now.
     golden: list[Ranking] = field(default_factory=list)
     golden_problem: str | None = None
+    # How the saved version fits the editorial template: advice, never a refusal.
+    advice: list[Advice] = field(default_factory=list)
 
 
 def record_page(conn: psycopg.Connection, record_id: int, embedder_factory: EmbedderFactory | None = None) -> RecordPage | None:
-    """The record with its history; with embedder_factory, also its golden queries, ranked."""
+    """The record with its history and the advice on it; with embedder_factory, also its golden queries, ranked."""
     row = stored.get(conn, record_id)
     if row is None:
         return None
-    page = RecordPage(row, views.versions(row, history.record_history(conn, record_id), undo.changes_of(conn, [record_id])))
+    page = RecordPage(
+        row,
+        views.versions(row, history.record_history(conn, record_id), undo.changes_of(conn, [record_id])),
+        advice=advice.advice_on(conn, stored.record_of(row)),
+    )
     if embedder_factory is not None:
         try:
             page.golden, _ = rank_golden_queries(conn, embedder_factory, golden.golden_queries(conn, record_id=record_id))
@@ -219,11 +229,13 @@ def golden_queries_of(conn: psycopg.Connection, record_id: int) -> list[golden.G
     return golden.golden_queries(conn, record_id=record_id)
 
 
-def add_golden(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str]) -> str | None:
+def add_golden(
+    conn: psycopg.Connection, embedder_factory: EmbedderFactory, record_id: int, query: str, others: list[str], language: str | None = None
+) -> str | None:
     """Adds a golden query that should find the record (and the records named in others, "Provider
-    / Method" each); None when added, else why not, in words (nothing added)."""
+    / Method" each), in language (a tag, or None); None when added, else why not, in words (nothing added)."""
     try:
-        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id])
+        added = golden.add_golden_query(conn, embedder_factory, query, others, [record_id], language)
     except CodedError as error:
         why = f"{EMBEDDING_UNAVAILABLE} ({error}); try again when it is back" if isinstance(error, EmbeddingUnavailable) else error.detail
         problem = f"Not added: {why}"
@@ -250,6 +262,42 @@ def quality_report(conn: psycopg.Connection, embedder_factory: EmbedderFactory) 
         return quality.quality_report(conn, embedder_factory), None
     except (SearchError, RegistryModelMismatch) as error:
         return None, f"The golden queries cannot be ranked now: {error}"
+
+
+def advice_counts(conn: psycopg.Connection) -> list[AdviceCount]:
+    """How many records, enabled and drafts, get each piece of advice on the editorial template (the Quality page)."""
+    return advice.counts(conn)
+
+
+@dataclass
+class AdvisedPage:
+    """A page of the records that get one piece of advice."""
+
+    count: AdviceCount
+    records: list[AdvisedRecord]
+    # This page's number, from 1, and whether there are pages after it.
+    number: int
+    more: bool
+
+    @property
+    def first(self) -> int:
+        """The place of this page's first record in the whole list, from 1."""
+        return (self.number - 1) * PAGE_SIZE + 1
+
+    def advice_of(self, record: AdvisedRecord) -> Advice:
+        """The record's advice of this page's code."""
+        return next(item for item in record.advice if item.code == self.count.code)
+
+
+def advised_page(conn: psycopg.Connection, code: str, number: int) -> AdvisedPage | None:
+    """The number-th page (PAGE_SIZE records, by provider and method) of the records that get the
+    advice code, enabled and drafts; None for a code the registry does not give."""
+    count = next((count for count in advice.counts(conn) if count.code == code), None)
+    if count is None:
+        return None
+    records = advice.advised_records(conn, code=code)
+    first = (number - 1) * PAGE_SIZE
+    return AdvisedPage(count, records[first : first + PAGE_SIZE], number, len(records) > first + PAGE_SIZE)
 
 
 @dataclass
@@ -311,12 +359,11 @@ def _restore(conn: psycopg.Connection, embedder_factory: EmbedderFactory, record
     if isinstance(outcome, Saved):
         if outcome.outcome == "unchanged":
             return "info", f"Nothing to restore: {label} holds the same fields as the current version.", outcome
-        row = stored.get(conn, outcome.record_id)
-        if row is None:
+        if stored.get(conn, outcome.record_id) is None:
             return "error", f"Restored {label} as version {outcome.version}, but another session has deleted the record since.", None
         if outcome.record_id != record_id:  # history.restore brings a deleted record back as a new draft
-            return "info", views.restored_anew_message(outcome, row, label), outcome
-        return "info", views.saved_message(outcome, row, verb=f"Restored {label} into"), outcome
+            return "info", views.restored_anew_message(outcome, label), outcome
+        return "info", views.saved_message(outcome, verb=f"Restored {label} into"), outcome
     if isinstance(outcome, Conflict):
         return "error", f"Not restored: {outcome.reason}. Look at the history again before restoring.", None
     return "error", f"Not restored: {outcome.reason}", None
@@ -326,8 +373,7 @@ def delete(conn: psycopg.Connection, record_id: int, version: int, with_golden_q
     """Deletes the record if it is still at version: (the record as it was, None), else (the record
     as it is now or None, the Conflict, or the refusal while golden queries name it, unless
     with_golden_queries: then it leaves them, and those that named it alone go with it)."""
-    row = stored.get(conn, record_id)
-    problem = delete_record(conn, record_id, version, with_golden_queries=with_golden_queries)
+    row, problem = delete_record(conn, record_id, version, with_golden_queries=with_golden_queries)
     outcome = "deleted" if problem is None else "conflict" if isinstance(problem, Conflict) else "refused"
     _log(
         "delete",
@@ -419,8 +465,9 @@ def import_upload(
         _log("import", conn, failed=True, source=source, saved=False, reason="no records")
         return None, f"Not imported: {source} holds no records (it is empty, or its lines are blank)."
     try:
+        started_at = advice.clock(conn)
         report = catalog.import_records(conn, embedder_factory, items, skip_invalid=skip_invalid)
-        report = replace(report, registry=stored.registry_held(conn))
+        report = replace(report, registry=stored.registry_held(conn), advice=advice.saved_since(conn, started_at))
     except WRITE_FAILURES as error:
         problem = _not_saved(conn, error, "Nothing imported")
         _log("import", conn, failed=True, source=source, saved=False, reason=problem)

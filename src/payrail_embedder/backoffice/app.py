@@ -26,9 +26,9 @@ from ..base.errors import database_reason
 from ..embedders import made_once
 from ..postgres.local_server import embedded_stopped
 from ..registry import bulk
+from ..registry.changes import Refused
 from ..registry.records import FIELD_LABELS, NEW_RECORD
 from ..registry.stored import STATES, record_of
-from ..registry.write import Refused
 from ..settings import Settings
 from . import actions
 from .guard import Guard, allowed_hosts, origin_of
@@ -297,6 +297,7 @@ def _record_form(request: Request, status_code: int = 200, **context) -> Respons
         "golden_problem": None,
         "golden_query": "",
         "golden_also": "",
+        "golden_language": "",
     } | context
     row = context["page"].row if context["page"] else None
     # Beside the version saved meanwhile, the fields where it and the operator's text differ are marked.
@@ -328,11 +329,11 @@ async def _save(request: Request, session: Session, form: FormData, record_id: i
         return _unsaved_form(request, error, record=record, record_id=record_id, version=version)
     if result.saved is not None:
         session.previews.pop(digest, None)
-        session.messages.append(("info", saved_message(result.saved, result.row)))
+        session.messages.append(("info", saved_message(result.saved)))
         return redirect(f"/records/{result.saved.record_id}")
     page = await work(request, session, actions.record_page, record_id, _embedder(request)) if record_id is not None else None
     if result.preview is not None:
-        session.remember_preview(digest, result.preview.prepared)
+        session.remember_preview(digest, result.preview)
         changes = result.preview.effect.changes
         warning = None
         if not preview_only:
@@ -444,12 +445,13 @@ async def _record_page(request: Request, session: Session, status_code: int = 20
 async def add_golden_query(request: Request, session: Session, form: FormData) -> Response:
     record_id = request.path_params["record_id"]
     query, also = str(form.get("query", "")).replace("\r\n", "\n"), str(form.get("also", "")).replace("\r\n", "\n")
-    problem = await work(request, session, actions.add_golden, _embedder(request), record_id, query, lines(also))
+    language = str(form.get("language", "")).strip()
+    problem = await work(request, session, actions.add_golden, _embedder(request), record_id, query, lines(also), language or None)
     if problem is None:
         session.messages.append(("info", f'Added the golden query "{query}".'))
         return redirect(f"/records/{record_id}")
     # The form again, with what was typed and why it was not added.
-    return await _record_page(request, session, 422, golden_problem=problem, golden_query=query, golden_also=also)
+    return await _record_page(request, session, 422, golden_problem=problem, golden_query=query, golden_also=also, golden_language=language)
 
 
 @signed_in_form
@@ -464,7 +466,22 @@ async def remove_golden_query(request: Request, session: Session, form: FormData
 @signed_in
 async def quality_page(request: Request, session: Session) -> Response:
     report, problem = await work(request, session, actions.quality_report, _embedder(request))
-    return render(request, "quality.html", 503 if problem else 200, report=report, problem=problem)
+    advice_counts = await work(request, session, actions.advice_counts)
+    return render(request, "quality.html", 503 if problem else 200, report=report, problem=problem, advice_counts=advice_counts)
+
+
+@signed_in
+async def advice_page(request: Request, session: Session) -> Response:
+    """The records that get one piece of advice on the editorial template, a page at a time."""
+    number = request.query_params.get("page", "1")
+    if not (number.isascii() and number.isdecimal() and 0 < len(number) <= 9 and int(number) > 0):
+        return render(request, "message.html", 400, title="No such page", text="That page number is not one the backoffice made: start from the first page.")
+    page = await work(request, session, actions.advised_page, request.path_params["code"], int(number))
+    if page is None:
+        return render(
+            request, "message.html", 404, title="No such advice", text="The backoffice gives no advice of that name: the Quality page lists every piece."
+        )
+    return render(request, "advice.html", page=page)
 
 
 @signed_in_form
@@ -618,6 +635,7 @@ ROUTES = [
     Route("/records/{record_id:int}/golden", add_golden_query, methods=["POST"]),
     Route("/records/{record_id:int}/golden/remove", remove_golden_query, methods=["POST"]),
     Route("/quality", quality_page, methods=["GET"]),
+    Route("/advice/{code}", advice_page, methods=["GET"]),
     Route("/import", import_page, methods=["GET"]),
     Route("/import", import_catalog, methods=["POST"]),
     Route("/export", export),

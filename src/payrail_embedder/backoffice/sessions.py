@@ -99,7 +99,7 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Messages shown on the next page (after a save and its redirect).
     messages: deque = field(default_factory=lambda: deque(maxlen=MAX_MESSAGES))
-    # The last forms previewed (views.form_digest -> write.Prepared, oldest first): a Save of one
+    # The last forms previewed (views.form_digest -> actions.Preview, oldest first): a Save of one
     # saves what was previewed, with the vector made for it, without a second preview.
     previews: dict = field(default_factory=dict)
 

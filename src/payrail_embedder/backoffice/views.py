@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..registry.changes import Saved
 from ..registry.history import author
 from ..registry.records import FIELD_LABELS, ProviderMethod
 from ..registry.stored import record_of
 from ..registry.undo import BulkAction, BulkChange
-from ..registry.write import Saved
 from .sessions import duration
 
 
@@ -67,26 +67,26 @@ def record_name(record: ProviderMethod | Mapping) -> str:
     return f"{record['provider']} / {record['method']}"
 
 
-def _vector(saved: Saved, row: Mapping) -> str:
+def _vector(saved: Saved) -> str:
     if saved.embedded:
         return "its content was embedded before it was saved"
-    if row["embedded"]:
+    if saved.has_current_vector:
         return "its vector was kept"
     return "it has no vector yet (enabling it embeds it)"
 
 
-def saved_message(saved: Saved, row: Mapping, verb: str = "Saved") -> str:
+def saved_message(saved: Saved, verb: str = "Saved") -> str:
     if saved.outcome == "unchanged":
         return "Nothing to save: the record already holds these values."
-    state = "enabled" if row["enabled"] else "a draft"
-    return f'{verb} "{record_name(row)}" as version {saved.version}: {state}, {_vector(saved, row)}.'
+    state = "enabled" if saved.enabled else "a draft"
+    return f'{verb} "{saved.provider} / {saved.method}" as version {saved.version}: {state}, {_vector(saved)}.'
 
 
-def restored_anew_message(saved: Saved, row: Mapping, label: str) -> str:
+def restored_anew_message(saved: Saved, label: str) -> str:
     """A restore of a record deleted since its history was opened: it came back as a new draft."""
     return (
-        f'"{record_name(row)}" was deleted meanwhile: {label} is restored as a new record {saved.record_id}, a draft '
-        f"(agents find it once it is enabled); {_vector(saved, row)}."
+        f'"{saved.provider} / {saved.method}" was deleted meanwhile: {label} is restored as a new record {saved.record_id}, a draft '
+        f"(agents find it once it is enabled); {_vector(saved)}."
     )
 
 

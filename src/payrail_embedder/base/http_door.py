@@ -54,11 +54,13 @@ def http_response(status: int, reason: str, content_type: str, content: bytes) -
 class Door:
     """What one server's connections share: the cap, those that wait for a request (longest first),
     and the tally of refusals. busy_response: what a connection past the cap is answered when
-    none waits (a whole response, see http_response)."""
+    none waits; bad_request_response: what a request h11 cannot read is answered, instead of
+    uvicorn's plain text (whole responses, see http_response)."""
 
-    def __init__(self, max_connections: int, busy_response: bytes) -> None:
+    def __init__(self, max_connections: int, busy_response: bytes, bad_request_response: bytes | None = None) -> None:
         self.max_connections = max_connections
         self.busy_response = busy_response
+        self.bad_request_response = bad_request_response
         self.open: set[BoundedH11Protocol] = set()
         self.waiting: OrderedDict[BoundedH11Protocol, None] = OrderedDict()
         self.refusals: Counter[str] = Counter()
@@ -136,6 +138,14 @@ class BoundedH11Protocol(H11Protocol):
         super().on_response_complete()  # may start a pipelined request (handle_events)
         if not self.transport.is_closing() and self.cycle.response_complete:
             self._wait_for_request()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot read (uvicorn has logged msg): the door's answer, and the connection closed."""
+        if self.door.bad_request_response is None:
+            return super().send_400_response(msg)
+        self.transport.write(self.door.bad_request_response)
+        self.transport.close()
+        return None
 
     def close(self) -> None:
         """Closes the connection now, and stops counting it."""

@@ -54,6 +54,11 @@ def log(event: str, level: int = logging.INFO, **fields: object) -> None:
     LOGGER.log(level, _EventLine(event, fields), extra={"event": event, "fields": fields})
 
 
+def log_failure(event: str, failure: BaseException, **fields: object) -> None:
+    """An error event that carries the failure's traceback (key traceback): a bug, seen as one."""
+    LOGGER.error(_EventLine(event, fields), exc_info=failure, extra={"event": event, "fields": fields})
+
+
 def tell(message: str, event: str, fields: Mapping[str, object], level: int = logging.INFO) -> None:
     """What a person should know: the message on standard error when this process's own (the
     package's processes configure it) is a terminal; elsewhere, and in a program using the Python

@@ -18,7 +18,7 @@ from ..base.errors import EXIT_STATUS, code_and_detail
 from ..base.output_files import full_disk, is_disk_full
 from ..base.safe_text import json_text
 from ..settings import Settings, settings_options
-from . import bulk, db, golden, model, records, search, serve
+from . import advice, bulk, db, golden, model, records, search, serve
 from .common import Failure
 
 # Long-running: their log is what an operator watches, on a terminal too.
@@ -91,6 +91,7 @@ for command in (
     bulk.disable,
     bulk.delete,
     bulk.undo,
+    advice.advise,
     records.sync,
     search.search,
     golden.eval_,

@@ -9,7 +9,7 @@ import click
 
 from ..base.reports import emit
 from ..base.safe_text import escape_controls
-from ..registry import bulk, stored
+from ..registry import advice, bulk, stored
 from ..registry import undo as undo_module
 from ..settings import Settings
 from .common import JSON_OPTION, Failure, log_change
@@ -42,9 +42,14 @@ def filter_options(command):
 @click.pass_obj
 def show(settings: Settings, name, as_json):
     """Show one record and what it is to agents: PROVIDER METHOD, one "Provider / Method", or a
-    provider's name when it has one method (with several, they are listed)."""
+    provider's name when it has one method (with several, they are listed).
+
+    Then the advice on how it fits the editorial template, as `advise` gives it (never a refusal;
+    agents never see it); with --json, "advice": [{"code", "advice", "fix"}, ...].
+    """
     with settings.connect() as conn:
-        emit(stored.ShownRecord(stored.find_by_name(conn, name)), as_json)
+        row = stored.find_by_name(conn, name)
+        emit(stored.ShownRecord(row, tuple(advice.advice_on(conn, stored.record_of(row)))), as_json)
 
 
 def selection_of(conn, names: tuple[str, ...], text: str, state: str | None, every: bool) -> bulk.Selection:

@@ -63,9 +63,9 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
     Every query goes through the same search path as `search`, against the configured registry
     (the queries are embedded in one batch). Prints hit@1, hit@3, recall@1, recall@3, capped
     recall@3 and MRR@3, and the queries with no relevant method in the top 3, each with the three
-    that came instead; when a query has a language tag, the metrics of each language too (queries
-    without one as "untagged"; golden queries have none). Labels naming a record the registry
-    lacks, or holds only as a draft, are warned about. Exits 3 when a metric is below its floor
+    that came instead; when a query has a language tag (a line's, or a golden query's), the
+    metrics of each language too (queries without one as "untagged"). Labels naming a record the
+    registry lacks, or holds only as a draft, are warned about. Exits 3 when a metric is below its floor
     (--min-hit-at-3, --min-mrr), naming it; 1 when search is unavailable; 2 for bad input.
     """
     floors = {metric: floor for metric, floor in (("hit@3", min_hit_at_3), ("mrr@3", min_mrr)) if floor is not None}
@@ -94,6 +94,16 @@ def eval_(settings: Settings, queries_file, candidate_model, min_hit_at_3, min_m
         sys.exit(BELOW_FLOOR)
 
 
+def checked_language(value: str | None) -> str | None:
+    """--language's tag as a golden query keeps it (None without one); a usage error saying why it is not one."""
+    if value is None:
+        return None
+    try:
+        return labelled_queries.language_tag(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 @click.group()
 def golden():
     """Keep the registry's golden queries: questions and the records they should find, which eval measures.
@@ -110,7 +120,8 @@ def golden_list(settings: Settings, as_json):
     """List the golden queries in the order they were added, each with its records as they are named now.
 
     With --json: {"goldenQueries": [{"goldenQueryId", "query", "relevant": [{"recordId",
-    "provider", "method", "enabled"}, ...], "addedBy", "addedAt"}, ...]}.
+    "provider", "method", "enabled"}, ...], "language", "addedBy", "addedAt"}, ...]} (language:
+    a tag, or null).
     """
     with settings.connect() as conn:
         queries = golden_module.golden_queries(conn)
@@ -127,21 +138,28 @@ def golden_list(settings: Settings, as_json):
     metavar='"PROVIDER / METHOD"',
     help='A record QUERY should find, "Provider / Method" or "Provider Method"; repeat it for each, in the order they should come.',
 )
+@click.option(
+    "--language",
+    metavar="TAG",
+    callback=lambda ctx, param, value: checked_language(value),
+    help='The language QUERY is in, as eval tags it: 2 to 8 letters, digits and hyphens ("en", "de", "zh-Hant"), compared regardless of case.',
+)
 @JSON_OPTION
 @click.pass_obj
-def golden_add(settings: Settings, query, names, as_json):
+def golden_add(settings: Settings, query, names, language, as_json):
     """Add a golden query: QUERY ("-": read it from standard input), as an agent would ask it, and the records it should find.
 
     The query obeys search's rules; the same query (ignoring case, compatibility forms, invisible
     characters and runs of white space) cannot be added twice: `golden remove` it first to label
     it anew. Drafts may be named (eval warns that search never returns them). The query is
     embedded with the registry's model first and its vector kept beside it (the backoffice ranks
-    golden queries with it; search never reads it): nothing is added when that fails.
+    golden queries with it; search never reads it): nothing is added when that fails. With
+    --language, eval reports its figures by language.
     """
     query = check_query(read_query(query))
     started = time.monotonic()
     with settings.connect() as conn:
-        added = golden_module.add_golden_query(conn, settings.embedder, query, names)
+        added = golden_module.add_golden_query(conn, settings.embedder, query, names, language=language)
         log_change("golden_add", conn, started, golden_query=added.golden_query_id, relevant=len(added.relevant))
     emit(golden_module.GoldenQueries([added], "added"), as_json)
 
@@ -169,16 +187,19 @@ def golden_remove(settings: Settings, queries, as_json):
 def golden_import(settings: Settings, file, as_json):
     """Add the golden queries of FILE, eval's format, all or none.
 
-    Each line: {"query": "...", "relevant": [[provider, method], ...]}, naming records the registry
-    holds (drafts too) as names compare; no other field. Every line is checked first, and every
-    refused line printed with its number: a record no record goes by, one named twice, a query
-    an earlier line has, or one the registry holds with other records (`golden remove` it first).
-    One refused line adds nothing (exit 2). A query the registry holds with the same records is
-    left as it is, so importing the same file again changes nothing. The new queries are embedded
-    with the registry's model first and their vectors kept, as `golden add` does.
+    Each line, as eval reads it: {"query": "...", "relevant": [[provider, method], ...]}, naming
+    records the registry holds (drafts too) as names compare, and optionally "language" (kept
+    with the query: eval reports by it). Other fields (the benchmark's "source") are ignored and
+    named once ("ignored fields: source (in 296 lines)"; with --json "ignoredFields":
+    [{"field", "lines"}, ...]). Every line is checked first, and every refused line printed with its number: a
+    record no record goes by, one named twice, a query an earlier line has, or one the registry
+    holds with other records or another language (`golden remove` it first). One refused line
+    adds nothing (exit 2). A query the registry holds with the same records and language is left
+    as it is, so importing the same file again changes nothing. The new queries are embedded with
+    the registry's model first and their vectors kept, as `golden add` does.
     """
     started = time.monotonic()
-    queries = labelled_queries.read_labelled_queries(file, only_known_fields=True)
+    queries = labelled_queries.read_labelled_queries(file)
     with settings.connect() as conn:
         report = golden_module.import_golden_queries(conn, settings.embedder, queries, str(file))
         log_change(
@@ -201,10 +222,11 @@ def golden_import(settings: Settings, file, as_json):
 def golden_export(settings: Settings, file):
     """Write every golden query as a line of eval's format to FILE ("-" or none: standard output).
 
-    In the order they were added; each line {"query", "relevant"} in that order, the records in
-    the order they were given, each by the names it has now. `golden import` of the file into a
-    registry holding the same records, then `golden export`, gives the same bytes. FILE is written
-    whole or not at all (renamed into place once written).
+    In the order they were added; each line {"query", "relevant", "language"} in that order (the
+    language only where it has one), the records in the order they were given, each by the names
+    it has now. `golden import` of the file into a registry holding the same records, then
+    `golden export`, gives the same bytes. FILE is written whole or not at all (renamed into place
+    once written).
     """
     with settings.connect() as conn:
         data = "".join(line + "\n" for line in golden_module.export_lines(conn)).encode("utf-8")

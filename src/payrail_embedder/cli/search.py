@@ -12,9 +12,9 @@ from ..base import logs
 from ..base.reports import emit
 from ..model import golden_rankings
 from ..registry import stored
+from ..registry.changes import Change, Refused, Saved
 from ..registry.records import ProviderMethod
 from ..registry.search import Matches, check_query, search_provider_methods
-from ..registry.write import Change, Refused, prepare_change
 from ..settings import Settings
 from .common import QUERY_ARGUMENT, Failure, one_connection_at_a_time, read_query
 
@@ -88,10 +88,9 @@ def preview(settings: Settings, query, draft, as_json):
 
 
 def golden_effect(conn: psycopg.Connection, settings: Settings, record: ProviderMethod, row: dict) -> golden_rankings.Effect:
-    """What saving record over row would change in the golden queries' top threes (nothing is
-    saved); a Failure when the save would be refused."""
-    prepared = prepare_change(conn, settings.embedder, Change(record, row["id"], row["version"]))
-    effect = golden_rankings.effect_of(conn, settings.embedder, prepared)
-    if effect.outcome is not None:
-        raise Failure("invalid_input" if isinstance(effect.outcome, Refused) else "unavailable", effect.outcome.reason)
-    return effect
+    """What saving record over row would change in the golden queries' top threes (saved in a
+    transaction, measured, rolled back); a Failure when the save is refused."""
+    preview = golden_rankings.measured_edit(conn, settings.embedder, Change(record, row["id"], row["version"]))
+    if not isinstance(preview.outcome, Saved):
+        raise Failure("invalid_input" if isinstance(preview.outcome, Refused) else "unavailable", preview.outcome.reason)
+    return preview.effect

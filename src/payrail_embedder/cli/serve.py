@@ -37,7 +37,8 @@ MAX_CONNECTIONS = 1000
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="PAYRAIL_MCP_TOKEN_FILE",
-    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600, owned by the server's user). Read again when it changes: delete a line to revoke.",
+    help="Agents' bearer tokens, one line per agent: NAME TOKEN (mode 600, owned by the server's user). Given, every request needs one, "
+    "on loopback too. Read again when it changes: delete a line to revoke.",
 )
 @click.option(
     "--max-connections",
@@ -53,6 +54,9 @@ def mcp(settings: Settings, http_port: int | None, host: str, token_file: Path |
 
     Speaks stdio by default, for an agent host that starts this command; takes the same
     database and embedder settings as every other command. See docs/agents.md, "Over MCP".
+    With --http: on loopback it answers without tokens unless given --token-file, and then asks
+    every request for one there too; beyond loopback it needs --token-file. Every error answer is
+    {"error": CODE, "detail": ...} (on /mcp, a JSON-RPC error's data).
     """
     from ..api import Registry
     from ..mcp_server import serve  # the MCP SDK loads only for this command
@@ -124,7 +128,9 @@ def agent():
 def agent_add(settings: Settings, name, password_stdin, no_password, connection_limit, statement_timeout, idle_in_transaction_timeout, as_json):
     """Create the login NAME granted payrail_agent only, with a connection limit and timeouts.
 
-    The login can call the search functions and read nothing else (docs/security.md); search
+    Prints the URL the login connects with (the server and database this command connected to,
+    the embedded default's socket included), never the password. The login can call the search
+    functions and read nothing else (docs/security.md); search
     holds its sessions to the timeouts given here, which the registry keeps (payrail.agent_logins:
     the login cannot lift them; run it as the registry's owner). Asks for the password twice (or
     reads it with --password-stdin; --no-password for peer or certificate authentication); the

@@ -1,5 +1,5 @@
 """Every golden query's top three at once, exactly as search ranks them: now (the Quality page, a
-record's golden queries) and as an edit would leave them before it is saved (effect_of).
+record's golden queries) and as an edit leaves them, measured around its save (measured_edit).
 
 eval puts each golden query through search, one search each (about 10 ms at 10,000 records) after
 embedding them all. Here they are ranked together from the vectors kept with them
@@ -15,34 +15,34 @@ payrail._search (db/SEARCH.md, "Golden queries in one pass"):
 - a second pass in SQL: those records ordered by pgvector's exact distance, then normalized
   provider and method (the database's collation), the first three kept.
 
-An edit changes one record: its vector, its names, whether it is enabled. effect_of saves it in a
-transaction it rolls back (write.tentatively_saved) to read the record as it would be stored and
-every golden query's name-path answer after it, then ranks only the golden queries whose top three
-can change: a query on the semantic path before and after keeps its top three when three other
-records are nearer than the record was and would be. Three records of a sample of the registry
-(SAMPLE_ROWS) prove that for most queries at a fraction of the matrix product's cost; the rest
-are ranked in full, before and after.
+An edit changes one record: its vector, its names, whether it is enabled. measured_edit saves it
+for real in a transaction (measured.save_measured) and measures around the save (EditEffect): the
+answers before it, then the record as stored and the answers after it, before the transaction
+commits (a save that changes no top three, when asked) or rolls back (a preview). It ranks only
+the golden queries whose top three can change: a query on the semantic path before and after
+keeps its top three when three other records are nearer than the record was and would be. Three
+records of a sample of the registry (SAMPLE_ROWS) prove that for most queries at a fraction of
+the matrix product's cost; the rest are ranked in full, before and after.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import psycopg
 
-from ..base.reports import Report
-from ..base.safe_text import json_text
 from ..embedders import Embedder, EmbeddingUnavailable
 from ..postgres.connection import naming_pgvector, one_row, one_value
 from ..registry import golden
+from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
 from ..registry.embedding_model import EmbeddingModel, registry_model
 from ..registry.golden import GoldenQuery
+from ..registry.measured import save_measured
 from ..registry.search import SearchUnavailable
-from ..registry.write import Conflict, Prepared, Refused, tentatively_saved
-from .evaluation import query_metrics
+from .golden_answers import VERDICT_ORDER, Effect, QueryChange, Ranked, Ranking
 
 # Records read from the database per statement: each chunk is one bytea value of about 3 kB a record
 # at 1,536 dimensions, well under PostgreSQL's 1 GB for a value.
@@ -51,162 +51,9 @@ READ_CHUNK = 20_000
 ROW_BLOCK = 4_096
 # At most this many similarities (records x queries) in memory at once: 64 MB of float32.
 MAX_DISTANCES = 16_000_000
-# Records whose distances decide which golden queries an edit leaves alone (effect_of).
+# Records whose distances decide which golden queries an edit leaves alone (EditEffect).
 SAMPLE_ROWS = 1_024
 TOP = 3
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """A record in a golden query's top three."""
-
-    record_id: int
-    provider: str
-    method: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.provider} / {self.method}"
-
-    def to_json(self) -> dict:
-        return {"recordId": self.record_id, "provider": self.provider, "method": self.method}
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """What search answers a golden query: its top three, and whether the name path answered."""
-
-    golden: GoldenQuery
-    top: tuple[Ranked, ...]
-    by_name: bool
-
-    def rank_of(self, record_id: int) -> int | None:
-        """Where the record stands in the top three (1 to 3), or None."""
-        return next((rank for rank, r in enumerate(self.top, start=1) if r.record_id == record_id), None)
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """eval's metrics of this answer (evaluation.query_metrics), records compared by id."""
-        return query_metrics([r.record_id for r in self.golden.relevant], [r.record_id for r in self.top])
-
-
-@dataclass(frozen=True)
-class QueryChange:
-    """A golden query whose top three an edit would change."""
-
-    golden: GoldenQuery
-    before: Ranking
-    after: Ranking
-    # The record edited (its id once saved; a new record's id in the tentative save).
-    record_id: int
-
-    @property
-    def gains(self) -> bool:
-        """The edited record comes into the top three."""
-        return self.before.rank_of(self.record_id) is None and self.after.rank_of(self.record_id) is not None
-
-    @property
-    def loses(self) -> bool:
-        """The edited record leaves the top three."""
-        return self.before.rank_of(self.record_id) is not None and self.after.rank_of(self.record_id) is None
-
-    @property
-    def displaced(self) -> tuple[Ranked, ...]:
-        """Other records that leave the top three."""
-        after = {r.record_id for r in self.after.top}
-        return tuple(r for r in self.before.top if r.record_id != self.record_id and r.record_id not in after)
-
-    @property
-    def what(self) -> str:
-        """What happens to the edited record in this query's top three, in words."""
-        before, after = self.before.rank_of(self.record_id), self.after.rank_of(self.record_id)
-        if before is None and after is None:
-            return "the other records change places"
-        if before is None:
-            return f"gains this record at rank {after}"
-        if after is None:
-            return f"loses this record (rank {before} now)"
-        return f"this record moves from rank {before} to {after}" if before != after else f"this record stays at rank {after}"
-
-    @property
-    def verdict(self) -> str:
-        """ "better", "worse" or "same" for what it should find: MRR@3, then hit@3, then recall@3."""
-        keys = ("mrr@3", "hit@3", "recall@3")
-        before, after = ([ranking.metrics[k] for k in keys] for ranking in (self.before, self.after))
-        return "better" if after > before else "worse" if after < before else "same"
-
-    def to_json(self) -> dict:
-        return {
-            "goldenQueryId": self.golden.golden_query_id,
-            "query": self.golden.query,
-            "relevant": [r.to_json() for r in self.golden.relevant],
-            "before": [r.to_json() for r in self.before.top],
-            "after": [r.to_json() for r in self.after.top],
-            "gains": self.gains,
-            "loses": self.loses,
-            "displaced": [r.to_json() for r in self.displaced],
-            "what": self.what,
-            "verdict": self.verdict,
-        }
-
-
-VERDICT_ORDER = {"worse": 0, "better": 1, "same": 2}
-
-
-@dataclass
-class Effect(Report):
-    """What an edit would change in the golden queries' top threes, before it is saved."""
-
-    # The record as the save would leave it: its id (a new record's only in the tentative save), names, state.
-    record: Ranked | None
-    enabled: bool
-    # How many golden queries were considered.
-    golden_queries: int = 0
-    # The golden queries whose top three would change: worse first, then better, then the rest.
-    changes: list[QueryChange] = field(default_factory=list)
-    # Golden queries that had no vector kept by the model, embedded for this preview.
-    embedded_now: int = 0
-    # Why the edit cannot be saved (a refusal, a conflict): then nothing was compared.
-    outcome: Refused | Conflict | None = None
-
-    def counts(self) -> tuple[int, int, int]:
-        """How many changed golden queries gain the record, lose it, and lose another record to it."""
-        return (sum(c.gains for c in self.changes), sum(c.loses for c in self.changes), sum(bool(c.displaced) for c in self.changes))
-
-    def describe(self) -> list[str]:
-        """The effect for people, a line each: what `edit` and `preview --draft` print."""
-        if not self.golden_queries:
-            return ["No golden queries to compare (`payrail-embedder golden add` adds them)."]
-        if not self.changes:
-            return [f"No golden query's top three changes ({self.golden_queries} golden {'query' if self.golden_queries == 1 else 'queries'})."]
-        gains, loses, displaced = self.counts()
-        lines = [
-            f"{len(self.changes)} of {self.golden_queries} golden {'query' if self.golden_queries == 1 else 'queries'}' top three "
-            f"would change: {gains} gain this record, {loses} lose it, {displaced} lose another record to it."
-        ]
-        for change in self.changes:
-            pushed = f"; loses {', '.join(r.name for r in change.displaced)} to it" if change.displaced else ""
-            lines += [
-                f"{change.verdict} for what it should find: {json_text(change.golden.query)} (golden query "
-                f"{change.golden.golden_query_id}): {change.what}{pushed}",
-                f"   should find: {'; '.join(r.provider + ' / ' + r.method for r in change.golden.relevant)}",
-                *(
-                    f"   {label}: {'; '.join(r.name for r in ranking.top) or '-'}{' (by name)' if ranking.by_name else ''}"
-                    for label, ranking in (("now  ", change.before), ("after", change.after))
-                ),
-            ]
-        if self.embedded_now:
-            lines.append(f"({self.embedded_now} golden queries had no vector kept and were embedded now: `payrail-embedder sync` keeps them.)")
-        return lines
-
-    def to_json(self) -> dict:
-        return {
-            "record": self.record.to_json() if self.record else None,
-            "enabled": self.enabled,
-            "goldenQueries": self.golden_queries,
-            "changes": [change.to_json() for change in self.changes],
-            "embeddedNow": self.embedded_now,
-        }
 
 
 class _Queries:
@@ -556,83 +403,145 @@ def _named_like(conn: psycopg.Connection, goldens: Sequence[GoldenQuery], names:
 
 
 @dataclass(frozen=True)
-class _Saved:
-    """The edited record as the tentative save left it."""
+class _State:
+    """The edited record as stored: its names, whether search finds it, its exact vector."""
 
     record: Ranked
     enabled: bool
     vector: np.ndarray | None
 
-
-def _saved(conn: psycopg.Connection, record_id: int) -> _Saved:
-    record_id, provider, method, enabled, embedding = one_row(
-        conn.execute("select id, provider, method, enabled, embedding from payrail.provider_methods where id = %s", (record_id,), binary=True)
-    )
-    return _Saved(Ranked(record_id, provider, method), enabled, embedding.to_numpy() if embedding is not None else None)
+    @property
+    def found(self) -> _Extra | None:
+        """The record as search finds it (enabled, with a vector); None when it does not."""
+        return _Extra(self.record, self.vector) if self.enabled and self.vector is not None else None
 
 
-def effect_of(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], prepared: Prepared, *, search_at_most: int = SEARCH_AT_MOST) -> Effect:
-    """The golden queries whose top three the prepared change (write.prepare_change) would change,
-    each with its top three before and after, as search ranks them once it is saved; nothing is
-    saved. The effect's outcome says why when the change cannot be saved.
+def _state(conn: psycopg.Connection, record_id: int) -> _State | None:
+    row = conn.execute("select id, provider, method, enabled, embedding from payrail.provider_methods where id = %s", (record_id,), binary=True).fetchone()
+    if row is None:
+        return None
+    record_id, provider, method, enabled, embedding = row
+    return _State(Ranked(record_id, provider, method), enabled, embedding.to_numpy() if embedding is not None else None)
 
-    The save is made in a transaction that rolls back (write.tentatively_saved), to read the
-    record as it would be stored and the name-path answers after it. A golden query keeps its top
-    three when it is named like the record neither before nor after (the name path answers it the
-    same) and three records of a sample are each more than 2E nearer to it by d' than the record
-    was and would be (its semantic top three is that of the other records both times:
-    _left_alone). The others are ranked before and after: by search itself when at most
-    search_at_most need it, else by one pass over every record's vector (_ranked_in_one_pass)."""
-    if prepared.outcome is not None:
-        return Effect(None, False, outcome=prepared.outcome)
-    goldens = golden.golden_queries(conn)
-    if not goldens:
-        return Effect(None, bool(prepared.change.record.enabled))
-    record_id = prepared.record_id
-    stored_names = conn.execute("select provider, method from payrail.provider_methods where id = %s", (record_id,)).fetchone() if record_id else None
-    model = registry_model(conn)
-    if model is None and prepared.embedding is not None:  # its first vector makes the registry's model
-        model = EmbeddingModel(prepared.embedding.embedder.model_name, prepared.embedding.vector.size)
-    queries = _Queries(conn, embedder_factory, goldens, model)
-    sample, old_unit, bound = None, None, 0.0
-    if model is not None:
-        sample = _Records(conn, model.dimensions, sample=SAMPLE_ROWS, excluded=record_id)
-        edited = _Records(conn, model.dimensions, only=record_id) if record_id is not None else None
-        old_unit = edited.vectors[0].astype(np.float32) if edited is not None and len(edited) else None
-        bound = _error_bound(conn, model.dimensions)
-    with tentatively_saved(conn, prepared) as outcome:
-        if isinstance(outcome, (Refused, Conflict)):
-            return Effect(None, False, outcome=outcome)
-        saved = _saved(conn, outcome.record_id)
-        effect = Effect(saved.record, saved.enabled, len(goldens), embedded_now=queries.embedded_now)
-        if model is None:  # no record has a vector, nor will this one: search answers nothing, before and after
-            return effect
-        named = _named_like(conn, goldens, ([tuple(stored_names)] if stored_names else []) + [(saved.record.provider, saved.record.method)])
-        after_named = dict(zip(named, _name_answers(conn, [goldens[p] for p in named])))
-        # The record as search will find it; None when it will not.
-        found = _Extra(saved.record, saved.vector) if saved.enabled and saved.vector is not None else None
-        new_unit = found.unit if found is not None else None
-        others = [p for p in range(len(goldens)) if p not in after_named]
-        flagged = [p for p, alone in zip(others, _left_alone(sample, queries.units[others], old_unit, new_unit, bound)) if not alone]
+
+class EditEffect:
+    """What one edit changes in the golden queries' top threes, measured around its save in the
+    save's transaction (measured.save_measured): the record and the golden queries' answers before
+    it, the same after it. after() gives the Effect.
+
+    A golden query keeps its top three when it is named like the record neither before nor after
+    (the name path answers it the same) and three records of a sample are each more than 2E nearer
+    to it by d' than the record was and would be (its semantic top three is that of the other
+    records both times: _left_alone; what the record would be is the vector the save brings, or
+    the one it keeps). The others are ranked before and after: by search itself when at most
+    search_at_most need it, else by one pass over every record's vector after the save, the
+    record as it was ranked in its stead for before (_ranked_in_one_pass)."""
+
+    def __init__(self, conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], change: Change, *, search_at_most: int = SEARCH_AT_MOST) -> None:
+        self.embedder_factory, self.change, self.search_at_most = embedder_factory, change, search_at_most
+        self.goldens = golden.golden_queries(conn) if golden.any_golden_queries(conn) else []
+        self.registry_model = registry_model(conn)
+        self.model: EmbeddingModel | None = None
+        self.queries: _Queries | None = None
+        self.new_vector: np.ndarray | None = None
+
+    def prepare(self, conn: psycopg.Connection, embedding: Embedding | None) -> None:
+        """The golden queries' vectors (those without one kept embedded now) and a sample of the
+        records, read before the transaction; with the vector the save brings, if any."""
+        self.new_vector = embedding.vector if embedding is not None else None
+        model = self.registry_model
+        if model is None and embedding is not None:  # its first vector makes the registry's model
+            model = EmbeddingModel(embedding.model, embedding.vector.size)
+        if self.queries is not None and model == self.model:
+            return
+        self.model, self.sample, self.bound = model, None, 0.0
+        self.queries = _Queries(conn, self.embedder_factory, self.goldens, model if self.goldens else None)
+        if model is not None and self.goldens:
+            self.sample = _Records(conn, model.dimensions, sample=SAMPLE_ROWS, excluded=self.change.record_id)
+            self.bound = _error_bound(conn, model.dimensions)
+
+    def before(self, conn: psycopg.Connection) -> None:
+        """The record as stored, and the answers now of every golden query the edit can change."""
+        record_id = self.change.record_id
+        self.old = _state(conn, record_id) if record_id is not None else None
+        self.named, self.semantic, self.now_named, self.before_semantic, self.before_tops = [], [], {}, [], {}
+        if self.model is None or self.queries is None or not self.goldens:
+            return  # no golden query, or no record has a vector nor will this one: nothing to compare
+        old_rows = _Records(conn, self.model.dimensions, only=record_id) if record_id is not None else None
+        old_unit = old_rows.vectors[0].astype(np.float32) if old_rows is not None and len(old_rows) else None
+        vector = self.new_vector if self.new_vector is not None else (self.old.vector if self.old is not None else None)
+        enabled = self.change.record.enabled if self.change.record.enabled is not None else bool(self.old and self.old.enabled)
+        new_unit = _unit(vector[None, :])[0] if enabled and vector is not None else None
+        record = self.change.record
+        names = ([(self.old.record.provider, self.old.record.method)] if self.old is not None else []) + [(record.provider, record.method)]
+        self.named = _named_like(conn, self.goldens, names)
+        self.now_named = dict(zip(self.named, _name_answers(conn, [self.goldens[p] for p in self.named])))
+        others = [p for p in range(len(self.goldens)) if p not in self.now_named]
+        flagged = [p for p, alone in zip(others, _left_alone(self.sample, self.queries.units[others], old_unit, new_unit, self.bound)) if not alone]
         # Named like the record neither before nor after: the name path answers them the same both times.
-        flagged_names = dict(zip(flagged, _name_answers(conn, [goldens[p] for p in flagged])))
-        semantic = [p for p in flagged if not flagged_names[p]]
-        after_semantic = semantic + [p for p in named if not after_named[p]]
-        by_search = len(semantic) + len(named) <= search_at_most
-        after = _searched(conn, queries, after_semantic, model) if by_search else {}
-    now_named = dict(zip(named, _name_answers(conn, [goldens[p] for p in named])))
-    before_semantic = semantic + [p for p in named if not now_named[p]]
-    if by_search:
-        before = _searched(conn, queries, before_semantic, model)
-    else:
-        before, after = _ranked_in_one_pass(conn, queries, model, bound, before_semantic, after_semantic, saved.record.record_id, found)
-    for p in sorted({*named, *semantic}):
-        then = Ranking(goldens[p], now_named.get(p) or before.get(p, ()), bool(now_named.get(p)))
-        now = Ranking(goldens[p], after_named.get(p) or after.get(p, ()), bool(after_named.get(p)))
-        if then.top != now.top:
-            effect.changes.append(QueryChange(goldens[p], then, now, saved.record.record_id))
-    effect.changes.sort(key=lambda change: VERDICT_ORDER[change.verdict])
-    return effect
+        flagged_names = dict(zip(flagged, _name_answers(conn, [self.goldens[p] for p in flagged])))
+        self.semantic = [p for p in flagged if not flagged_names[p]]
+        self.before_semantic = self.semantic + [p for p in self.named if not self.now_named[p]]
+        self.by_search = len(self.semantic) + len(self.named) <= self.search_at_most
+        if self.by_search:
+            self.before_tops = _searched(conn, self.queries, self.before_semantic, self.model)
+
+    def after(self, conn: psycopg.Connection, saved: Saved) -> Effect:
+        """The answers after the save of the same golden queries, and those that changed."""
+        state = _state(conn, saved.record_id)
+        if state is None:
+            raise AssertionError(f"record {saved.record_id} was saved, and is not there in the same transaction")
+        queries = self.queries or _Queries(conn, self.embedder_factory, [], None)
+        effect = Effect(state.record, state.enabled, len(self.goldens), embedded_now=queries.embedded_now)
+        if self.model is None or not self.goldens:
+            return effect
+        after_named = dict(zip(self.named, _name_answers(conn, [self.goldens[p] for p in self.named])))
+        after_semantic = self.semantic + [p for p in self.named if not after_named[p]]
+        before = self.before_tops
+        if self.by_search:
+            after = _searched(conn, queries, after_semantic, self.model)
+        else:
+            old_found = self.old.found if self.old is not None else None
+            after, before = _ranked_in_one_pass(conn, queries, self.model, self.bound, after_semantic, self.before_semantic, state.record.record_id, old_found)
+        for p in sorted({*self.named, *self.semantic}):
+            then = Ranking(self.goldens[p], self.now_named.get(p) or before.get(p, ()), bool(self.now_named.get(p)))
+            now = Ranking(self.goldens[p], after_named.get(p) or after.get(p, ()), bool(after_named.get(p)))
+            if then.top != now.top:
+                effect.changes.append(QueryChange(self.goldens[p], then, now, state.record.record_id))
+        effect.changes.sort(key=lambda change: VERDICT_ORDER[change.verdict])
+        return effect
+
+
+@dataclass(frozen=True)
+class EditPreview:
+    """An edit saved in a transaction with its effect measured: the effect (or why it cannot be
+    saved, its outcome), the save's outcome, whether it was kept (committed), and the vector made
+    for it, which saves it again without another embedding request."""
+
+    effect: Effect
+    outcome: Outcome
+    kept: bool
+    embedding: Embedding | None
+
+
+def measured_edit(
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    change: Change,
+    *,
+    keep: Callable[[Effect], bool] = lambda effect: False,
+    embedding: Embedding | None = None,
+    search_at_most: int = SEARCH_AT_MOST,
+) -> EditPreview:
+    """Saves change in a transaction, measures what it changes in the golden queries' top threes
+    (EditEffect), then keeps it when keep(effect), else rolls it back (measured.save_measured): the
+    preview of an edit by default, or the save of an edit that changes no top three with
+    keep=lambda effect: not effect.changes. embedding: the vector a preview made for it."""
+    measure = EditEffect(conn, embedder_factory, change, search_at_most=search_at_most)
+    measured = save_measured(conn, embedder_factory, change, measure, keep, embedding)
+    unsaved = measured.outcome if isinstance(measured.outcome, (Refused, Conflict)) else None
+    effect = measured.measured if measured.measured is not None else Effect(None, False, outcome=unsaved)
+    return EditPreview(effect, measured.outcome, measured.committed, measured.embedding)
 
 
 def _ranked_in_one_pass(
@@ -640,33 +549,34 @@ def _ranked_in_one_pass(
     queries: _Queries,
     model: EmbeddingModel,
     bound: float,
-    before_positions: Sequence[int],
-    after_positions: Sequence[int],
+    as_read: Sequence[int],
+    instead: Sequence[int],
     edited_id: int,
-    found: _Extra | None,
+    extra: _Extra | None,
 ) -> tuple[dict[int, tuple[Ranked, ...]], dict[int, tuple[Ranked, ...]]]:
-    """The semantic top three of the queries at before_positions now, and of those at
-    after_positions after the save (the edited record's stored row left out, saved in: found,
-    None when search will not find it), from one pass over every record's vector."""
+    """The semantic top three of the queries at positions as_read among the records as they are
+    read, and of those at positions instead with the edited record's row left out and extra ranked
+    in its stead (None: search does not find it), from one pass over every record's vector. After
+    a save, in its transaction: the top threes after it, and before it (extra: the record as it was)."""
     records = _Records(conn, model.dimensions)
     edited_row = records.row_of.get(edited_id)
-    before_set, after_set = set(before_positions), set(after_positions)
-    before_pairs, after_pairs, extra_positions = {}, {}, []
-    for block in _position_blocks(sorted(before_set | after_set), len(records)):
+    read_set, instead_set = set(as_read), set(instead)
+    read_pairs, instead_pairs, extra_positions = {}, {}, []
+    for block in _position_blocks(sorted(read_set | instead_set), len(records)):
         units = queries.units[block]
         similarities = records.similarities(units)
         for p, rows in zip(block, _candidate_rows(similarities, _floor(similarities, bound))):
-            if p in before_set:
-                before_pairs[p] = records.ids[rows]
-        extra = units @ found.unit if found is not None else None
-        floor = _floor(similarities, bound, edited_row, extra)
-        extra_in = extra >= floor if extra is not None else np.zeros(len(block), bool)
+            if p in read_set:
+                read_pairs[p] = records.ids[rows]
+        extra_similarities = units @ extra.unit if extra is not None else None
+        floor = _floor(similarities, bound, edited_row, extra_similarities)
+        extra_in = extra_similarities >= floor if extra_similarities is not None else np.zeros(len(block), bool)
         for p, rows, in_it in zip(block, _candidate_rows(similarities, floor, edited_row), extra_in):
-            if p in after_set:
-                after_pairs[p] = records.ids[rows]
+            if p in instead_set:
+                instead_pairs[p] = records.ids[rows]
                 if in_it:
                     extra_positions.append(p)
-    return _exact_top(conn, queries.raw, before_pairs), _exact_top(conn, queries.raw, after_pairs, found, extra_positions)
+    return _exact_top(conn, queries.raw, read_pairs), _exact_top(conn, queries.raw, instead_pairs, extra, extra_positions)
 
 
 def _left_alone(sample: _Records | None, units: np.ndarray, old_unit: np.ndarray | None, new_unit: np.ndarray | None, bound: float) -> list[bool]:

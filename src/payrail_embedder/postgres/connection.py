@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import quote, unquote, urlencode
 
 import psycopg
 from pgvector.psycopg.halfvec import register_halfvec_info
@@ -100,6 +100,26 @@ def connected_to(conn: psycopg.Connection) -> str:
     libpq's variables, a service file): what commands that change a registry name."""
     info = conn.info
     return psycopg.conninfo.make_conninfo(host=info.host, port=info.port, dbname=info.dbname, user=info.user)
+
+
+def login_url(conn: psycopg.Connection, login: str) -> str:
+    """The URL login connects with to the server, port and database conn is connected to, without
+    a password (libpq takes it from PGPASSWORD or ~/.pgpass): postgresql://LOGIN@HOST:PORT/DATABASE,
+    or over a Unix socket (the embedded default) postgresql://LOGIN@/DATABASE?host=DIRECTORY&port=PORT,
+    which psql and psycopg read alike. Each part percent-encoded; conn's sslmode kept when it asked
+    for one, so the login's connections are encrypted as the one that made it was."""
+    info = conn.info
+    parameters = {}
+    if info.host.startswith("/"):  # the directory of a Unix socket
+        authority = ""
+        parameters = {"host": info.host, "port": str(info.port)}
+    else:
+        host = quote(info.host, safe=":")
+        authority = f"[{host}]:{info.port}" if ":" in host else f"{host}:{info.port}"
+    if sslmode := info.get_parameters().get("sslmode"):
+        parameters["sslmode"] = sslmode
+    query = f"?{urlencode(parameters, quote_via=quote, safe='/')}" if parameters else ""
+    return f"postgresql://{quote(login, safe='')}@{authority}/{quote(info.dbname, safe='')}{query}"
 
 
 T = TypeVar("T")

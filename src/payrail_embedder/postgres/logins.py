@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
@@ -23,7 +22,7 @@ from psycopg import sql
 from ..base.errors import CodedError
 from ..base.reports import Report
 from ..base.safe_text import escape_unprintable
-from .connection import one_row, one_value
+from .connection import login_url, one_row, one_value
 
 # The grants the backoffice needs, and why: it saves the public fields and their vectors together.
 OPERATOR_GRANTS = {
@@ -273,12 +272,14 @@ class AgentAdded(Report):
 
     login: AgentLogin
     created: bool
+    url: str  # connection.login_url's: where the login connects, without a password
     other_roles: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {
             "login": self.login.name,
             "created": self.created,
+            "url": self.url,
             "grants": [AGENT_GRANT],
             "otherRoles": list(self.other_roles),
             "connectionLimit": self.login.connection_limit,
@@ -292,8 +293,8 @@ class AgentAdded(Report):
         return [
             f"{'created' if self.created else 'updated'} login {shown_name(self.login.name)} {how}, granted payrail_agent only{others}, "
             f"at most {self.login.connection_limit} connections, searches held to statement_timeout {self.login.statement_timeout} "
-            f"and idle_in_transaction_session_timeout {self.login.idle_in_transaction_timeout} (kept by the registry): "
-            f"agents connect as postgresql://{quote(self.login.name, safe='')}@HOST/DATABASE"
+            f"and idle_in_transaction_session_timeout {self.login.idle_in_transaction_timeout} (kept by the registry)",
+            f"agents connect with {self.url}" + (" (the password apart: in PGPASSWORD or ~/.pgpass)" if self.login.password else ""),
         ]
 
 
@@ -389,4 +390,4 @@ def add_agent(conn: psycopg.Connection, login: AgentLogin) -> AgentAdded:
             )
         ]
     kept = AgentLogin(login.name, login.password, login.connection_limit, statement_timeout, idle_timeout)
-    return AgentAdded(kept, not existing, tuple(other_roles))
+    return AgentAdded(kept, not existing, login_url(conn, login.name), tuple(other_roles))

@@ -1,8 +1,9 @@
 """Enable, disable or delete many records at once: those named by id, or every one the records list's filter matches.
 
 The backoffice's bulk actions (and the command line's `enable` / `disable`) call set_enabled. It
-changes only `enabled`, with one UPDATE in one transaction, so the table's triggers do what they
-do for a single save: a new version of each record changed, saved_by the acting role, the
+changes only `enabled`, saving each record as stored through the write path's statement
+(payrail.save_provider_methods) in one transaction, so the table's triggers do what they do for a
+single save: a new version of each record changed, saved_by the acting role, the
 history keeping the version before. The rule that decides is the database's: an enabled record
 needs a vector of its current content by the registry's model (provider_methods_enabled_needs_
 embedding_check, asked through payrail.provider_method_states). A draft without one is left a
@@ -42,7 +43,8 @@ from ..base.errors import CodedError
 from ..base.reports import Report
 from ..base.safe_text import json_text
 from . import stored
-from .write import TransientFailure, retry_transient
+from .changes import AsStored
+from .write import TransientFailure, answered, retry_transient
 
 # What a bulk action keeps of its selection, in words: the first ids, the filter's first characters.
 SELECTION_IDS_SHOWN = 20
@@ -68,7 +70,7 @@ class Selection:
     @classmethod
     def matching(cls, text: str = "", state: str | None = None) -> Selection:
         """ValueError for an unknown state (one of stored.STATES or None)."""
-        stored.filter_conditions(text, state)
+        stored.check_state(state)
         return cls(text=text, state=state)
 
     def _ids(self) -> sql.Composed:
@@ -76,10 +78,9 @@ class Selection:
         if self.record_ids is not None:
             where = sql.SQL("pm.id = any({}::bigint[])").format(sql.Literal(list(self.record_ids)))
         else:
-            # The filter as the list applies it, on the narrow list entries.
-            conditions = stored.filter_conditions(self.text, self.state) or [sql.SQL("true")]
-            where = sql.SQL("pm.id in (select e.provider_method_id from {} as e where {})").format(
-                sql.SQL(stored.LIST_ENTRIES), sql.SQL(" and ").join(conditions)
+            # The records the list shows for the filter (payrail.list_provider_methods).
+            where = sql.SQL("pm.id = any(select l.id from payrail.list_provider_methods({}, {}) as l)").format(
+                sql.Literal(self.text.replace("\x00", "") or None), sql.Literal(self.state)
             )
         return sql.SQL("select pm.id from payrail.provider_methods as pm where {} order by pm.id").format(where)
 
@@ -263,10 +264,19 @@ def set_enabled(conn: psycopg.Connection, selection: Selection, enabled: bool, *
             action = None
             if changed and not preview:
                 action = begin(conn, plan.verb, selection.describe())
-                conn.execute("update payrail.provider_methods as pm set enabled = %s where pm.id = any(%s)", (enabled, list(changed)))
+                _save_enabled(conn, changed, enabled)
         return BulkResult(enabled, changed, already, needing, plan.missing, applied=not preview, bulk_action=action)
 
     return retry_transient(once)
+
+
+def _save_enabled(conn: psycopg.Connection, changed: tuple[int, ...], enabled: bool) -> None:
+    """Each record as stored, with enabled, saved through payrail.save_provider_methods, all in
+    the caller's transaction; the records were locked and judged: each is saved."""
+    changes = [AsStored(record_id, enabled) for record_id in changed]
+    outcomes = [answer["outcome"] for answer in answered(conn, changes, [None] * len(changes), embed_drafts=False)]
+    if any(outcome != "updated" for outcome in outcomes):
+        raise AssertionError(f"records locked to be {'enabled' if enabled else 'disabled'} were not all saved: {outcomes}")
 
 
 def begin(conn: psycopg.Connection, operation: str, selection: str, *, undoes: int | None = None, with_golden_queries: bool = False) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psycopg
 from psycopg.rows import dict_row
@@ -14,10 +14,12 @@ from ..base.reports import Report
 from ..base.safe_text import json_text
 from ..embedders import OPENAI_MAX_BATCH, Embedder, EmbeddingUnavailable, made_once
 from . import stored
+from .advice import AdviceCount, summary_lines
+from .changes import Change, Conflict, Outcome, Refused, Saved
 from .embedding_model import RegistryModelMismatch
 from .records import Line, Refusal
 from .stored import record_of
-from .write import Change, Conflict, Outcome, Refused, Saved, TransientFailure, check_changes, save_changes
+from .write import TransientFailure, check_changes, save_changes
 
 
 @dataclass
@@ -32,6 +34,8 @@ class ImportReport(Report):
     not_imported: int = 0
     # What the registry holds after it (stored.counts), where the command asked: agents can find only its enabled records.
     registry: dict | None = None
+    # The advice on the records it created or updated (advice.saved_since), where the command asked.
+    advice: list[AdviceCount] | None = None
 
     def summary(self) -> str:
         """The report's last line, as `import` prints it."""
@@ -49,10 +53,11 @@ class ImportReport(Report):
             "saved": self.saved,
             "notImported": self.not_imported,
             **({"registry": self.registry} if self.registry is not None else {}),
+            **({"advice": [count.to_json() for count in self.advice]} if self.advice is not None else {}),
         }
 
     def describe(self) -> list[str]:
-        return [self.summary(), *stored.findable_lines(self.registry)]
+        return [self.summary(), *stored.findable_lines(self.registry), *summary_lines(self.advice or [])]
 
     def warnings(self) -> list[str]:
         return [f"refused {refusal}" for refusal in self.refused]
@@ -95,13 +100,15 @@ def import_records(
     """Upserts records by (provider, method) through the write path (write.save_changes).
 
     Every line is checked against every rule before anything is embedded; one refused line
-    saves nothing unless skip_invalid, which saves the others. items: the lines, or a function
-    that reads them anew (read_lines of the files): then the lines are streamed twice, a batch at
-    a time, checked all, then embedded and saved, and memory holds one batch whatever the length
-    (plus 16 bytes a line, to find a record named twice). Each batch of the save is a transaction
-    of its own: a file of more than one batch that stops midway (the embedding service or the
-    database failed) raises ImportInterrupted, keeping the batches saved; rerunning it finishes.
-    conn must be in autocommit mode.
+    saves nothing unless skip_invalid, which saves the others. A file of one batch is saved by
+    the write path's own statement, which judges every line first. items: the lines, or a function
+    that reads them anew (read_lines of the files): then a longer file is streamed twice, a batch
+    at a time, checked all (each batch judged in a transaction rolled back), then embedded and
+    saved, and memory holds one batch whatever the length (plus 16 bytes a line, to find a record
+    named twice). Each batch of the save is a transaction of its own: a file of more than one
+    batch that stops midway (the embedding service or the database failed) raises
+    ImportInterrupted, keeping the batches saved; rerunning it finishes. conn must be in
+    autocommit mode.
     """
     if callable(items):
         read_items = items
@@ -112,7 +119,11 @@ def import_records(
             return kept
 
     run = _ImportRun(conn, made_once(embedder_factory), skip_invalid, progress)  # one embedder (one model load) per import
-    if not skip_invalid and not run.check_all(_batches(read_items(), batch_size)):
+    batches = _batches(read_items(), batch_size)
+    first, second = next(batches, []), next(batches, None)
+    if second is None and (skip_invalid or not any(isinstance(item, Refusal) for item in first)):
+        return run.save_all([first])  # every line judged by the save's own statement
+    if not skip_invalid and not run.check_all(itertools.chain([first], [second] if second is not None else [], batches)):
         return run.report
     return run.save_all(_batches(read_items(), batch_size))
 
@@ -128,6 +139,9 @@ class _ImportRun:
         self.sources: list[str] = []
         self.source_number: dict[str, int] = {}
         self.seen: dict[bytes, int] = {}
+        # Every line checked already (check_all passed, or save checks each batch first): the save's
+        # first call of a batch does not judge it again.
+        self.checked = skip_invalid
 
     def position(self, line: Line) -> int:
         number = self.source_number.setdefault(line.source, len(self.source_number))
@@ -155,16 +169,24 @@ class _ImportRun:
         return check_changes(self.conn, changes, seen=self.seen, positions=positions)
 
     def save(self, changes: list[Change], positions: list[int]) -> list[Outcome | None]:
-        return save_changes(
+        """The batch saved, all or nothing; with skip_invalid, checked first (a record named in an
+        earlier batch too is refused) and its other lines saved."""
+        outcomes: list[Outcome | None] = list(self.check(changes, positions)) if self.skip_invalid else [None] * len(changes)
+        valid = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        saved = save_changes(
             self.conn,
             self.embedder_factory,
-            changes,
+            [changes[i] for i in valid],
             all_or_nothing=not self.skip_invalid,
-            checked=not self.skip_invalid,
-            seen=self.seen,
-            positions=positions,
+            checked=self.checked,
             progress=self.progress,
         )
+        for i, outcome in zip(valid, saved):
+            if isinstance(outcome, Refused) and outcome.same_as is not None:
+                # A change of the same record as another of the batch: named by that one's position.
+                outcome = replace(outcome, same_as=positions[valid[outcome.same_as]])
+            outcomes[i] = outcome
+        return outcomes
 
     def check_all(self, batches: Iterable[list[Line | Refusal]]) -> bool:
         """The first pass: checks every line, embedding and saving nothing; whether all passed
@@ -180,6 +202,7 @@ class _ImportRun:
             self.report.not_imported = valid
             return False
         self.seen.clear()  # every line was checked; the save checks none again
+        self.checked = True
         return True
 
     def save_all(self, batches: Iterable[list[Line | Refusal]]) -> ImportReport:
@@ -201,9 +224,11 @@ class _ImportRun:
                     report.unchanged += outcome.outcome == "unchanged"
             report.refused += refused
             if refused and not self.skip_invalid:
-                # Refused at the save though the check passed: another writer changed something meanwhile.
+                # Refused at the save (a file of one batch is judged there; a longer one passed its
+                # check, so another writer changed something meanwhile).
                 if saved_a_batch:
                     raise ImportInterrupted(report, "; ".join(str(r) for r in refused))
+                report.not_imported = sum(outcome is None for _, outcome in outcomes)
                 return report
             saved_a_batch = True
         report.saved = True

@@ -82,18 +82,3 @@ def refuse_other_dimensions(model: EmbeddingModel | None, embedder: Embedder, di
         raise EmbeddingUnavailable(
             f"{embedder.model_name} returned a {dimensions}-dimensional embedding, but the registry's model has {model.dimensions} dimensions"
         )
-
-
-def adopt_embedder_model(conn: psycopg.Connection, embedder: Embedder, dimensions: int) -> None:
-    """Locks the registry's model for this transaction's vector writes and checks it is the
-    embedder's; makes it the registry's when none is set yet (the first vector saved chooses it).
-
-    Call it first in the transaction that saves vectors, before any record is locked: every vector
-    write takes this lock (tg_provider_methods__keep_embedding_current), and a model switch takes
-    it before the records, so taking it first is the lock order that never deadlocks with a switch.
-    payrail.set_embedding_model refuses (PYE02) another model than one that already has vectors.
-    """
-    row = conn.execute("select name, dimensions from payrail.embedding_model for share").fetchone()
-    model = refuse_another_model(EmbeddingModel(*row) if row else None, embedder)
-    if model is None or model.dimensions != dimensions:
-        conn.execute("select payrail.set_embedding_model(%s, %s)", (embedder.model_name, dimensions))

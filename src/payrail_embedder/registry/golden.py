@@ -6,8 +6,9 @@ beside the records: evaluation and training data for `eval` and `model tune`, ne
 database holds every rule (db/functions/160-golden_queries.sql) and says what it refuses in words.
 
 The file format is eval's (labelled_queries.parse_labelled_lines reads it): one JSON object a line,
-{"query": "...", "relevant": [[provider, method], ...]}. `golden export` writes each golden query
-in the order they were added, its keys in that order, its records in the order they were given,
+{"query": "...", "relevant": [[provider, method], ...], "language": "de"}, the language optional
+and other fields ignored. `golden export` writes each golden query in the order they were added,
+its keys in that order (language only where it has one), its records in the order they were given,
 each by the names it has now, as safe_text.json_text writes JSON (non-ASCII characters as they are,
 U+0085, U+2028 and U+2029 escaped), each line ended by "\\n". So an export imported into a
 registry holding the same records exports the same bytes again.
@@ -26,10 +27,10 @@ from ..base.errors import CodedError, database_reason
 from ..base.reports import Report
 from ..base.safe_text import json_text
 from ..embedders import Embedder, batched, checked_vectors
-from ..postgres.connection import naming_pgvector, one_row, one_value
+from ..postgres.connection import SelfPinned, naming_pgvector, one_row, one_value
 from . import stored
 from .embedding_model import EmbeddingModel, embedder_for, refuse_another_model, refuse_other_dimensions, registry_model, require_embedder_model
-from .labelled_queries import LabelledQuery, NormalizedNames
+from .labelled_queries import LabelledQuery, NormalizedNames, language_tag
 from .records import Refusal
 from .search import Query, check_query, embed_queries
 
@@ -41,7 +42,7 @@ SAME_QUERY = "queries compare ignoring case, compatibility forms, invisible char
 # lookups by key ("offset 0"), whatever the statistics say (docs/operations.md, "Plans that do not
 # depend on statistics").
 GOLDEN_QUERIES = """
-select g.id, g.query, g.added_by, g.added_at,
+select g.id, g.query, g.language, g.added_by, g.added_at,
        pg_catalog.array_agg(r.record_id order by r.ordinal),
        pg_catalog.array_agg(r.provider order by r.ordinal),
        pg_catalog.array_agg(r.method order by r.ordinal),
@@ -84,12 +85,14 @@ class GoldenQuery:
     query: Query
     # The records it should find, in the order they were given, as they are named now.
     relevant: tuple[RelevantRecord, ...]
+    # The language it is in (a tag, lower-cased as eval compares them), or None.
+    language: str | None
     added_by: str
     added_at: datetime
 
     def labelled(self) -> LabelledQuery:
         """The query as eval runs it."""
-        return LabelledQuery(None, self.query, tuple((r.provider, r.method) for r in self.relevant), self.golden_query_id)
+        return LabelledQuery(None, self.query, tuple((r.provider, r.method) for r in self.relevant), self.golden_query_id, self.language)
 
     def line(self) -> str:
         """The query as a line of the file format, without its newline (the module's doc)."""
@@ -100,6 +103,7 @@ class GoldenQuery:
             "goldenQueryId": self.golden_query_id,
             "query": self.query,
             "relevant": [record.to_json() for record in self.relevant],
+            "language": self.language,
             "addedBy": self.added_by,
             "addedAt": self.added_at.isoformat(),
         }
@@ -108,6 +112,7 @@ class GoldenQuery:
         return [
             f"{verb} {self.golden_query_id}: {self.query}",
             "   relevant: " + "; ".join(f"{r.provider} / {r.method}" + ("" if r.enabled else " (draft)") for r in self.relevant),
+            *([f"   language: {self.language}"] if self.language else []),
             f"   added {self.added_at.isoformat()} by {self.added_by}",
         ]
 
@@ -134,6 +139,15 @@ class GoldenQueries(Report):
         return lines
 
 
+# Whether the registry holds any golden query: one statement on its own (no search path to pin).
+ANY_GOLDEN_QUERY = SelfPinned("select exists (select from payrail.golden_queries)")
+
+
+def any_golden_queries(conn: psycopg.Connection) -> bool:
+    """Whether the registry holds a golden query (an edit's effect has none to measure when not)."""
+    return bool(one_value(conn.execute(ANY_GOLDEN_QUERY)))
+
+
 def golden_queries(conn: psycopg.Connection, *, record_id: int | None = None) -> list[GoldenQuery]:
     """Every golden query in the order they were added, or those naming the record record_id."""
     if record_id is None:
@@ -143,8 +157,8 @@ def golden_queries(conn: psycopg.Connection, *, record_id: int | None = None) ->
 
 def _golden_queries(conn: psycopg.Connection, where: str, params: tuple) -> list[GoldenQuery]:
     return [
-        GoldenQuery(golden_id, Query(query), tuple(map(RelevantRecord, *records)), added_by, added_at)
-        for golden_id, query, added_by, added_at, *records in conn.execute(GOLDEN_QUERIES.format(where=where), params)
+        GoldenQuery(golden_id, Query(query), tuple(map(RelevantRecord, *records)), language and language.lower(), added_by, added_at)
+        for golden_id, query, language, added_by, added_at, *records in conn.execute(GOLDEN_QUERIES.format(where=where), params)
     ]
 
 
@@ -159,21 +173,32 @@ def export_lines(conn: psycopg.Connection) -> list[str]:
 
 
 def add_golden_query(
-    conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], query: str, names: Sequence[str], record_ids: Sequence[int] = ()
+    conn: psycopg.Connection,
+    embedder_factory: Callable[[], Embedder],
+    query: str,
+    names: Sequence[str],
+    record_ids: Sequence[int] = (),
+    language: str | None = None,
 ) -> GoldenQuery:
     """Adds a golden query: query, and the records it should find: those of record_ids, then each
     of names as a user names a record ("Provider / Method", or "Provider Method":
-    stored.find_by_name). The query is embedded with the registry's model first and its vector
+    stored.find_by_name); language: the tag of the language it is in (labelled_queries.language_tag
+    checks it), or None. The query is embedded with the registry's model first and its vector
     kept with it (embedded_now). InvalidQuery for a query search would refuse, UnknownRecord for a
     name no record (or several) goes by, GoldenRefused for what the registry refuses (the same
     query, a record twice, ...), EmbeddingUnavailable when the query cannot be embedded: nothing
     is added then."""
     check_query(query)
+    if language is not None:
+        try:
+            language = language_tag(language)
+        except ValueError as error:
+            raise GoldenRefused(str(error)) from None
     record_ids = [*record_ids, *(stored.find_by_name(conn, [name])["id"] for name in names)]
     vectors = QueryVectors.made(conn, embedder_factory, [query])
     with conn.transaction():
         try:
-            (golden_id,) = one_row(conn.execute("select payrail.add_golden_query(%s, %s)", (query, record_ids)))
+            (golden_id,) = one_row(conn.execute("select payrail.add_golden_query(%s, %s, %s)", (query, record_ids, language)))
         except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as error:
             if error.diag.constraint_name == "golden_queries_query_key":
                 # The database's hint names its SQL function, for psql; these are the faces' ways.
@@ -217,6 +242,9 @@ class ImportReport(Report):
     refused: list[Refusal] = field(default_factory=list)
     # Whether the file's queries were saved: all of them, or none (a refusal).
     saved: bool = False
+    # The fields of the file's lines that a golden query does not keep (the benchmark's
+    # "source"), each with how many lines carry it: ignored, and named once.
+    ignored: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -224,6 +252,7 @@ class ImportReport(Report):
             "unchanged": self.unchanged,
             "refused": [{"line": r.line, "reason": r.reason} for r in self.refused],
             "saved": self.saved,
+            "ignoredFields": [{"field": name, "lines": count} for name, count in self.ignored.items()],
         }
 
     def summary(self) -> str:
@@ -231,11 +260,26 @@ class ImportReport(Report):
             return f"nothing imported: {len(self.refused)} line{'' if len(self.refused) == 1 else 's'} refused"
         return f"{self.added} golden quer{'y' if self.added == 1 else 'ies'} added, {self.unchanged} unchanged"
 
+    def ignored_in_words(self) -> str | None:
+        """ "ignored fields: source (in 296 lines)", or None when the lines carry no other field."""
+        if not self.ignored:
+            return None
+        return "ignored fields: " + ", ".join(f"{name} (in {count:,} line{'' if count == 1 else 's'})" for name, count in self.ignored.items())
+
     def describe(self) -> list[str]:
-        return [self.summary()]
+        return [self.summary(), *filter(None, [self.ignored_in_words()])]
 
     def warnings(self) -> list[str]:
         return [f"refused {refusal}" for refusal in self.refused]
+
+
+def ignored_fields(queries: Sequence[LabelledQuery]) -> dict[str, int]:
+    """The fields the queries' lines carry beside those of a labelled query, each with how many lines carry it, in the order first met."""
+    counted: dict[str, int] = {}
+    for labelled in queries:
+        for name in labelled.ignored:
+            counted[name] = counted.get(name, 0) + 1
+    return counted
 
 
 def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[], Embedder], queries: Sequence[LabelledQuery], source: str) -> ImportReport:
@@ -243,12 +287,13 @@ def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[
 
     Every line is checked first and every problem reported, naming its line: a record no record
     goes by, one named twice, a query the file has on an earlier line, or one the registry holds
-    with other records (the reader refused more than labelled_queries.MAX_RELEVANT already). A
-    query the registry holds with the same records (in any order) is left as it is, so importing
-    a file again changes nothing. The rest are added in one transaction, with their vectors by the
-    registry's model (embedded first, in batches: a failing embedding service adds none); a
-    refusal of the database (another session added the same query meanwhile) saves none of them
-    either.
+    with other records or in another language (the reader refused more than
+    labelled_queries.MAX_RELEVANT already). A query the registry holds with the same records (in
+    any order) and language is left as it is, so importing a file again changes nothing. Fields a
+    golden query does not keep are ignored and counted (ImportReport.ignored). The rest are added
+    in one transaction, with their vectors by the registry's model (embedded first, in batches: a
+    failing embedding service adds none); a refusal of the database (another session added the
+    same query meanwhile) saves none of them either.
     """
     names = NormalizedNames(conn, [pair for q in queries for pair in q.relevant])
     existing = _existing(conn, queries)
@@ -256,7 +301,7 @@ def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[
     to_add: list[tuple[LabelledQuery, list[int]]] = []
     unchanged = 0
     first_line: dict[str, int] = {}
-    for labelled, (key, golden_id, stored_query, stored_ids) in zip(queries, existing, strict=True):
+    for labelled, (key, golden_id, stored_query, stored_ids, stored_language) in zip(queries, existing, strict=True):
         line = _file_line(labelled)
         problems = []
         unknown = [pair for pair in labelled.relevant if names.record(*pair) is None]
@@ -273,29 +318,37 @@ def import_golden_queries(conn: psycopg.Connection, embedder_factory: Callable[[
                 f"the registry holds the golden query {json_text(stored_query)} with other relevant records; "
                 "remove it first (`payrail-embedder golden remove`) to label it anew"
             )
+        elif golden_id is not None and not problems and stored_language != labelled.language:
+            problems.append(
+                f"the registry holds the golden query {json_text(stored_query)} "
+                + (f'in language "{stored_language}"' if stored_language else "without a language")
+                + (f', this line says "{labelled.language}"' if labelled.language else ", this line has none")
+                + "; remove it first (`payrail-embedder golden remove`) to label it anew"
+            )
         if problems:
             refused.append(Refusal(source, line, "; ".join(problems)))
         elif golden_id is not None:
             unchanged += 1
         else:
             to_add.append((labelled, ids))
+    ignored = ignored_fields(queries)
     if refused:
-        return ImportReport(refused=refused)
+        return ImportReport(refused=refused, ignored=ignored)
     vectors = QueryVectors.made(conn, embedder_factory, [labelled.query for labelled, _ in to_add])
     refusal = None
     with conn.transaction() as transaction:
         added = []
         for labelled, ids in to_add:
             try:
-                (golden_id,) = one_row(conn.execute("select payrail.add_golden_query(%s, %s)", (labelled.query, ids)))
+                (golden_id,) = one_row(conn.execute("select payrail.add_golden_query(%s, %s, %s)", (labelled.query, ids, labelled.language)))
             except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as error:
                 refusal = Refusal(source, _file_line(labelled), database_reason(error))
                 raise psycopg.Rollback(transaction) from None
             added.append((golden_id, labelled.query))
         vectors.store(conn, added)
     if refusal is not None:
-        return ImportReport(refused=[refusal])
-    return ImportReport(len(to_add), unchanged, saved=True)
+        return ImportReport(refused=[refusal], ignored=ignored)
+    return ImportReport(len(to_add), unchanged, saved=True, ignored=ignored)
 
 
 def _file_line(labelled: LabelledQuery) -> int:
@@ -305,15 +358,16 @@ def _file_line(labelled: LabelledQuery) -> int:
     return labelled.line
 
 
-def _existing(conn: psycopg.Connection, queries: Sequence[LabelledQuery]) -> list[tuple[str, int | None, str | None, list[int]]]:
+def _existing(conn: psycopg.Connection, queries: Sequence[LabelledQuery]) -> list[tuple[str, int | None, str | None, list[int], str | None]]:
     """For each query: its comparison key, and the golden query the registry holds that is the same
-    (id, query, record ids; None, None, [] when there is none)."""
+    (id, query, record ids, language lower-cased; None, None, [], None when there is none)."""
     return [
-        (key, golden_id, query, list(record_ids or []))
-        for key, golden_id, query, record_ids in conn.execute(
+        (key, golden_id, query, list(record_ids or []), language and language.lower())
+        for key, golden_id, query, record_ids, language in conn.execute(
             """
             select payrail._normalize_name(u.query), g.id, g.query,
-                   (select pg_catalog.array_agg(r.record_id) from payrail.golden_query_records as r where r.golden_query_id = g.id)
+                   (select pg_catalog.array_agg(r.record_id) from payrail.golden_query_records as r where r.golden_query_id = g.id),
+                   g.language
             from unnest(%s::text[]) with ordinality as u(query, i)
             left join lateral payrail._golden_query_named(u.query) as g on true
             order by u.i

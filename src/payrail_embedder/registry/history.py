@@ -13,7 +13,8 @@ from ..base.reports import Report
 from ..base.safe_text import escape_controls
 from ..embedders import Embedder
 from . import stored, undo
-from .write import Change, Outcome, Saved, save_change
+from .changes import Change, Outcome, Saved
+from .write import save_change
 
 UNKNOWN_AUTHOR = "unknown"
 

@@ -2,9 +2,10 @@
 format (one reader for `eval FILE`, `golden import` and `model tune FILE`) or a golden query of
 the registry (golden.py), and the records their names name, as the registry compares names.
 
-A labelled query is {"query": "...", "relevant": [[provider, method], ...]}; a file's may also
-carry "language", a short language tag ("en", "de", "zh-Hant") that eval reports metrics by. The
-registry's golden queries have none: golden import refuses the field like any other.
+A labelled query is {"query": "...", "relevant": [[provider, method], ...]}, and optionally
+"language", a short language tag ("en", "de", "zh-Hant") that eval reports metrics by; a golden
+query keeps its tag too (payrail.golden_queries.language). A line may carry other fields (the
+benchmark's "source"): every reader takes the line and ignores them, and golden import names them.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from ..base.safe_text import json_text
 from .records import RECORD_LINE, refuse_duplicate_keys
 from .search import InvalidQuery, Query, check_query
 
-# A labelled query's fields; a file may carry others (the benchmark's "source"), which golden import refuses.
-LABELLED_FIELDS = ("query", "relevant")
+# A labelled query's fields; a file may carry others (the benchmark's "source"), which nothing reads.
+LABELLED_FIELDS = ("query", "relevant", "language")
 
 Pair = tuple[str, str]
 
@@ -48,8 +49,10 @@ class LabelledQuery:
     relevant: tuple[Pair, ...]
     # The golden query's id (payrail.golden_queries.id); None for a file's.
     golden_query_id: int | None = None
-    # The file's language tag, lower-cased (tags compare regardless of case); None without one.
+    # The language tag, lower-cased (tags compare regardless of case); None without one.
     language: str | None = None
+    # The fields of its line that no labelled query has (LABELLED_FIELDS), which nothing reads.
+    ignored: tuple[str, ...] = ()
 
     def origin(self) -> dict:
         """Where it comes from, as JSON: {"line": N} for a file's query, {"goldenQueryId": ID} for the registry's."""
@@ -59,8 +62,10 @@ class LabelledQuery:
         return origin_text(self.origin())
 
     def file_line(self) -> str:
-        """The query as a line of the file format, without its newline, as `golden export` writes it."""
-        return json_text({"query": self.query, "relevant": [list(pair) for pair in self.relevant]})
+        """The query as a line of the file format, without its newline, as `golden export` writes
+        it: query, relevant, and language where it has one."""
+        line = {"query": self.query, "relevant": [list(pair) for pair in self.relevant]}
+        return json_text(line | {"language": self.language} if self.language is not None else line)
 
 
 def origin_text(item: dict) -> str:
@@ -83,14 +88,14 @@ MAX_LABELLED_QUERIES = 50_000
 LABELLED_FILE = SizeLimit(16_000_000, "the most a labelled query file may take (docs/operators.md, Labelled query files): split it")
 
 
-def read_labelled_queries(path: Path | str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
+def read_labelled_queries(path: Path | str) -> list[LabelledQuery]:
     """The labelled queries of a file (any input open_input takes, "-" included), each with its
     line (parse_labelled_lines), the file within LABELLED_FILE."""
     with open_input(path, line_limit=LABELLED_QUERY_LINE, size_limit=LABELLED_FILE) as opened:
-        return parse_labelled_lines(opened.lines(), opened.source, only_known_fields=only_known_fields)
+        return parse_labelled_lines(opened.lines(), opened.source)
 
 
-def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source: str, *, only_known_fields: bool = False) -> list[LabelledQuery]:
+def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source: str) -> list[LabelledQuery]:
     """The one reader of labelled queries, for `eval FILE`, `golden import` and `model tune FILE`.
 
     Each non-blank line is {"query": "...", "relevant": [[provider, method], ...]}, with an
@@ -98,9 +103,8 @@ def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source:
     refused, naming source and line: EvaluationError (invalid_input), or InvalidQuery
     (invalid_query) for a query search would refuse, before the database or the embedder is
     asked. A line naming more than MAX_RELEVANT records is refused, and so is the query after
-    MAX_LABELLED_QUERIES, which is not read. only_known_fields: refuse fields other than query and
-    relevant, language included (golden import keeps those two alone, so nothing else a line says
-    is dropped unseen); otherwise other fields are ignored. None at all is refused too.
+    MAX_LABELLED_QUERIES, which is not read. Other fields are kept by name (LabelledQuery.ignored)
+    and read by nobody. None at all is refused too.
     """
     queries: list[LabelledQuery] = []
     for line in lines:
@@ -113,32 +117,26 @@ def parse_labelled_lines(lines: Iterable[NumberedLine | UnreadableLine], source:
                 "(docs/operators.md, Labelled query files): split it; the rest of the file was not read"
             )
         try:
-            query, relevant, language = _labelled_fields(line.text, only_known_fields)
+            query, relevant, language, ignored = _labelled_fields(line.text)
         except (json.JSONDecodeError, ValueError, RecursionError) as error:
             raise EvaluationError(f"{where}: {_problem(error)}") from None
         try:
             checked = check_query(query)  # invalid_query before the database or the embedder is asked
         except InvalidQuery as error:
             raise InvalidQuery(f"{where}: {error.detail}") from None
-        queries.append(LabelledQuery(line.number, checked, relevant, language=language))
+        queries.append(LabelledQuery(line.number, checked, relevant, language=language, ignored=ignored))
     if not queries:
         raise EvaluationError(f"{source}: no labelled queries")
     return queries
 
 
-def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pair, ...], str | None]:
+def _labelled_fields(text: str) -> tuple[str, tuple[Pair, ...], str | None, tuple[str, ...]]:
     data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
     if not isinstance(data, dict):
         raise ValueError("a line must be a JSON object")
-    missing = [name for name in LABELLED_FIELDS if name not in data]
+    missing = [name for name in ("query", "relevant") if name not in data]
     if missing:
         raise ValueError(f"missing field {', '.join(missing)}")
-    unknown = sorted(set(data) - set(LABELLED_FIELDS))
-    if only_known_fields and unknown:
-        raise ValueError(
-            f"unknown field(s) {', '.join(unknown)}: a golden query is its query and relevant records alone; "
-            "keep those two, e.g. with jq -c '{query, relevant}'"
-        )
     query, relevant = data["query"], data["relevant"]
     if not isinstance(query, str):
         raise ValueError("query must be a string")
@@ -153,11 +151,14 @@ def _labelled_fields(text: str, only_known_fields: bool) -> tuple[str, tuple[Pai
     for name in (name for pair in relevant for name in pair):
         if "\x00" in name or _has_lone_surrogate(name):
             raise ValueError(f"relevant names {name!r}, which PostgreSQL text cannot hold (a NUL or a lone surrogate)")
-    language = _language_tag(data["language"]) if "language" in data else None
-    return query, tuple((provider, method) for provider, method in relevant), language
+    language = language_tag(data["language"]) if "language" in data else None
+    ignored = tuple(name for name in data if name not in LABELLED_FIELDS)
+    return query, tuple((provider, method) for provider, method in relevant), language, ignored
 
 
-def _language_tag(tag: object) -> str:
+def language_tag(tag: object) -> str:
+    """tag as a labelled query keeps it (lower-cased), if it is a language tag (LANGUAGE_TAG, not
+    UNTAGGED); ValueError saying why not otherwise."""
     if not (isinstance(tag, str) and LANGUAGE_TAG.fullmatch(tag)):
         raise ValueError("language must be a language tag of 2 to 8 letters, digits and hyphens, such as en, de or zh-Hant")
     if tag.lower() == UNTAGGED:

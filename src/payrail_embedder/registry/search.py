@@ -39,7 +39,8 @@ class SearchUnavailable(SearchError):
 
     cause, for operators' logs: "database_unreachable", "database_error" (a statement failed),
     "embedding_service" (it failed), "model_mismatch" (the client embeds with another model than
-    the registry's) or "configuration" (a setting in the environment is refused).
+    the registry's), "configuration" (a setting in the environment is refused) or "server_error"
+    (a failure of the server's own, which the MCP server answers so).
     """
 
     code = "search_unavailable"

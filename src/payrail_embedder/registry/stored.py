@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import DictRow, dict_row
 
 from ..base.errors import CodedError
 from ..base.reports import Report
-from ..postgres.connection import one_row
+from ..postgres.connection import SelfPinned, one_row
+from .advice import Advice, advice_lines
 from .embedding_model import registry_model
 from .records import ProviderMethod
 
@@ -165,12 +165,13 @@ def ids_named(conn: psycopg.Connection, name: str) -> list[int]:
 
 @dataclass(frozen=True)
 class ShownRecord(Report):
-    """`show`: one stored record, and what it is to agents."""
+    """`show`: one stored record, what it is to agents, and the advice on how it fits the editorial template."""
 
     row: dict
+    advice: tuple[Advice, ...] = ()
 
     def to_json(self) -> dict:
-        return {**as_json(self.row), "savedBy": self.row["saved_by"], "state": state_of(self.row)}
+        return {**as_json(self.row), "savedBy": self.row["saved_by"], "state": state_of(self.row), "advice": [item.to_json() for item in self.advice]}
 
     def describe(self) -> list[str]:
         row = self.row
@@ -188,6 +189,8 @@ class ShownRecord(Report):
             f"docs: {row['docs_url'] or 'none'}",
             "",
             row["guidance"],
+            "",
+            *advice_lines(self.advice),
         ]
 
 
@@ -299,14 +302,9 @@ def all_drafts_in_words(held: dict) -> str | None:
 
 
 # What a record is to search: enabled, a draft with a vector of its current content by the
-# registry's model (preview can place it), or a draft that has none yet.
+# registry's model (preview can place it), or a draft that has none yet: the records list's
+# states (payrail.list_provider_methods says which a record is).
 STATES = ("enabled", "draft", "draft needing an embedding")
-# On a row of LIST_ENTRIES.
-STATE_CONDITIONS = {
-    "enabled": "e.enabled",
-    "draft": "not e.enabled and e.has_current_vector",
-    "draft needing an embedding": "not e.enabled and not e.has_current_vector",
-}
 
 
 def state_of(row: dict) -> str:
@@ -314,15 +312,6 @@ def state_of(row: dict) -> str:
     if row["enabled"]:
         return "enabled"
     return "draft" if row["embedded"] else "draft needing an embedding"
-
-
-# The records list's order, by provider and method ignoring case, then id: what the index
-# provider_methods_list_order_idx holds, so a page is read from it, not sorted from every row.
-# lower(), not the unique key's payrail._normalize_name: 3x faster over 10,000 records, and the
-# same order but for names that differ only in runs of white space.
-LIST_ORDER_KEY = "(pg_catalog.lower(pm.provider), pg_catalog.lower(pm.method), pm.id)"
-# The same key as a list entry holds it (payrail._list_entry), for a filtered list.
-ENTRY_ORDER_KEY = "(e.provider_key, e.method_key, e.provider_method_id)"
 
 
 def encode_cursor(row: dict) -> str:
@@ -340,7 +329,8 @@ def decode_cursor(cursor: str) -> tuple[str, str, int]:
         raise ValueError("not a page cursor") from None
     if not (isinstance(key, list) and len(key) == 3 and isinstance(key[0], str) and isinstance(key[1], str)):
         raise ValueError("not a page cursor")
-    if type(key[2]) is not int or "\x00" in key[0] + key[1]:
+    # A record id is a bigint: another number is no row's key.
+    if type(key[2]) is not int or not -(2**63) <= key[2] < 2**63 or "\x00" in key[0] + key[1]:
         raise ValueError("not a page cursor")
     return key[0], key[1], key[2]
 
@@ -356,46 +346,13 @@ class RecordsPage:
     matching: int | None = None
 
 
-def filter_conditions(text: str, state: str | None) -> list[sql.Composable]:
-    """The conditions, on a row e of LIST_ENTRIES, of the text and state filters (none without)."""
+def check_state(state: str | None) -> None:
+    """ValueError for a state the records list has not (one of STATES, or None)."""
     if state is not None and state not in STATES:
         raise ValueError(f"unknown state {state!r}; states are {', '.join(STATES)}")
-    conditions: list[sql.Composable] = []
-    text = text.replace("\x00", "")  # PostgreSQL text cannot hold it; no record does
-    if text:
-        # The entry's text is lower-cased already (payrail._list_entry): read, not recomputed.
-        conditions.append(sql.SQL("pg_catalog.strpos(e.filter_text, pg_catalog.lower({})) > 0").format(sql.Literal(text)))
-    if state is not None:
-        conditions.append(sql.SQL(STATE_CONDITIONS[state]))
-    return conditions
 
 
-PAGE_COLUMNS = "pm.id, pm.version, pm.provider, pm.method, pm.enabled, pm.updated_at, pm.saved_by"
-# A filtered page: the matches once (the text is the scan's cost), counted, and the page sorted from
-# them; one row of NULLs but the count when the page is empty.
-FILTERED_PAGE = sql.SQL(
-    """with matches as materialized (
-         select e.provider_method_id, e.has_current_vector, e.provider_key, e.method_key
-         from {entries} as e
-         where {filters})
-       select {columns}, e.has_current_vector as embedded, e.provider_key, e.method_key, c.matching
-       from (select count(*) as matching from matches) as c
-       left join lateral (select e.* from matches as e where {where}
-                          order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}
-                          {limit}) as e on true
-       left join lateral (select {columns} from payrail.provider_methods as pm
-                          where pm.id = e.provider_method_id offset 0) as pm on true
-       order by e.provider_key {d}, e.method_key {d}, e.provider_method_id {d}"""
-)
-# An unfiltered page: a walk of provider_methods_list_order_idx.
-WHOLE_PAGE = sql.SQL(
-    """select {columns}, pm.has_current_vector as embedded,
-              pg_catalog.lower(pm.provider) as provider_key, pg_catalog.lower(pm.method) as method_key
-       from {records} as pm
-       where {where}
-       order by pg_catalog.lower(pm.provider) {d}, pg_catalog.lower(pm.method) {d}, pm.id {d}
-       {limit}"""
-)
+LIST = SelfPinned("select * from payrail.list_provider_methods(%s, %s, %s, %s, %s, %s, %s)")
 
 
 def list_records(
@@ -412,37 +369,24 @@ def list_records(
     text: only those whose provider, method, guidance, URLs or docs URL contain it, ignoring case;
     state: only those in it. ValueError for an unknown state or a cursor that is not one.
 
-    Unfiltered, a page is a walk of provider_methods_list_order_idx. Filtered, it is one scan of
-    the narrow list entries (the same before and after ANALYZE) that also counts the matches, a
-    sort of the matches by the entries' copy of the key, and the page's records read by id."""
+    payrail.list_provider_methods reads the page in one statement: unfiltered a walk of
+    provider_methods_list_order_idx; filtered one scan of the narrow list entries (the same before
+    and after ANALYZE) that also counts the matches, then the page's records by id."""
+    check_state(state)
     backwards = before is not None
-    cursor = before if backwards else after
-    filtered = filter_conditions(text, state)
-    key = ENTRY_ORDER_KEY if filtered else LIST_ORDER_KEY
-    where: sql.Composable = sql.SQL("true")
-    if cursor is not None:
-        where = sql.SQL(key + (" < " if backwards else " > ") + "({}, {}, {})").format(*map(sql.Literal, decode_cursor(cursor)))
-    direction = sql.SQL("desc" if backwards else "asc")
-    limit_clause = sql.SQL("limit {}").format(limit + 1) if limit is not None else sql.SQL("")
-    template = FILTERED_PAGE if filtered else WHOLE_PAGE
-    query = template.format(
-        columns=sql.SQL(PAGE_COLUMNS),
-        entries=sql.SQL(LIST_ENTRIES),
-        records=sql.SQL(RECORDS),
-        filters=sql.SQL(" and ").join(filtered),
-        where=where,
-        d=direction,
-        limit=limit_clause,
-    )
-    found = conn.cursor(row_factory=dict_row).execute(query).fetchall()
-    matching = found[0]["matching"] if filtered else None
-    rows = [row | {"state": state_of(row)} for row in found if row["id"] is not None]
+    given = before if backwards else after
+    cursor: tuple[str | None, str | None, int | None] = decode_cursor(given) if given is not None else (None, None, None)
+    text = text.replace("\x00", "")  # PostgreSQL text cannot hold it; no record does
+    # One more than the page: whether there is another after it.
+    found = conn.cursor(row_factory=dict_row).execute(LIST, (text or None, state, limit + 1 if limit is not None else None, *cursor, backwards)).fetchall()
+    matching = found[0]["matching"] if found and (text or state is not None) else None
+    rows = [row for row in found if row["id"] is not None]
     more = limit is not None and len(rows) > limit
     rows = rows[:limit] if limit is not None else rows
     if backwards:
         rows.reverse()
-    has_before = more if backwards else cursor is not None
-    has_after = cursor is not None if backwards else more
+    has_before = more if backwards else cursor[2] is not None
+    has_after = cursor[2] is not None if backwards else more
     return RecordsPage(
         rows,
         encode_cursor(rows[0]) if rows and has_before else None,

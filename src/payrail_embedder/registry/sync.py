@@ -5,7 +5,10 @@ sync also embeds the golden queries that lack a vector by the registry's model (
 Both read the records to embed, embed them a batch at a time (one embedding request each) and
 commit each batch on its own, writing a vector only while its record still holds the content
 it was made from. A record edited meanwhile is embedded again with its new content, a few
-passes at most; a failing embedder stops the run and leaves the rest listed as pending.
+passes at most; a failing embedder stops the run and leaves the rest listed as pending. sync
+reads and writes through the write path's statement (write.answered): each batch's records as
+stored, which it answers with the texts to embed, then their vectors, which it saves or
+refuses as stale.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from psycopg.rows import dict_row
 
 from ..base.errors import reason
 from ..base.reports import Report
-from ..embedders import Embedder, EmbeddingUnavailable, checked_vectors, record_text
+from ..embedders import Embedder, EmbeddingUnavailable, checked_vectors
 from ..postgres import connection
 from . import golden, stored
-from .embedding_model import RegistryModelMismatch, adopt_embedder_model, registry_model, require_embedder_model
+from .changes import AsStored, Embedding
+from .embedding_model import RegistryModelMismatch, registry_model, require_embedder_model
+from .write import answered
 
 # Records to embed, shortest texts first: a batch is padded to its longest text, so batches of
 # similar lengths spare the local model most of its work (sync of the 2,479 benchmark records:
@@ -100,8 +105,7 @@ def embed_in_batches(
                 batch = read_records(todo[start : start + batch_size])
                 if not batch:
                     continue
-                texts = [record_text(r["provider"], r["method"], r["guidance"]) for r in batch]
-                vectors = checked_vectors(embedder.embed(texts), len(batch), embedder.model_name)
+                vectors = checked_vectors(embedder.embed([r["text"] for r in batch]), len(batch), embedder.model_name)
                 unwritten = connection.retry_transient(lambda: _write(conn, write_batch, batch, vectors))
             except (EmbeddingUnavailable, RegistryModelMismatch, psycopg.Error) as error:
                 run.error = reason(error)
@@ -148,7 +152,7 @@ def records_by_ids(conn: psycopg.Connection, ids: Sequence[int], condition: str,
     cursor = conn.cursor(row_factory=dict_row)
     cursor.execute(
         f"""
-        select pm.id, pm.provider, pm.method, pm.guidance, pm.content_hash
+        select pm.id, pm.provider, pm.method, payrail._embedding_text(pm.provider, pm.method, pm.guidance) as text, pm.content_hash
         from pg_catalog.unnest(%(ids)s::bigint[]) as i(id),
         lateral (select * from payrail.provider_method_states as p where p.id = i.id offset 0) as pm
         where {condition}
@@ -229,27 +233,32 @@ def sync(
     """
     embedder = require_embedder_model(conn, embedder)
 
+    def needing(ids: Sequence[int]) -> list[dict]:
+        """The records of ids that need a vector, as the write path answers them as stored: each with the text to embed."""
+        return [
+            {"id": a["record_id"], "provider": a["provider"], "method": a["method"], "text": a["embedding_text"], "content_hash": a["embedding_content_hash"]}
+            for a in answered(conn, [AsStored(record_id) for record_id in ids], [None] * len(ids))
+            if a["outcome"] == "needs_embedding"
+        ]
+
     def write_vectors(batch: Sequence[dict], vectors: Sequence) -> list[int]:
-        adopt_embedder_model(conn, embedder, len(vectors[0]))
-        unwritten = []
-        for record, vector in zip(batch, vectors):
-            written = conn.execute(
-                """
-                update payrail.provider_methods
-                set embedding = %s, embedding_model = %s, embedding_content_hash = content_hash
-                where id = %s and content_hash = %s
-                """,
-                (vector, embedder.model_name, record["id"], record["content_hash"]),
-            ).rowcount
-            if not written:
-                unwritten.append(record["id"])
+        """Saves each record's vector; one whose content changed meanwhile (its vector stale) or that
+        was deleted is left out (the batch is saved all or nothing), and returned."""
+        left = [(AsStored(r["id"]), Embedding(v, embedder.model_name, bytes(r["content_hash"]))) for r, v in zip(batch, vectors)]
+        unwritten: list[int] = []
+        while left:
+            outcomes = [a["outcome"] for a in answered(conn, [c for c, _ in left], [e for _, e in left])]
+            if all(outcome in ("updated", "unchanged") for outcome in outcomes):
+                break
+            unwritten += [c.record_id for (c, _), outcome in zip(left, outcomes) if outcome != "ready"]
+            left = [pair for pair, outcome in zip(left, outcomes) if outcome == "ready"]
         return unwritten
 
     run = embed_in_batches(
         conn,
         embedder,
         lambda: ids_to_sync(conn),
-        lambda ids: records_to_sync(conn, ids),
+        needing,
         write_vectors,
         batch_size=batch_size,
         progress=progress,

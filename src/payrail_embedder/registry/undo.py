@@ -29,7 +29,8 @@ from ..base.reports import Report
 from ..base.safe_text import escape_controls
 from ..embedders import Embedder
 from . import bulk, stored
-from .write import Change, Outcome, Saved, check_changes, retry_transient, save_changes
+from .changes import Change, Outcome, Saved
+from .write import check_changes, retry_transient, save_changes
 
 # What undoing each operation does, in words: the verb, and what it is done to.
 UNDOING = {"enable": "disable", "disable": "enable", "delete": "restore"}

@@ -135,9 +135,11 @@ def run_cli_in_process(env: dict[str, str], *args: str | Path, input: str | None
 def _as_a_new_process():
     """Python's defaults of a new process for warnings (shown on sys.stderr, which CliRunner
     captures) and logging (no root handlers: logging's last resort writes WARNING and above to
-    sys.stderr)."""
-    root = logging.getLogger()
-    handlers = root.handlers[:]
+    sys.stderr). The levels a command's logs.configure sets (the root's, the package's) are put
+    back after it, as its handlers are: a later test's caplog would miss what --log-level error left
+    below the package's level."""
+    root, package = logging.getLogger(), logging.getLogger("payrail_embedder")
+    handlers, levels = root.handlers[:], (root.level, package.level)
     with warnings.catch_warnings():
         warnings.resetwarnings()
         for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
@@ -148,6 +150,8 @@ def _as_a_new_process():
             yield
         finally:
             root.handlers[:] = handlers
+            root.setLevel(levels[0])
+            package.setLevel(levels[1])
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -166,10 +170,13 @@ def cli_json(env: dict[str, str], *args: str | Path) -> tuple[int, dict, str]:
 
 
 def without_registry(report: dict) -> dict:
-    """An import's or sync's --json report without what it says the registry holds after it (its
-    "registry", stored.counts), which it must say."""
+    """An import's or sync's --json report without what it says of the registry after it, which it
+    must say: what the registry holds ("registry", stored.counts), and for an import the advice on
+    the records it saved ("advice": every piece, with its counts)."""
     assert set(report.get("registry") or {}) >= {"records", "enabled", "drafts", "draftsNeedingEmbedding"}, report
-    return {key: value for key, value in report.items() if key != "registry"}
+    if "created" in report:
+        assert report.get("advice") and all(set(count) == {"code", "summary", "fix", "enabled", "drafts"} for count in report["advice"]), report
+    return {key: value for key, value in report.items() if key not in ("registry", "advice")}
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
