@@ -486,6 +486,31 @@ def pg18_database_url(servers):
     server.drop_database(database_url)
 
 
+def test_a_forced_tune_on_too_few_validation_queries_says_its_decision_cannot_tell_a_gain_from_chance(pg18_database_url, tmp_path):
+    """Refused without --force (tests/test_tuning_data.py); forced, it tunes and keeps the model,
+    and says above the figures that they cannot decide, and in its log and JSON as well."""
+    import_catalog(pg18_database_url, tmp_path)
+    env = local_env(pg18_database_url, tmp_path / "data")
+    golden = write_jsonl(tmp_path / "golden.jsonl", GOLDEN[:12])
+
+    result = tune_process(env, golden, "--force", "--epochs", "1", "--batch-size", "4", "--threads", "1", "--validation-fraction", "0.3", timeout=900)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    validation = int(re.search(r"^validation: (\d+) queries on providers the training never saw$", result.stdout, flags=re.M)[1])
+    assert 0 < validation < MIN_VALIDATION_QUERIES
+    lines = result.stdout.splitlines()
+    warning = lines.index(
+        f"--force: {validation} validation queries cannot decide: the figures below cannot tell a gain from chance (a 95% interval "
+        f"needs {MIN_VALIDATION_QUERIES} queries, even for a gain of 0.10 hit@3 with no query lost), so whether the model is better, "
+        "and its epochs when they are decided, is not known"
+    )
+    assert lines[warning - 1].startswith("validation: ")  # above the figures it speaks of
+    kept = re.search(r"^kept (all-MiniLM-L6-v2-tuned-[0-9a-f]{12}) in \S+ \(validation MRR@3 [0-9.]+ -> [0-9.]+, kept by --force\)", result.stdout, flags=re.M)
+    assert kept and (tmp_path / "data" / "models" / kept[1] / "onnx" / "model.onnx").is_file(), result.stdout
+    (plan,) = events_among(result.stderr, "tune_plan")
+    assert plan["validation"] == str(validation), plan
+
+
 @pytest.mark.slow
 def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines(pg18_database_url, tmp_path):
     """Every record's Purpose line is a query its record answers (tests/test_record_queries.py
