@@ -6,7 +6,7 @@ tuning saw, paired with each other; and what a tune costs against what it expect
     ./scripts/benchmark tune [--eval-dir benchmarks/data] [--folds 3] [--outer-fraction 0.3] [--seed 0]
                              [--epochs 2] [--record-epochs 1] [--max-epochs 4] [--threads 1]
                              [--configs golden,mined,epochs,both-mined] [--results FILE]
-                             [--sizes 10,100,300,1000]
+                             [--first-folds N] [--sizes 10,100,300,1000]
 
 Starts a throwaway embedded PostgreSQL 18 and imports records.jsonl through the product's import
 path with the bundled model, every record enabled (as benchmarks/quality.py does).
@@ -28,8 +28,12 @@ for every fold, so it is tuned once. The bundled model is measured through the S
 registry answers (tests/test_eval.py proves that ranked in memory gives the same answers). Then the
 final models against each other: each pair's paired difference on the same test queries, with its
 interval (whether one recipe beats another is not read off two rows each compared with the bundled
-model). --results FILE keeps each configuration's per-query figures: a later run with the same
-setting compares its configurations with those already measured, without training them again.
+model). --results FILE keeps each configuration's per-query figures, each fold's as soon as it is
+measured: a later run with the same setting resumes a configuration at the fold where a stopped run
+left it, and compares its configurations with those already measured, without training them
+again. --first-folds N tunes on the first N folds only (what a busy machine can afford); a row so
+measured names its folds, and is compared with the bundled model and with the other
+configurations on those folds' queries alone.
 
 Cost (--sizes, none by default): `payrail-embedder model tune GOLDEN --json --force` in a new
 process per golden set, with the product's default recipe: its report's estimate (made as it
@@ -253,6 +257,11 @@ class Results:
         return [metrics for fold in folds for metrics in per_query[starts[fold] : starts[fold] + fold_sizes[fold]]]
 
 
+def only_folds(folds: list[int], every: int) -> str:
+    """What a row measured on some of the folds says after its label: nothing when on all of them."""
+    return "" if len(folds) == every else f" (fold{'s' if len(folds) > 1 else ''} {', '.join(str(fold + 1) for fold in folds)} only)"
+
+
 def pooled(reports: list[evaluation.EvaluationReport]) -> list[dict]:
     return [metrics for report in reports for metrics in report.per_query]
 
@@ -372,9 +381,7 @@ def main() -> None:
                 )
             for name in configs:
                 per_stage, decisions, seconds, peak = tune_config(conn, name, args, folds, golden_files, tests, Path(scratch), results)
-                label = CONFIGS[name][0] + (
-                    "" if len(folds) == len(splits) else f" (fold{'s' if len(folds) > 1 else ''} {', '.join(str(f + 1) for f in folds)} only)"
-                )
+                label = CONFIGS[name][0] + only_folds(folds, len(splits))
                 better = sum(decision.startswith("better") for decision in decisions)
                 bundled_on_folds = as_report(pooled([bundled_folds[fold] for fold in folds]))
                 rows = [
@@ -396,8 +403,14 @@ def main() -> None:
                 f"\non the {bundled.queries} held-out test queries of {len(splits)} fold(s), or those of the folds a row names "
                 f"(paired bootstrap vs bundled on the same queries, {RESAMPLES:,} resamples; batch 32, lr 2e-5, {args.threads} thread(s))"
             )
-            bundled_row = ("bundled all-MiniLM-L6-v2", f"{bundled.metrics['hit@3']:.3f}", f"{bundled.metrics['mrr@3']:.3f}", "", "", "")
-            print_table(TABLE_HEADERS, [bundled_row, *(tuple(row) for name in measured for row in results.configs[name]["rows"])])
+            # The bundled model on every fold, and on each set of folds a row was measured on alone.
+            fold_sets = sorted({tuple(results.folds(name, len(splits))) for name in measured} | {tuple(range(len(splits)))}, key=len, reverse=True)
+            bundled_rows = [
+                (f"bundled all-MiniLM-L6-v2{only_folds(list(some), len(splits))}", *(f"{report.metrics[m]:.3f}" for m in SHOWN), "", "", "")
+                for some in fold_sets
+                for report in [as_report(pooled([bundled_folds[fold] for fold in some]))]
+            ]
+            print_table(TABLE_HEADERS, [*bundled_rows, *(tuple(row) for name in measured for row in results.configs[name]["rows"])])
             if len(measured) > 1:
                 # Each tuned row above is compared with the bundled model only; whether one tuning beats
                 # another needs their own paired difference, over the same held-out queries.

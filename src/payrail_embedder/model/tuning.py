@@ -1,8 +1,8 @@
 """`payrail-embedder model tune`: the registry's local model, fine-tuned on its golden queries.
 
 The labelled queries are the registry's golden queries (golden.py), or an operator's file in
-eval's format. What it learns from (each query against each of its records, with a negative
-mined from the registry by default) is tuning_data.py's; one training, training.py's.
+eval's format. What it learns from (each query against each of its records, and with mined
+negatives a record of the registry near the query) is tuning_data.py's; one training, training.py's.
 
 Two trainings, the same options and seed. The first decides: part of the queries is kept aside by
 provider (validation queries name only records of providers that no training query names, so
