@@ -20,7 +20,7 @@ import payrail_embedder
 from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.faces import status
-from payrail_embedder.model import evaluation, golden_rankings, restores, switch, tuning
+from payrail_embedder.model import evaluation, golden_rankings, restores, switch, tuning, tuning_data, tuning_plan
 from payrail_embedder.postgres import deploy, logins
 from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, sources, stored, sync, undo
 from payrail_embedder.registry.changes import Change
@@ -85,13 +85,13 @@ NO_DOCS_COUNT = advice.AdviceCount("no_docs_url", "no docs URL", "Set the Docs U
 
 
 def tune_report() -> tuning.TuneReport:
-    split = tuning.Split([], [], [], 12, frozenset({"stripe"}))
-    data = tuning.TuneData("eval.jsonl", 40, [], [], split, Path("golden/eval.jsonl"))
-    plan = tuning.TunePlan("all-MiniLM-L6-v2", data, 80, 6, 100, 8, 2, 1.5, 300, 12.0)
+    split = tuning_data.Split([], [], [], 12, frozenset({"stripe"}))
+    data = tuning_data.TuneData("eval.jsonl", 40, [], [], split, Path("golden/eval.jsonl"))
+    plan = tuning_plan.TunePlan("all-MiniLM-L6-v2", data, 80, 6, 100, 8, 2, 1.5, 0.001, 300, 0.04, 0.01, 12.0)
     before, after = evaluation.EvaluationReport(40, METRICS), evaluation.EvaluationReport(40, BETTER)
     final = tuning.FinalModel(100, 8, 30.0, evaluation.EvaluationReport(40, METRICS), evaluation.EvaluationReport(40, BETTER))
     model = "all-MiniLM-L6-v2-tuned-0123abcd"
-    return tuning.TuneReport(plan, tuning.TuneOptions(), [], before, after, model, Path("/models") / model, final, 25.0, 95.0)
+    return tuning.TuneReport(plan, tuning_data.TuneOptions(), [], before, after, model, Path("/models") / model, final, 25.0, 95.0)
 
 
 # Each report class: an example, and facts both renderings must show (as text in describe(), as a
@@ -225,7 +225,8 @@ EXAMPLES: list[tuple[Report, list[object]]] = [
         ["text-embedding-3-small", 1536, 250, 240, 10, 6],
     ),
     (switch.ModelInfo("all-MiniLM-L6-v2", 384, "2026-12-06T05:30", 90, 80, 85, {"text-embedding-3-small": 12}), ["all-MiniLM-L6-v2", 384, 90, 80, 85, 12]),
-    (tune_report(), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd", "all-MiniLM-L6-v2", 40, 100]),
+    # Its split has no validation query: forced, it says the least that can decide.
+    (tune_report(), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd", "all-MiniLM-L6-v2", 40, 100, tuning.MIN_VALIDATION_QUERIES]),
     (tuning.InstalledModel(Path("/models/all-MiniLM-L6-v2-tuned-0123abcd")), ["all-MiniLM-L6-v2-tuned-0123abcd", "/models/all-MiniLM-L6-v2-tuned-0123abcd"]),
     (
         tuning.TunedModels(Path("/models"), [{"name": "m-tuned-1", "path": "/models/m-tuned-1", "exported": True, "tuning": None, "tuningProblem": None}]),

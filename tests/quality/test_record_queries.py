@@ -1,4 +1,4 @@
-"""The queries `model tune --record-pairs` makes from a registry's records alone (tuning.record_queries),
+"""The queries `model tune --record-pairs` makes from a registry's records alone (tuning_data.record_queries),
 read from a real registry: each enabled record's Purpose line, answered by that record.
 
 The expected queries are written out by hand from the catalog below, never computed by the code
@@ -7,7 +7,7 @@ under test. No model is trained here (tests/quality/test_tune.py trains on them)
 
 from __future__ import annotations
 
-from payrail_embedder.model import tuning
+from payrail_embedder.model import tuning_data
 from payrail_embedder.postgres.connection import connect
 from payrail_test_support.cli import cli_import
 
@@ -38,7 +38,7 @@ def test_each_enabled_record_s_purpose_line_is_a_query_its_record_answers(cli_en
     cli_import(cli_env, tmp_path / "catalog.jsonl", CATALOG)
 
     with connect(database_url) as conn:
-        made = tuning.record_queries(conn)
+        made = tuning_data.record_queries(conn)
 
     by_query = {q.labelled.query: q for q in made}
     assert {query: (set(q.labelled.relevant), q.providers) for query, q in by_query.items()} == {
@@ -51,6 +51,6 @@ def test_each_enabled_record_s_purpose_line_is_a_query_its_record_answers(cli_en
     refund = by_query["Give money back for an earlier charge."]
     assert {(p, m, g) for p, m, g in refund.records} == {(r["provider"], r["method"], r["guidance"]) for r in CATALOG[2:4]}
     # Trained as golden queries are: each query against the text the registry embeds for each of its records.
-    assert tuning.training_pairs([by_query["Send a text message to a phone."]]) == [
+    assert tuning_data.training_pairs([by_query["Send a text message to a phone."]]) == [
         ("Send a text message to a phone.", "Twilio: Send an SMS\n" + CATALOG[0]["guidance"])
     ]

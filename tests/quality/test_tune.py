@@ -33,7 +33,9 @@ import pytest
 
 from payrail_embedder.embedders import LocalEmbedder, record_text, tuned_models
 from payrail_embedder.faces.api import Registry
-from payrail_embedder.model.tuning import GoldenQuery, Training, TuneOptions, embed_by_length, split_by_provider
+from payrail_embedder.model.training import Training, embed_by_length
+from payrail_embedder.model.tuning import MIN_VALIDATION_QUERIES
+from payrail_embedder.model.tuning_data import GoldenQuery, TuneOptions, split_by_provider
 from payrail_embedder.postgres import connection
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.labelled_queries import LabelledQuery
@@ -46,7 +48,7 @@ from payrail_test_support.backoffice import HttpClient, http_sign_in, running_ba
 from payrail_test_support.cli import cli_json, run_cli, run_cli_subprocess, write_jsonl
 from payrail_test_support.devices import small_device
 from payrail_test_support.logs import events_among
-from payrail_test_support.ranking import cosine_ranking, semantic_path
+from payrail_test_support.ranking import DECIDING_GAP, cosine_ranking, semantic_path
 from payrail_test_support.waiting import wait_until
 
 pytestmark = pytest.mark.local_model
@@ -76,13 +78,23 @@ def labelled_queries(record: dict) -> list[dict]:
     service, place = record["guidance"].removeprefix("Purpose: ").removesuffix(".").split(" for ")
     word = WORD_OF[service]
     relevant = [[record["provider"], record["method"]]]
-    return [{"query": f"a {word} for {place}", "relevant": relevant}, {"query": f"I need the {word} covering {place}", "relevant": relevant}]
+    return [{"query": phrasing.format(word=word, place=place), "relevant": relevant} for phrasing in PHRASINGS]
+
+
+# Five questions a record: enough golden queries for a validation split that can decide (MIN_VALIDATION_QUERIES).
+PHRASINGS = [
+    "a {word} for {place}",
+    "I need the {word} covering {place}",
+    "where do I get a {word} in {place}?",
+    "{word} service, {place}",
+    "looking for {word} data about {place}",
+]
 
 
 GOLDEN = [query for record in RECORDS if record["provider"] not in HELD_APART for query in labelled_queries(record)]
 HELD = [query for record in RECORDS if record["provider"] in HELD_APART for query in labelled_queries(record)]
 # Tiny and seeded: a few seconds of training on one thread.
-TUNE_OPTIONS = ["--epochs", "3", "--learning-rate", "1e-4", "--batch-size", "16", "--threads", "1", "--validation-fraction", "0.3"]
+TUNE_OPTIONS = ["--epochs", "3", "--learning-rate", "1e-4", "--batch-size", "16", "--threads", "1", "--validation-fraction", "0.3", "--negatives", "mined"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -162,6 +174,15 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
     assert plan["split_on"] == "golden queries", plan
     assert (plan["validation"], plan["training"], plan["left_out"]) == (str(split["validation"]), str(split["training"]), "0"), plan
     assert int(plan["expected_s"]) > 0 and plan["steps"] == str(report["training"]["steps"]) and plan["final_steps"] == str(final["steps"])
+    assert int(plan["expected_not_kept_s"]) < int(plan["expected_s"])
+    # Each pair against a record mined from the registry (--negatives mined); a split that decides.
+    assert plan["negatives"] == report["training"]["negatives"] == "mined" and report["training"]["epochsDecided"] is None
+    assert report["validation"]["decides"] and report["validation"]["queries"] >= report["validation"]["minimum"] == MIN_VALIDATION_QUERIES
+    # Each phase's estimate, made as it started, beside what it took (benchmarks/tune.py compares them).
+    phases = report["phases"]
+    assert list(phases["actual"]) == list(phases["expected"]) == ["preparing", "training", "evaluating", "final_training", "final_evaluating"]
+    # The whole estimate is the phases' (each rounded to 0.1 s in the report, the whole to 1 s).
+    assert phases["actual"]["preparing"] == phases["expected"]["preparing"] and abs(report["estimatedSeconds"] - sum(phases["expected"].values())) < 1
     steps = [i for i, event in enumerate(logged) if event["event"] == "progress" and event["task"] == "tune"]
     final_steps = [i for i, event in enumerate(logged) if event["event"] == "progress" and event["task"] == "tune_final"]
     assert steps and final_steps and logged.index(plan) < steps[0] and steps[-1] < final_steps[0]
@@ -189,17 +210,37 @@ def test_tune_says_what_it_will_do_and_how_long_first_then_shows_progress_and_ke
     )
 
 
-def test_the_kept_model_is_the_one_trained_on_every_golden_query(tuned, tmp_path):
-    """The same training on every golden query, in the order they were added, made here: the same
-    weights, hence the same name (the one trained without the validation queries has other weights).
-    Made in this process, without the command's HF_HUB_OFFLINE: the name does not depend on it."""
+def text_of(record: dict) -> str:
+    return record_text(record["provider"], record["method"], record["guidance"])
+
+
+def nearest_other_record(query: dict, query_vector, vector_of) -> dict:
+    """The record nearest the query (the bundled model's vectors, payrail_test_support.ranking's
+    order) that it does not name: the negative mined for its one pair."""
+    ranked = [(distance, record) for distance, record in cosine_ranking(RECORDS, query_vector, vector_of) if record["provider"] != query["relevant"][0][0]]
+    (nearest, record), (next_one, _) = ranked[:2]
+    assert next_one == nearest or next_one - nearest > DECIDING_GAP, "float32 rounding, not the rule, would pick the negative"
+    return record
+
+
+def test_the_kept_model_is_the_one_trained_on_every_golden_query_each_against_its_nearest_other_record(tuned, tmp_path):
+    """The same training on every golden query, in the order they were added, each pair with the
+    record the bundled model ranks nearest its query of those it does not name (mined from the
+    registry's vectors), made here from the oracle's ranking: the same weights, hence the same name
+    (the one trained without the validation queries has other weights, and so would one with any
+    other negative). Made in this process, without the command's HF_HUB_OFFLINE: the name does not depend on it."""
     import torch
 
     from payrail_embedder.embedders.local_model import bundled_model_dir
 
     by_provider = {record["provider"]: record for record in RECORDS}
-    pairs = [(q["query"], record_text(*(by_provider[q["relevant"][0][0]][key] for key in ("provider", "method", "guidance")))) for q in GOLDEN]
-    options = TuneOptions(seed=0, epochs=3, batch_size=16, learning_rate=1e-4, threads=1)  # TUNE_OPTIONS
+    bundled = LocalEmbedder()
+    vector_of = record_vectors(bundled)
+    pairs = [
+        (q["query"], text_of(by_provider[q["relevant"][0][0]]), text_of(nearest_other_record(q, vector, vector_of)))
+        for q, vector in zip(GOLDEN, bundled.embed([q["query"] for q in GOLDEN]))
+    ]
+    options = TuneOptions(seed=0, epochs=3, batch_size=16, learning_rate=1e-4, threads=1, negatives="mined")  # TUNE_OPTIONS
     threads = torch.get_num_threads()
     try:
         Training(bundled_model_dir(), pairs, options).run(tmp_path / "every-query", lambda step, total: None)
@@ -452,6 +493,32 @@ def pg18_database_url(servers):
     server.drop_database(database_url)
 
 
+def test_a_forced_tune_on_too_few_validation_queries_says_its_decision_cannot_tell_a_gain_from_chance(pg18_database_url, tmp_path):
+    """Refused without --force (tests/quality/test_tuning_data.py); forced, it tunes and keeps the model,
+    and says above the figures that they cannot decide, and in its log and JSON as well."""
+    import_catalog(pg18_database_url, tmp_path)
+    env = local_env(pg18_database_url, tmp_path / "data")
+    golden = write_jsonl(tmp_path / "golden.jsonl", GOLDEN[:12])
+
+    result = tune_process(env, golden, "--force", "--epochs", "1", "--batch-size", "4", "--threads", "1", "--validation-fraction", "0.3", timeout=900)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    validation = int(re.search(r"^validation: (\d+) queries on providers the training never saw$", result.stdout, flags=re.M)[1])
+    assert 0 < validation < MIN_VALIDATION_QUERIES
+    lines = result.stdout.splitlines()
+    warning = lines.index(
+        f"--force: {validation} validation queries cannot decide: the figures below cannot tell a gain from chance (a 95% interval "
+        f"needs {MIN_VALIDATION_QUERIES} queries, even for a gain of 0.10 hit@3 with no query lost), so whether the model is better, "
+        "and its epochs when they are decided, is not known"
+    )
+    assert lines[warning - 1].startswith("validation: ")  # above the figures it speaks of
+    kept = re.search(r"^kept (all-MiniLM-L6-v2-tuned-[0-9a-f]{12}) in \S+ \(validation MRR@3 [0-9.]+ -> [0-9.]+, kept by --force\)", result.stdout, flags=re.M)
+    assert kept and (tmp_path / "data" / "models" / kept[1] / "onnx" / "model.onnx").is_file(), result.stdout
+    (plan,) = events_among(result.stderr, "tune_plan")
+    # The default recipe: each pair against the other records of its batch alone.
+    assert (plan["validation"], plan["negatives"]) == (str(validation), "in-batch"), plan
+
+
 @pytest.mark.slow
 def test_a_registry_without_golden_queries_is_tuned_on_its_records_purpose_lines(pg18_database_url, tmp_path):
     """Every record's Purpose line is a query its record answers (tests/quality/test_record_queries.py
@@ -520,7 +587,7 @@ def test_tune_refuses_golden_queries_that_leave_nothing_to_train_or_validate_on(
     one_provider = write_jsonl(tmp_path / "one.jsonl", labelled_queries(RECORDS[1]) + [{"query": "x", "relevant": [["Nobody", "Nothing"]]}])
     code, failure, _ = cli_json(env, "model", "tune", one_provider, "--json")
     assert code == 2 and failure["error"] == "invalid_input"
-    assert "2 of 3 queries name enabled records of this registry, over 1 providers" in failure["detail"]
+    assert f"{len(PHRASINGS)} of {len(PHRASINGS) + 1} queries name enabled records of this registry, over 1 providers" in failure["detail"]
     # Golden queries naming no enabled record: refused, not tuned on the records behind the operator's back.
     unknown = write_jsonl(tmp_path / "unknown.jsonl", [{"query": "x", "relevant": [["Nobody", "Nothing"]]}])
     code, failure, _ = cli_json(env, "model", "tune", unknown, "--json")
@@ -581,7 +648,7 @@ def test_install_refuses_a_copy_that_is_not_the_model_its_name_says(tuned, tampe
 
 # --- a tune stopped: by a signal, by kill -9, by a full disk ------------------------------------------
 
-# Long enough to be stopped while it trains (1,900 steps): a signal comes once its scratch directory exists.
+# Long enough to be stopped while it trains (thousands of steps): a signal comes once its scratch directory exists.
 LONG_TUNE = ["--epochs", "100", "--batch-size", "2", "--threads", "1", "--validation-fraction", "0.3"]
 # Runs ARGV with the signals below as a process started from a terminal has them, whatever the test
 # runner's are (a background job ignores SIGINT, nohup SIGHUP; ignored signals stay so across exec).
@@ -664,7 +731,10 @@ def test_a_tune_onto_a_full_disk_says_so_and_leaves_nothing(megabytes, pg18_data
     with small_device(tmp_path / "disk", megabytes) as disk:
         env = local_env(pg18_database_url, disk / "data")
 
-        result = tune_process(env, "--json", golden, "--epochs", "1", "--batch-size", "2", "--threads", "1", "--validation-fraction", "0.3", timeout=600)
+        # Forced: 12 golden queries are too few to decide, and the point is the disk.
+        result = tune_process(
+            env, "--json", golden, "--force", "--epochs", "1", "--batch-size", "2", "--threads", "1", "--validation-fraction", "0.3", timeout=600
+        )
 
         models = disk / "data" / "models"
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]

@@ -1,25 +1,25 @@
 """`payrail-embedder model tune`: the registry's local model, fine-tuned on its golden queries.
 
 The labelled queries are the registry's golden queries (golden.py), or an operator's file in
-eval's format. Each query is paired with the record text of each relevant record the registry
-holds enabled (record_text: exactly what the registry embeds), and the model learns to place a
-query nearer its records than the other records of its training batch (sentence-transformers'
-MultipleNegativesRankingLoss with in-batch negatives; no text twice in a batch, so no record is
-its own query's negative).
+eval's format. What it learns from (each query against each of its records, and with mined
+negatives a record of the registry near the query) is tuning_data.py's; one training, training.py's.
 
 Two trainings, the same options and seed. The first decides: part of the queries is kept aside by
 provider (validation queries name only records of providers that no training query names, so
 validation measures records the training never saw), and eval's metrics on them, before (the
 registry's model, through the search path) and after (the candidate, in memory:
 evaluation.evaluate_candidate), decide whether tuning helps: it must raise MRR@3, unless forced.
-The second makes the model that is kept: trained on every query, the validation queries and those
-naming both sides of the split included. Its figures on those queries are reported too, but they
-are optimistic (it trained on them); the first training's are the honest estimate.
+With decided epochs, they also decide how many epochs: the first training is measured after each.
+A split with fewer than MIN_VALIDATION_QUERIES validation queries cannot decide anything, so tune
+refuses it unless forced (and then says so). The second training makes the model that is kept:
+trained on every query, the validation queries and those naming both sides of the split included.
+Its figures on those queries are reported too, but they are optimistic (it trained on them); the
+first training's are the honest estimate.
 
-Record pairs (record_queries) adapt a registry without golden queries, or one beside them: each
-enabled record's Purpose line is a query whose answer is its own record. With no golden queries,
-they are split by provider and decide as golden queries would, which says the model still finds
-records by their own descriptions (a proxy: agents' questions are not descriptions).
+Record pairs (tuning_data.record_queries) adapt a registry without golden queries, or one beside
+them: each enabled record's Purpose line is a query whose answer is its own record. With no golden
+queries, they are split by provider and decide as golden queries would, which says the model still
+finds records by their own descriptions (a proxy: agents' questions are not descriptions).
 
 Deterministic: the same registry, golden queries, options and seed give the same weights, hence
 the same name, on the same machine with the same number of threads (how a floating-point sum is
@@ -30,407 +30,42 @@ tuned: OpenAI's embedding models are served, not shipped, so there are no weight
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import math
-import random
-import re
 import sys
-import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
-from ..base.errors import CodedError
 from ..base.output_files import writing_to
 from ..base.reports import Report, duration
 from ..base.safe_text import escape_controls
-from ..embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, record_text, tuned_models
-from ..embedders.local_model import load_sentence_transformer
+from ..embedders import LOCAL_DEFAULT_MODEL, Embedder, LocalEmbedder, local_model, tuned_models
 from ..embedders.openai import OPENAI_MODEL_DIMENSIONS
 from ..postgres.connection import one_value
 from ..registry import golden as golden_module
 from ..registry.embedding_model import registry_model, require_embedder_model
-from ..registry.labelled_queries import LabelledQuery, NormalizedNames, label_warnings, read_labelled_queries
-from ..registry.search import QUERY_MAX_CHARACTERS, InvalidQuery, Query, check_query
+from ..registry.labelled_queries import LabelledQuery, read_labelled_queries
 from .evaluation import EvaluationReport, evaluate, evaluate_candidate, side_by_side
+from .training import Training
+from .tuning_data import CannotTune, TuneData, TuneOptions, golden_queries, record_queries, split_by_provider, training_pairs
+from .tuning_plan import Phases, TunePlan, seconds_per_record, warm_up_export
 
 # The metric a tuned model must raise on validation to be kept: it counts a hit and how high it ranks.
 DECIDING_METRIC = "mrr@3"
-# Added to the estimate for the ONNX export and its check (10-20 s on 2 cores).
-EXPORT_SECONDS = 20.0
-TRAINING_HINT = "pip install torch==2.13.0 'payrail-agent-search[local]'"
-# A training step embeds its texts in passes of this many, sorted by length (embed_by_length).
-TEXTS_PER_PASS = 8
-# --record-pairs: auto (only when there are no golden queries), on (beside them too), off.
-RECORD_PAIRS = ("auto", "on", "off")
-# A record's Purpose line: the guidance template's (DESIGN.md), its text after the label.
-PURPOSE_LINE = re.compile(r"^Purpose:[^\S\n]*(.*?)\s*$", re.MULTILINE)
-
-
-class CannotTune(CodedError):
-    """model tune cannot run as asked, with the code its caller branches on."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    validation_fraction: float = 0.2
-    seed: int = 0
-    epochs: int = 2
-    batch_size: int = 32
-    learning_rate: float = 2e-5
-    # CPU threads for torch; None: torch's default (one per core).
-    threads: int | None = None
-    force: bool = False
-    # Train on queries made from the records too (record_queries): RECORD_PAIRS' choices.
-    record_pairs: str = "auto"
-
-    def uses_record_pairs(self, golden_queries: int) -> bool:
-        """Whether record pairs are trained on, given this many golden queries (usable or not):
-        "auto" uses them only where there are none (docs/benchmarks.md, Retrieval quality)."""
-        return self.record_pairs == "on" or (self.record_pairs == "auto" and not golden_queries)
-
-
-@dataclass(frozen=True)
-class GoldenQuery:
-    labelled: LabelledQuery
-    # (provider, method, guidance) of each relevant record the registry holds enabled.
-    records: tuple[tuple[str, str, str], ...]
-    # Their providers, normalized as the registry compares names.
-    providers: frozenset[str]
-
-
-@dataclass
-class Split:
-    training: list[GoldenQuery]
-    validation: list[GoldenQuery]
-    # Queries naming records of both sides: in neither, so no validation record is trained on.
-    left_out: list[GoldenQuery]
-    providers: int
-    # The providers drawn for validation: no training query names one.
-    validation_providers: frozenset[str]
-
-
-def golden_queries(conn: psycopg.Connection, queries: Sequence[LabelledQuery]) -> tuple[list[GoldenQuery], list[dict]]:
-    """Each labelled query with the enabled records its labels name; queries naming none are left
-    out. Also the label warnings eval gives (labels the registry lacks, or holds as drafts)."""
-    names = NormalizedNames(conn, [pair for q in queries for pair in q.relevant])
-    labels = {names.pair(*pair) for q in queries for pair in q.relevant}
-    rows = conn.execute(
-        """
-        select pm.provider, pm.method, pm.guidance, payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)
-        from payrail.provider_methods as pm
-        where pm.enabled
-          and (payrail._normalize_name(pm.provider), payrail._normalize_name(pm.method)) in (select * from unnest(%s::text[], %s::text[]))
-        """,
-        ([p for p, _ in labels], [m for _, m in labels]),
-    ).fetchall()
-    records = {(key_provider, key_method): (provider, method, guidance) for provider, method, guidance, key_provider, key_method in rows}
-    golden = []
-    for labelled in queries:
-        keys = [key for key in dict.fromkeys(names.pair(*pair) for pair in labelled.relevant) if key in records]
-        if keys:
-            golden.append(GoldenQuery(labelled, tuple(records[key] for key in keys), frozenset(provider for provider, _ in keys)))
-    return golden, label_warnings(queries, names)
-
-
-def split_by_provider(golden: Sequence[GoldenQuery], fraction: float, seed: int) -> Split:
-    """Providers in a seeded random order go to validation until the queries naming only them reach
-    `fraction` of all; training gets the queries naming none of them."""
-    providers = sorted({provider for query in golden for provider in query.providers})
-    random.Random(seed).shuffle(providers)
-    queries_of = defaultdict(list)
-    for index, query in enumerate(golden):
-        for provider in query.providers:
-            queries_of[provider].append(index)
-    outside = [len(query.providers) for query in golden]  # each query's providers not in validation yet
-    chosen: set[str] = set()
-    inside = 0
-    for provider in providers:
-        if inside >= fraction * len(golden):
-            break
-        chosen.add(provider)
-        for index in queries_of[provider]:
-            outside[index] -= 1
-            inside += outside[index] == 0
-    split = Split([], [], [], len(providers), frozenset(chosen))
-    for query, left in zip(golden, outside):
-        if left == 0:
-            split.validation.append(query)
-        elif query.providers & chosen:
-            split.left_out.append(query)
-        else:
-            split.training.append(query)
-    return split
-
-
-def training_pairs(queries: Sequence[GoldenQuery]) -> list[tuple[str, str]]:
-    """(query, record text) for each relevant record of each query."""
-    return [(query.labelled.query, record_text(*record)) for query in queries for record in query.records]
-
-
-def record_queries(conn: psycopg.Connection) -> list[GoldenQuery]:
-    """Queries made from the registry's records alone: each enabled record's Purpose line (its
-    guidance's first line starting "Purpose:", without the label, cut at a query's 2,000
-    characters) with that record as its answer. Records with the same line make one query naming
-    them all; a record without one, or whose line search would refuse, makes none."""
-    rows = conn.execute(
-        "select provider, method, guidance, payrail._normalize_name(provider) from payrail.provider_methods where enabled order by id"
-    ).fetchall()
-    answers: dict[Query, list[tuple[tuple[str, str, str], str]]] = {}
-    for provider, method, guidance, provider_key in rows:
-        purpose = PURPOSE_LINE.search(guidance)
-        try:
-            query = check_query(purpose.group(1)[:QUERY_MAX_CHARACTERS] if purpose else "")
-        except InvalidQuery:
-            continue
-        answers.setdefault(query, []).append(((provider, method, guidance), provider_key))
-    return [
-        GoldenQuery(
-            LabelledQuery(None, query, tuple((provider, method) for (provider, method, _), _ in records)),
-            tuple(record for record, _ in records),
-            frozenset(provider_key for _, provider_key in records),
-        )
-        for query, records in answers.items()
-    ]
-
-
-def import_training():
-    """torch and sentence-transformers' trainer (with datasets and accelerate), or CannotTune saying what to install."""
-    try:
-        # Imported here to say what is missing before anything starts; the trainer imports them again.
-        for module in ("datasets", "sentence_transformers.sentence_transformer.trainer"):
-            importlib.import_module(module)
-        import torch
-    except ImportError as error:
-        raise CannotTune("misconfigured", f"model tune trains with torch and sentence-transformers: {TRAINING_HINT} ({error})") from error
-    return torch
-
-
-def embed_by_length(model, features: dict, texts_per_pass: int = TEXTS_PER_PASS):
-    """model(features)'s sentence embeddings, computed in passes over texts of similar length, each
-    pass cut to its own longest text: the same embeddings as one pass over the whole batch (padding
-    is on the right and masked out), without computing the padding. The trainer pads a step's texts
-    to its longest, and record texts are short with a long tail (the benchmark's: median 60 tokens,
-    one in twenty cut at 256), so nearly every step would pay for 256 tokens per text."""
-    import torch
-
-    lengths = features["attention_mask"].sum(dim=1)
-    order = torch.argsort(lengths, stable=True)
-    passes = []
-    for start in range(0, len(order), texts_per_pass):
-        rows = order[start : start + texts_per_pass]
-        width = int(lengths[rows].max())
-        part = {key: value[rows, :width] if isinstance(value, torch.Tensor) else value for key, value in features.items()}
-        passes.append(model(part)["sentence_embedding"])
-    return torch.cat(passes)[torch.argsort(order)]
-
-
-def ranking_loss(model):
-    """sentence-transformers' MultipleNegativesRankingLoss, each column embedded by embed_by_length."""
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-
-    class LengthSortedRankingLoss(MultipleNegativesRankingLoss):
-        def forward(self, sentence_features, labels):
-            return self.compute_loss_from_embeddings([embed_by_length(self.model, features) for features in sentence_features], labels)
-
-    return LengthSortedRankingLoss(model)
-
-
-class Training:
-    """One fine-tuning run of a sentence-transformers model directory on (query, record text) pairs."""
-
-    def __init__(self, source: Path, pairs: Sequence[tuple[str, str]], options: TuneOptions) -> None:
-        torch = import_training()
-        if options.threads:
-            torch.set_num_threads(options.threads)
-        self.threads = torch.get_num_threads()
-        self.pairs = list(pairs)
-        self.options = options
-        # Local files only: the hub is never asked, and the tokenizer saves the same setting (its
-        # tokenizer_config.json keeps local_files_only), so HF_HUB_OFFLINE cannot change the name.
-        self.model = load_sentence_transformer(str(source), local_files_only=True)
-        self.steps = self.steps_for(self.pairs, options)
-
-    @staticmethod
-    def steps_for(pairs: Sequence, options: TuneOptions) -> int:
-        return math.ceil(len(pairs) / options.batch_size) * options.epochs
-
-    def seconds_per_step(self) -> float:
-        """One training step's forward and backward pass, timed on a batch of the pairs (evenly
-        spread), without changing the weights; the faster of two, as the first pays for allocations."""
-        size = min(self.options.batch_size, len(self.pairs))
-        sample = [self.pairs[i * len(self.pairs) // size] for i in range(size)]
-        loss = ranking_loss(self.model)
-        features = [self.model.preprocess([query for query, _ in sample]), self.model.preprocess([text for _, text in sample])]
-        self.model.train()
-        timings = []
-        for _ in range(2):
-            started = time.perf_counter()
-            loss(features, None).backward()
-            timings.append(time.perf_counter() - started)
-            self.model.zero_grad(set_to_none=True)
-        return min(timings)
-
-    def run(self, target: Path, progress: Callable[[int, int], None]) -> float:
-        """Trains, seeded, and saves the model's sentence-transformers files into target; the seconds
-        it took. progress(step, steps) is called as training starts (step 0) and after every step."""
-        import transformers
-        from datasets import Dataset
-        from sentence_transformers import SentenceTransformerTrainer
-        from sentence_transformers.sentence_transformer.training_args import BatchSamplers, SentenceTransformerTrainingArguments
-
-        class QuietTrainer(SentenceTransformerTrainer):
-            def add_model_card_callback(self, default_args_dict) -> None:
-                """No model card: it would print its own progress, and a tuned model carries tuning.json instead."""
-
-        class Progress(transformers.TrainerCallback):
-            def on_train_begin(self, args, state, control, **kwargs) -> None:
-                progress(0, state.max_steps)
-
-            def on_step_end(self, args, state, control, **kwargs) -> None:
-                progress(state.global_step, state.max_steps)
-
-        options = self.options
-        transformers.logging.set_verbosity_error()
-        transformers.set_seed(options.seed)
-        with tempfile.TemporaryDirectory(prefix=".trainer-", dir=target.parent) as scratch:
-            arguments = SentenceTransformerTrainingArguments(
-                output_dir=scratch,
-                num_train_epochs=options.epochs,
-                per_device_train_batch_size=options.batch_size,
-                learning_rate=options.learning_rate,
-                warmup_steps=0.1,  # a tenth of the steps
-                seed=options.seed,
-                data_seed=options.seed,
-                batch_sampler=BatchSamplers.NO_DUPLICATES,
-                use_cpu=True,
-                save_strategy="no",
-                logging_strategy="no",
-                report_to="none",
-                disable_tqdm=True,
-            )
-            dataset = Dataset.from_dict({"anchor": [q for q, _ in self.pairs], "positive": [t for _, t in self.pairs]})
-            trainer = QuietTrainer(
-                model=self.model,
-                args=arguments,
-                train_dataset=dataset,
-                loss=ranking_loss(self.model),
-                callbacks=[Progress()],
-            )
-            trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # it prints the logs on standard output
-            started = time.perf_counter()
-            trainer.train()
-            seconds = time.perf_counter() - started
-        self.model.save(str(target), create_model_card=False)
-        return seconds
-
-
-@dataclass
-class TuneData:
-    """What model tune trains on: the usable golden queries and the queries made from the records
-    (when record pairs are on), the split that decides, and the pairs of each training."""
-
-    # Where the golden queries come from: "the registry's golden queries", or the file's name.
-    source: str
-    golden_queries: int
-    usable: list[GoldenQuery]
-    made: list[GoldenQuery]
-    split: Split
-    # The GOLDEN.jsonl file tune was given, as given; None for the registry's golden queries.
-    path: Path | None = None
-
-    @property
-    def decides_on_golden(self) -> bool:
-        """Validation is on golden queries; otherwise (no golden queries) on queries made from the records."""
-        return bool(self.usable)
-
-    @property
-    def validation(self) -> list[LabelledQuery]:
-        return [query.labelled for query in self.split.validation]
-
-    @property
-    def all_queries(self) -> list[GoldenQuery]:
-        """Every query the final training learns from and its figures are measured on: the golden
-        queries, or the made ones when there are none."""
-        return self.usable or self.made
-
-    def deciding_pairs(self) -> list[tuple[str, str]]:
-        """The first training's: the split's training queries, and with golden queries every made
-        query (made from records, not labels: nothing of the validation queries' answers)."""
-        return training_pairs(self.split.training) + (training_pairs(self.made) if self.decides_on_golden else [])
-
-    def final_pairs(self) -> list[tuple[str, str]]:
-        """The kept model's: every query, validation and left-out ones included."""
-        return training_pairs(self.usable) + training_pairs(self.made)
-
-
-@dataclass
-class TunePlan:
-    """What model tune will do, and how long it expects to take: said before it starts."""
-
-    tuned_from: str
-    data: TuneData
-    pairs: int
-    steps: int
-    final_pairs: int
-    final_steps: int
-    threads: int
-    seconds_per_step: float
-    records: int
-    # Embedding every record once, and the validation queries.
-    embedding_seconds: float
-
-    @property
-    def split(self) -> Split:
-        return self.data.split
-
-    @property
-    def estimated_seconds(self) -> float:
-        """Both trainings, each model's export and its pass over the records: when the model is kept."""
-        return (self.steps + self.final_steps) * self.seconds_per_step + 2 * (self.embedding_seconds + EXPORT_SECONDS)
-
-    def log_fields(self) -> dict[str, object]:
-        """The plan as the tune_plan event says it off a terminal."""
-        return {
-            "tuned_from": self.tuned_from,
-            "golden_queries": self.data.golden_queries,
-            "usable": len(self.data.usable),
-            "record_queries": len(self.data.made),
-            "split_on": "golden queries" if self.data.decides_on_golden else "record queries",
-            "validation": len(self.split.validation),
-            "training": len(self.split.training),
-            "left_out": len(self.split.left_out),
-            "steps": self.steps,
-            "final_steps": self.final_steps,
-            "expected_s": round(self.estimated_seconds),
-        }
-
-    def describe(self) -> list[str]:
-        """What tune is about to do and how long it expects it to take, for people (tune's JSON
-        report carries the same figures once it is done)."""
-        data, split = self.data, self.split
-        queries = f"{len(data.usable)} of {data.golden_queries} golden queries name enabled records"
-        made = f"{len(data.made)} queries made from the records' Purpose lines"
-        return [
-            f"tuning {self.tuned_from} on {data.source}: {queries}" + (f"; {made}" if data.made else ""),
-            f"split by provider{'' if data.decides_on_golden else ' (the record queries: no golden query to decide on)'}: "
-            f"{len(split.validation)} validation queries over {len(split.validation_providers)} of {split.providers} providers; "
-            f"{len(split.training)} training queries; {len(split.left_out)} naming both sides left out",
-            f"expected: about {duration(self.estimated_seconds)} if kept ({self.steps} training steps to decide ({self.pairs} pairs), then "
-            f"{self.final_steps} on every query ({self.final_pairs} pairs), at {self.seconds_per_step:.1f} s a step, timed on one batch "
-            f"on {self.threads} thread{'s' if self.threads > 1 else ''}; embedding {self.records} records for each model, "
-            f"{duration(self.embedding_seconds)}; each ONNX export, about {duration(EXPORT_SECONDS)})",
-        ]
+# The fewest validation queries that can decide anything (docs/embeddings.md, "Tuning the local
+# model"). A 95% paired bootstrap interval of the change in hit@3 excludes zero only when fewer
+# than 2.5% of its resamples show no gain. A model that gains PLAUSIBLE_GAIN on n queries and
+# loses none leaves (1 - PLAUSIBLE_GAIN)^n of them with none: under 2.5% from 36 queries on. That is
+# the best case, at a gain above any tuning measured here on held-out queries (+0.02 to +0.09):
+# below it, no outcome of the first training can be told from chance.
+INTERVAL_TAIL = 0.025
+PLAUSIBLE_GAIN = 0.10
+MIN_VALIDATION_QUERIES = math.ceil(math.log(INTERVAL_TAIL) / math.log(1 - PLAUSIBLE_GAIN))
 
 
 @dataclass
@@ -467,10 +102,21 @@ class TuneReport(Report):
     final: FinalModel | None = None
     training_seconds: float = 0.0
     seconds: float = 0.0
+    # With decided epochs: each epoch count the first training was measured at, and its validation metrics.
+    epochs_tried: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    # The epochs the deciding model trained, and so the kept one: decided, or options.epochs.
+    epochs: int = 0
+    # Each phase's seconds, as TunePlan.expected names them.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def kept(self) -> bool:
         return self.path is not None
+
+    @property
+    def decides(self) -> bool:
+        """Whether the validation split is large enough to decide anything (MIN_VALIDATION_QUERIES)."""
+        return len(self.plan.split.validation) >= MIN_VALIDATION_QUERIES
 
     @property
     def better(self) -> bool:
@@ -498,37 +144,81 @@ class TuneReport(Report):
             },
             "training": {
                 "pairs": plan.pairs,
-                "epochs": self.options.epochs,
+                "negatives": "mined" if data.deciding_negatives is not None else "in-batch",
+                "epochs": self.epochs,
+                "epochsDecided": {"upTo": self.options.epochs, "tried": [{"epochs": n, **metrics} for n, metrics in self.epochs_tried]}
+                if self.options.decide_epochs
+                else None,
                 "batchSize": self.options.batch_size,
                 "learningRate": self.options.learning_rate,
                 "threads": plan.threads,
                 "steps": plan.steps,
                 "seconds": round(self.training_seconds, 1),
             },
-            "validation": {"queries": len(split.validation), "before": self.before.metrics, "after": self.after.metrics},
+            "validation": {
+                "queries": len(split.validation),
+                "minimum": MIN_VALIDATION_QUERIES,
+                "decides": self.decides,
+                "before": self.before.metrics,
+                "after": self.after.metrics,
+            },
             "final": self.final.to_json() if self.final else None,
             "estimatedSeconds": round(plan.estimated_seconds),
             "seconds": round(self.seconds, 1),
+            "phases": {
+                "expected": {name: round(seconds, 1) for name, seconds in plan.expected(self.kept).items()},
+                "actual": {name: round(seconds, 1) for name, seconds in self.phases.items()},
+                "rates": plan.rates(),
+            },
         }
 
     def describe(self) -> list[str]:
         """The deciding figures, then the kept model's, and what to do with it."""
         data = self.plan.data
         lines = [f"validation: {len(self.plan.split.validation)} {'' if data.decides_on_golden else 'record '}queries on providers the training never saw"]
+        if not self.decides:
+            lines.append(undecided(len(self.plan.split.validation)))
         lines += side_by_side([self.plan.tuned_from, "tuned"], [self.before.metrics, self.after.metrics])
+        if self.epochs_tried:
+            tried = ", ".join(f"{n}: {metrics[DECIDING_METRIC]:.3f}" for n, metrics in self.epochs_tried)
+            lines.append(f"epochs decided on validation: {self.epochs} (MRR@3 after each epoch {tried})")
         change = mrr_change(self.before, self.after)
         final = self.final  # the kept model's
         if final is None:
             return [*lines, f"not kept: {change} does not beat the registry's model {self.plan.tuned_from}; --force keeps it anyway"]
+        forced = "" if self.better and self.decides else ", kept by --force"
         return [
             *lines,
-            f"kept {self.model} in {self.path} (validation {change}{'' if self.better else ', kept by --force'}), in {duration(self.seconds)}",
+            f"kept {self.model} in {self.path} (validation {change}{forced}), in {duration(self.seconds)}",
             f"it was then trained on all {final.before.queries} {'golden' if data.decides_on_golden else 'record'} queries "
             f"({final.pairs} pairs): {mrr_change(final.before, final.after)} on them, optimistic as it trained on them; "
             "the validation figures are the honest estimate",
             f"see it side by side: payrail-embedder eval{f' {data.path}' if data.path else ''} --compare {self.model}",
             f"make it the registry's model: payrail-embedder model switch {self.model}",
         ]
+
+
+def undecided(validation: int) -> str:
+    """What a split of `validation` queries (under MIN_VALIDATION_QUERIES) cannot decide, once forced."""
+    return (
+        f"--force: {validation} validation queries cannot decide: the figures below cannot tell a gain from chance (a 95% "
+        f"interval needs {MIN_VALIDATION_QUERIES} queries, even for a gain of {PLAUSIBLE_GAIN:.2f} hit@3 with no query lost), "
+        "so whether the model is better, and its epochs when they are decided, is not known"
+    )
+
+
+def too_few_to_decide(data: TuneData, options: TuneOptions) -> str:
+    """Why a split under MIN_VALIDATION_QUERIES is refused, and what to do."""
+    validation = len(data.split.validation)
+    kind = "golden" if data.decides_on_golden else "record"
+    return (
+        f"{data.source}: the split by provider (--validation-fraction {options.validation_fraction:g}, --seed {options.seed}) leaves "
+        f"{validation} {kind} queries to decide on, under the {MIN_VALIDATION_QUERIES} that can decide anything: a 95% paired "
+        f"interval of the change in hit@3 can exclude zero from {MIN_VALIDATION_QUERIES} queries on, and then only for a gain of "
+        f"{PLAUSIBLE_GAIN:.2f} with no query lost; below that, keeping the model (and its epochs) would be chance. Label more "
+        f"golden queries, over more providers (about {math.ceil(MIN_VALIDATION_QUERIES / options.validation_fraction)} at this "
+        "fraction), raise --validation-fraction, or give --force to tune anyway, undecided"
+    )
 
 
 def mrr_change(before: EvaluationReport, after: EvaluationReport) -> str:
@@ -701,23 +391,24 @@ def tune(
     same stages once each model can embed, before its scratch directory goes (benchmarks measure it
     on queries tune never saw). The registry is read, never changed: `model switch NAME` makes the
     tuned model the registry's."""
-    started = time.perf_counter()
+    clock = Phases()
     # A file is read first: one it refuses is refused before the model is loaded.
     golden_file = (golden_path, read_labelled_queries(golden_path)) if golden_path is not None else None
     current, source = tunable_model(conn, embedder, models_dir)
     data, warnings, golden_digest = tune_data(conn, golden_file, options)
+    if len(data.split.validation) < MIN_VALIDATION_QUERIES and not options.force:
+        raise CannotTune("invalid_input", too_few_to_decide(data, options))
+    current.embed([data.validation[0].query])  # loads the model before anything is timed
+    timed = time.perf_counter()
     before = evaluate(conn, lambda: current, data.validation)
+    seconds_per_query = (time.perf_counter() - timed) / len(data.validation)
+    if options.negatives == "mined":
+        data.mine_negatives(conn, current)
 
     pairs, final_pairs = data.deciding_pairs(), data.final_pairs()
     training = Training(source, pairs, options)
-    records = one_value(conn.execute("select count(*) from payrail.provider_methods where enabled"))
-    sample = [text for _, text in pairs[:32]]
-    timed = time.perf_counter()
-    # A text at a time: together they would be padded to the longest, 3x slower per text than the
-    # registry's records, which are embedded sorted by length and so barely padded.
-    for text in sample:
-        current.embed([text])
-    per_record = (time.perf_counter() - timed) / len(sample)
+    warm_up_export()
+    seconds_per_step, step_tokens = training.timed_step()
     plan = TunePlan(
         current.model_name,
         data,
@@ -726,43 +417,111 @@ def tune(
         len(final_pairs),
         Training.steps_for(final_pairs, options),
         training.threads,
-        training.seconds_per_step(),
-        records,
-        per_record * (records + len(data.validation)),
+        seconds_per_step,
+        seconds_per_step / step_tokens,
+        one_value(conn.execute("select count(*) from payrail.provider_methods where enabled")),
+        seconds_per_record(conn, current),
+        seconds_per_query,
+        preparing_seconds=0.0,
+        checkpoints=options.epochs if options.decide_epochs else 0,
     )
+    plan.preparing_seconds = clock.lap("preparing")
     announce(plan)
 
     with writing_to(models_dir, tuned_models.FULL_HINT), tuned_models.scratch_directory(models_dir, tuned_models.TUNING_PREFIX) as scratch:
-        training_seconds, candidate = train_candidate(training, current, scratch / "deciding", lambda step, steps: progress("tune", step, steps))
-        measure("tune", candidate)
-        report = TuneReport(plan, options, warnings, before, evaluate_candidate(conn, candidate, data.validation), training_seconds=training_seconds)
+        decided = first_training(conn, training, current, scratch, data, lambda step, steps: progress("tune", step, steps), clock, measure)
+        report = TuneReport(plan, options, warnings, before, decided.after, training_seconds=decided.seconds, epochs_tried=decided.tried, epochs=decided.epochs)
         if report.better or options.force:
-            final = Training(source, final_pairs, options)
+            final = Training(source, final_pairs, options, epochs=decided.epochs)
             seconds, kept = train_candidate(final, current, scratch / "final", lambda step, steps: progress("tune_final", step, steps))
+            clock.lap("final_training")
             measure("tune_final", kept)
             trained_on = [query.labelled for query in data.all_queries]
             report.final = FinalModel(
                 len(final_pairs), final.steps, seconds, evaluate(conn, lambda: current, trained_on), evaluate_candidate(conn, kept, trained_on)
             )
+            clock.lap("final_evaluating")
             report.model = kept.model_name
-            report.seconds = time.perf_counter() - started
+            report.seconds, report.phases = clock.total(), clock.seconds
             staged = kept.models_dir / kept.model_name
             (staged / tuned_models.MANIFEST).write_text(json.dumps(manifest(report, golden_path, golden_digest), indent=2) + "\n", encoding="utf-8")
             report.path = tuned_models.keep(staged, models_dir)
-    report.seconds = time.perf_counter() - started
+    report.seconds, report.phases = clock.total(), clock.seconds
     return report
+
+
+@dataclass
+class FirstTraining:
+    """The deciding training's model, its figures on validation and the epochs it trained."""
+
+    seconds: float
+    candidate: LocalEmbedder
+    after: EvaluationReport
+    epochs: int
+    # With decided epochs: each epoch count measured, and its metrics.
+    tried: list[tuple[int, dict[str, float]]]
+
+
+def first_training(
+    conn: psycopg.Connection,
+    training: Training,
+    current: LocalEmbedder,
+    scratch: Path,
+    data: TuneData,
+    progress: Callable[[int, int], None],
+    clock: Phases,
+    measure: Callable[[str, LocalEmbedder], None],
+) -> FirstTraining:
+    """The deciding training, measured on the validation queries (and by measure, tune's). With
+    decided epochs (options.decide_epochs), its model is measured after each epoch, and the best
+    is the candidate: the highest MRR@3, the fewer epochs on a tie."""
+    if not training.options.decide_epochs:
+        seconds, candidate = train_candidate(training, current, scratch / "deciding", progress)
+        clock.lap("training")
+        measure("tune", candidate)
+        after = evaluate_candidate(conn, candidate, data.validation)
+        clock.lap("evaluating")
+        return FirstTraining(seconds, candidate, after, training.epochs, [])
+    tried: list[tuple[int, dict[str, float]]] = []
+    best: tuple[int, LocalEmbedder, EvaluationReport] | None = None
+
+    def measured(epoch: int) -> None:
+        nonlocal best
+        clock.lap("training")
+        directory = scratch / f"epoch-{epoch}"
+        directory.mkdir()
+        training.save(directory / "weights")
+        candidate = named_and_exported(directory / "weights", current)
+        after = evaluate_candidate(conn, candidate, data.validation)
+        tried.append((epoch, after.metrics))
+        if best is None or after.metrics[DECIDING_METRIC] > best[2].metrics[DECIDING_METRIC]:
+            best = (epoch, candidate, after)
+        clock.lap("epochs")
+
+    seconds = training.run(scratch / "deciding", progress, at_epoch_end=measured) - clock.seconds["epochs"]
+    clock.lap("training")
+    assert best is not None  # every training has an epoch
+    epochs, candidate, after = best
+    measure("tune", candidate)
+    clock.lap("epochs")
+    return FirstTraining(seconds, candidate, after, epochs, tried)
 
 
 def train_candidate(training: Training, current: LocalEmbedder, directory: Path, progress: Callable[[int, int], None]) -> tuple[float, LocalEmbedder]:
     """Runs training into directory, names the model by its content, exports its ONNX graph, and
     returns the training's seconds and the model's embedder (found in directory)."""
     directory.mkdir()
-    weights = directory / "weights"
-    seconds = training.run(weights, progress)
+    seconds = training.run(directory / "weights", progress)
+    return seconds, named_and_exported(directory / "weights", current)
+
+
+def named_and_exported(weights: Path, current: LocalEmbedder) -> LocalEmbedder:
+    """A model's sentence-transformers files, renamed by their content beside where they are, with
+    their ONNX graph exported: its embedder."""
     name = tuned_models.tuned_name(tuned_models.base_model(current.model_name), weights)
-    staged = weights.rename(directory / name)
+    staged = weights.rename(weights.parent / name)
     local_model.export(staged, staged / tuned_models.GRAPH_DIR, unwritable_hint=tuned_models.UNWRITABLE_HINT)
-    return seconds, LocalEmbedder(name, models_dir=directory)
+    return LocalEmbedder(name, models_dir=weights.parent)
 
 
 def manifest(report: TuneReport, golden_path: Path | None, golden_digest: str) -> dict:
