@@ -17,7 +17,7 @@ What it does, for each size of vectors:
 - times, in this process and on the same connection, each edit's preview: new guidance for a
   record some golden queries are about (a new vector: it leaves them), enabling a draft some are
   about, disabling such a record, a rename, a URL-only edit; then the ranking of every golden query
-  (the Quality page's: quality.quality_report) and of one record's golden queries (its page); and,
+  (the Quality page's: quality_page.quality_report) and of one record's golden queries (its page); and,
   for comparison, eval's way: every golden query through search, after embedding them all;
 - checks that the first edit's preview is what eval finds once it is saved: the same top three for
   every golden query (tests/quality/test_golden_rankings.py proves it on many edits, on both servers);
@@ -44,9 +44,9 @@ import numpy as np
 
 from agent_latency import generated_rows, percentile
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
-from payrail_embedder.model import golden_rankings, quality
-from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres import connection
+from payrail_embedder.quality import golden_rankings, quality_page
+from payrail_embedder.quality.evaluation import run_queries
 from payrail_embedder.registry import golden
 from payrail_embedder.registry.write import Change, save_changes
 from payrail_test_support.environments import cli_environment
@@ -183,7 +183,7 @@ def measure(args, dimensions: int) -> list[tuple[str, list[float], str]]:
                     samples, effect = timed(lambda change=change: golden_rankings.measured_edit(conn, embedder, change).effect, args.repeats)
                     gains, loses, displaced = effect.counts()
                     rows.append((f"preview: {label}", samples, f"{len(effect.changes)} changed ({gains} gain, {loses} lose, {displaced} displaced)"))
-                samples, report = timed(lambda: quality.quality_report(conn, embedder), args.repeats)
+                samples, report = timed(lambda: quality_page.quality_report(conn, embedder), args.repeats)
                 rows.append(("Quality page's report (every golden query)", samples, f"{len(report.misses)} misses, hit@3 {report.metrics['hit@3']:.3f}"))
                 record_id = conn.execute(
                     "select r.record_id from payrail.golden_query_records as r group by r.record_id order by count(*) desc, r.record_id limit 1"

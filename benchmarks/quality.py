@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder, record_text
-from payrail_embedder.model import evaluation
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.quality import evaluation
 from payrail_embedder.registry import catalog, labelled_queries, sync
 from payrail_embedder.registry.records import Line, read_lines
 from payrail_embedder.registry.search import embed_queries

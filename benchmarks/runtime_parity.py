@@ -28,8 +28,8 @@ import numpy as np
 
 from payrail_embedder.embedders import LOCAL_RUNTIMES, LocalEmbedder
 from payrail_embedder.embedders.local_model import SAME_MODEL_TOLERANCE, cosine_distances
-from payrail_embedder.model import evaluation
 from payrail_embedder.postgres.connection import connect, naming_pgvector
+from payrail_embedder.quality import evaluation
 from payrail_embedder.registry import search
 from quality import DEFAULT_EVAL_DIR, METRICS, benchmark_data, imported_registry, print_table, stored_records
 from throwaway_postgres import throwaway_postgres

@@ -63,8 +63,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from payrail_embedder.embedders import LocalEmbedder
-from payrail_embedder.model import evaluation, tuning, tuning_data, tuning_plan
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.quality import evaluation, tuning, tuning_data, tuning_plan
 from payrail_test_support import CLI
 from quality import DEFAULT_EVAL_DIR, benchmark_data, imported_registry, print_table
 from throwaway_postgres import throwaway_postgres

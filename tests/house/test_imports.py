@@ -5,7 +5,7 @@ people and agents use) but the face itself and the command line that starts them
 The layers, bottom up (docs/contributing.md has the map): base (errors, logs, text, files),
 postgres (connections, the local server, the pool, deploy, logins) and embedders beside it,
 settings (which wires them), registry (the domain: records, the write path, search, golden queries),
-model (the model's lifecycle: evaluation, switch, tune), then the faces."""
+quality (evaluation, rankings, tuning) and model (the model's lifecycle: switch) beside it, then the faces."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ LAYERS = {
     "payrail_embedder.embedders": 1,
     "payrail_embedder.settings": 2,
     "payrail_embedder.registry": 3,
+    "payrail_embedder.quality": 4,
     "payrail_embedder.model": 4,
 }
 FACE_LAYER = 5

@@ -20,8 +20,9 @@ import payrail_embedder
 from payrail_embedder.base.reports import Report, duration, emit
 from payrail_embedder.base.safe_text import json_text
 from payrail_embedder.faces import status
-from payrail_embedder.model import evaluation, golden_rankings, restores, switch, tuning, tuning_data, tuning_plan
+from payrail_embedder.model import switch
 from payrail_embedder.postgres import deploy, logins
+from payrail_embedder.quality import evaluation, golden_rankings, restores, tuning, tuning_data, tuning_plan
 from payrail_embedder.registry import advice, bulk, catalog, golden, history, search, sources, stored, sync, undo
 from payrail_embedder.registry.changes import Change
 from payrail_embedder.registry.embedding_model import EmbeddingModel

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.model import golden_answers, golden_rankings, rank_words
-from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres.connection import connect, naming_pgvector
+from payrail_embedder.quality import golden_answers, golden_rankings, rank_words
+from payrail_embedder.quality.evaluation import run_queries
 from payrail_embedder.registry import golden
 from payrail_embedder.registry.records import ProviderMethod
 from payrail_embedder.registry.search import embed_queries

@@ -7,8 +7,8 @@ under test. No model is trained here (tests/quality/test_tune.py trains on them)
 
 from __future__ import annotations
 
-from payrail_embedder.model import tuning_data
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.quality import tuning_data
 from payrail_test_support.cli import cli_import
 
 

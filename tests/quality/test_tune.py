@@ -33,10 +33,10 @@ import pytest
 
 from payrail_embedder.embedders import LocalEmbedder, record_text, tuned_models
 from payrail_embedder.faces.api import Registry
-from payrail_embedder.model.training import Training, embed_by_length
-from payrail_embedder.model.tuning import MIN_VALIDATION_QUERIES
-from payrail_embedder.model.tuning_data import GoldenQuery, TuneOptions, split_by_provider
 from payrail_embedder.postgres import connection
+from payrail_embedder.quality.training import Training, embed_by_length
+from payrail_embedder.quality.tuning import MIN_VALIDATION_QUERIES
+from payrail_embedder.quality.tuning_data import GoldenQuery, TuneOptions, split_by_provider
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.labelled_queries import LabelledQuery
 from payrail_embedder.registry.records import read_lines

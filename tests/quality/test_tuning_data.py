@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
-from payrail_embedder.model import tuning_data
-from payrail_embedder.model.tuning import MIN_VALIDATION_QUERIES
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.quality import tuning_data
+from payrail_embedder.quality.tuning import MIN_VALIDATION_QUERIES
 from payrail_embedder.registry import catalog
 from payrail_embedder.registry.labelled_queries import LabelledQuery
 from payrail_embedder.registry.records import read_lines

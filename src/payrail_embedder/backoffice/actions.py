@@ -15,8 +15,8 @@ import psycopg
 from ..base import logs
 from ..base.errors import CodedError, database_reason
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..model import quality, restores
-from ..model.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
+from ..quality import quality_page, restores
+from ..quality.golden_rankings import Effect, Ranking, measured_edit, rank_golden_queries
 from ..registry import advice, bulk, catalog, golden, history, sources, stored, undo
 from ..registry.advice import Advice, AdviceCount, AdvisedRecord
 from ..registry.changes import Change, Conflict, Embedding, Outcome, Refused, Saved
@@ -258,10 +258,10 @@ def remove_golden(conn: psycopg.Connection, record_id: int, query: str) -> str |
     return None
 
 
-def quality_report(conn: psycopg.Connection, embedder_factory: EmbedderFactory) -> tuple[quality.QualityReport | None, str | None]:
+def quality_report(conn: psycopg.Connection, embedder_factory: EmbedderFactory) -> tuple[quality_page.QualityReport | None, str | None]:
     """The Quality page's report, or why it cannot be made now."""
     try:
-        return quality.quality_report(conn, embedder_factory), None
+        return quality_page.quality_report(conn, embedder_factory), None
     except (SearchError, RegistryModelMismatch) as error:
         return None, f"The golden queries cannot be ranked now: {error}"
 

@@ -25,9 +25,9 @@ from starlette.staticfiles import StaticFiles
 from ..base import logs
 from ..base.errors import database_reason
 from ..embedders import made_once
-from ..model.restores import RestorePreview
 from ..postgres.connection import DatabaseUnavailable
 from ..postgres.local_server import embedded_stopped
+from ..quality.restores import RestorePreview
 from ..registry import bulk, sources
 from ..registry.changes import Refused
 from ..registry.history import differing

@@ -22,8 +22,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from ..base.safe_text import escape_controls
-from ..model import golden_answers, rank_words
 from ..postgres.connection import DatabaseUnavailable
+from ..quality import golden_answers, rank_words
 from .sessions import Session, duration
 
 HERE = Path(__file__).resolve().parent
@@ -55,7 +55,7 @@ def _record_links(text: str) -> markupsafe.Markup:
 
 
 templates.env.filters["record_links"] = _record_links
-# Ranks in words, as the CLI says them (model/rank_words.py), and how many moves a preview lists.
+# Ranks in words, as the CLI says them (quality/rank_words.py), and how many moves a preview lists.
 templates.env.globals["move_words"] = rank_words.move_in_words
 templates.env.globals["moves_shown"] = golden_answers.MOVES_SHOWN
 

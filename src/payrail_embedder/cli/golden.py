@@ -12,7 +12,7 @@ import click
 from ..base.errors import EXIT_STATUS
 from ..base.output_files import output_file
 from ..base.reports import emit
-from ..model import evaluation
+from ..quality import evaluation
 from ..registry import golden as golden_module
 from ..registry import labelled_queries, sources
 from ..registry.embedding_model import registry_model

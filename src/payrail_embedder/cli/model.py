@@ -16,7 +16,8 @@ from ..base.errors import EXIT_STATUS
 from ..base.progress import progress
 from ..base.reports import emit
 from ..embedders import tuned_models
-from ..model import switch, tuning, tuning_data
+from ..model import switch
+from ..quality import tuning, tuning_data
 from ..settings import FiniteRange, Settings
 from .common import BATCH_SIZE_OPTION, JSON_OPTION, embedding_run_fields, log_change, scratch_removed_on_signals
 

@@ -17,7 +17,7 @@ from ..base.output_files import output_file
 from ..base.progress import progress
 from ..base.reports import emit
 from ..faces import edit as edit_module
-from ..model import golden_rankings, restores
+from ..quality import golden_rankings, restores
 from ..registry import advice, catalog, sources, stored
 from ..registry import history as history_module
 from ..registry import sync as sync_module

@@ -10,7 +10,7 @@ import psycopg
 
 from ..base import logs
 from ..base.reports import emit
-from ..model import golden_rankings
+from ..quality import golden_rankings
 from ..registry import stored
 from ..registry.changes import Change, Refused, Saved
 from ..registry.records import ProviderMethod

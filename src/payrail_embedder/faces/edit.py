@@ -37,7 +37,7 @@ import psycopg
 
 from ..base.errors import CodedError
 from ..embedders import Embedder, EmbeddingUnavailable
-from ..model.golden_rankings import Effect, measured_edit
+from ..quality.golden_rankings import Effect, measured_edit
 from ..registry import sources, stored
 from ..registry.changes import Change, Conflict, Outcome, Refused, Saved
 from ..registry.records import NEW_RECORD, ProviderMethod, lines_of

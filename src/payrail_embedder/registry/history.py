@@ -1,5 +1,5 @@
 """Earlier versions of a provider method (payrail.provider_method_history), who saved each, what
-differs between two versions, and the change that restores one (model.restores previews and saves
+differs between two versions, and the change that restores one (quality.restores previews and saves
 it), for operators (the CLI and the backoffice)."""
 
 from __future__ import annotations

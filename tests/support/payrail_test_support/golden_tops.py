@@ -5,8 +5,8 @@ and the command line's golden query rankings to."""
 from __future__ import annotations
 
 from payrail_embedder.embedders import OpenAIEmbedder
-from payrail_embedder.model.evaluation import run_queries
 from payrail_embedder.postgres.connection import connect
+from payrail_embedder.quality.evaluation import run_queries
 from payrail_embedder.registry import golden
 
 
