@@ -48,6 +48,7 @@ torch's two threads spin against the other work and train slower than one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -149,10 +150,8 @@ def run_tune_process(env: dict, golden: Path, options: list[str]) -> tuple[dict,
     with tempfile.TemporaryFile("w+") as output:
         process = subprocess.Popen([str(CLI), "model", "tune", str(golden), "--json", *options], env=env, stdout=output, stderr=subprocess.DEVNULL)
         while process.poll() is None:
-            try:
+            with contextlib.suppress(OSError, AttributeError):  # exited between poll and read, or not yet readable
                 peak, cpu = max(peak, peak_resident_mib(process.pid)), cpu_seconds(process.pid)
-            except (OSError, AttributeError):  # exited between poll and read, or not yet readable
-                pass
             time.sleep(0.2)
         seconds = time.perf_counter() - started
         output.seek(0)
@@ -253,7 +252,7 @@ class Results:
     def final_on(self, name: str, folds: list[int], fold_sizes: list[int]) -> list[dict]:
         """A configuration's final model's per-query figures on some of the folds it was measured on."""
         measured, per_query = self.folds(name, len(fold_sizes)), self.configs[name]["perQuery"]["tune_final"]
-        starts = dict(zip(measured, itertools.accumulate([0] + [fold_sizes[fold] for fold in measured])))
+        starts = dict(zip(measured, itertools.accumulate([fold_sizes[fold] for fold in measured[:-1]], initial=0), strict=True))
         return [metrics for fold in folds for metrics in per_query[starts[fold] : starts[fold] + fold_sizes[fold]]]
 
 
@@ -287,13 +286,13 @@ def tune_config(
     for fold in [fold for fold in (folds if golden else folds[:1]) if results.fold(name, fold) is None]:
         measured: dict[str, list[evaluation.EvaluationReport]] = {stage: [] for stage in STAGES}
 
-        def measure(stage: str, candidate: LocalEmbedder) -> None:
+        def measure(stage: str, candidate: LocalEmbedder, fold: int = fold, measured: dict = measured) -> None:
             embed_once(candidate)
             # Records alone is one model for every fold: measured on each fold's test queries.
             for measured_fold in folds if not golden else [fold]:
                 measured[stage].append(evaluation.evaluate_candidate(conn, candidate, tests[measured_fold]))
 
-        def announce(plan: tuning_plan.TunePlan) -> None:
+        def announce(plan: tuning_plan.TunePlan, fold: int = fold) -> None:
             print(f"{label}, fold {fold + 1}: {plan.steps} + {plan.final_steps} steps, expected {plan.estimated_seconds / 60:.0f} min", flush=True)
 
         def show_progress(stage: str, step: int, steps: int) -> None:
@@ -468,7 +467,7 @@ def measure_cost(args, url: str, scratch: Path, records: list[dict], sizes: list
             )
             for phase, actual in tuned["phases"]["actual"].items()
         ]
-        print(f"cost at {size} golden queries: {dict(zip(COST_HEADERS, cost[-1]))}; phases {tuned['phases']}", flush=True)
+        print(f"cost at {size} golden queries: {dict(zip(COST_HEADERS, cost[-1], strict=True))}; phases {tuned['phases']}", flush=True)
     print(f"\ncost of `model tune --force` (the default recipe, batch 32, {args.threads} thread(s), default validation fraction), a new process each")
     print_table(COST_HEADERS, cost)
     print("each phase, expected as tune starts and actual (seconds)")

@@ -62,13 +62,47 @@ KINDS = {
     "mobrik": "Parcel tracking",
 }
 PLACES = ["mountain regions", "coastal towns", "desert areas", "large cities", "small islands", "farming villages"]
-PROVIDERS = (
-    "Aurora Basalt Cobalt Dynamo Ember Fjord Garnet Helix Indigo Jasper Krypton Lumen Magnet Nectar Onyx Prism Quartz Raven "
-    "Saffron Tundra Umber Vertex Willow Xenon Yarrow Zephyr Alder Birch Cedar Delta Egret Falcon Gecko Heron Ibis Juniper"
-).split()
+PROVIDERS = [
+    "Aurora",
+    "Basalt",
+    "Cobalt",
+    "Dynamo",
+    "Ember",
+    "Fjord",
+    "Garnet",
+    "Helix",
+    "Indigo",
+    "Jasper",
+    "Krypton",
+    "Lumen",
+    "Magnet",
+    "Nectar",
+    "Onyx",
+    "Prism",
+    "Quartz",
+    "Raven",
+    "Saffron",
+    "Tundra",
+    "Umber",
+    "Vertex",
+    "Willow",
+    "Xenon",
+    "Yarrow",
+    "Zephyr",
+    "Alder",
+    "Birch",
+    "Cedar",
+    "Delta",
+    "Egret",
+    "Falcon",
+    "Gecko",
+    "Heron",
+    "Ibis",
+    "Juniper",
+]
 RECORDS = [
     {"provider": provider, "method": "Lookup", "urls": [], "docsUrl": None, "guidance": f"Purpose: {service} for {place}.", "enabled": True}
-    for provider, (service, place) in zip(PROVIDERS, [(service, place) for service in KINDS.values() for place in PLACES])
+    for provider, (service, place) in zip(PROVIDERS, [(service, place) for service in KINDS.values() for place in PLACES], strict=True)
 ]
 WORD_OF = {service: word for word, service in KINDS.items()}
 HELD_APART = set(PROVIDERS[::4])
@@ -238,7 +272,7 @@ def test_the_kept_model_is_the_one_trained_on_every_golden_query_each_against_it
     vector_of = record_vectors(bundled)
     pairs = [
         (q["query"], text_of(by_provider[q["relevant"][0][0]]), text_of(nearest_other_record(q, vector, vector_of)))
-        for q, vector in zip(GOLDEN, bundled.embed([q["query"] for q in GOLDEN]))
+        for q, vector in zip(GOLDEN, bundled.embed([q["query"] for q in GOLDEN]), strict=True)
     ]
     options = TuneOptions(seed=0, epochs=3, batch_size=16, learning_rate=1e-4, threads=1, negatives="mined")  # TUNE_OPTIONS
     threads = torch.get_num_threads()
@@ -326,7 +360,7 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
 
 def record_vectors(embedder: LocalEmbedder):
     """vector_of for payrail_test_support.ranking: each record's vector by the embedder."""
-    vectors = dict(zip(map(id, RECORDS), embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in RECORDS])))
+    vectors = dict(zip(map(id, RECORDS), embedder.embed([record_text(r["provider"], r["method"], r["guidance"]) for r in RECORDS]), strict=True))
     return lambda record: vectors[id(record)]
 
 
@@ -387,7 +421,7 @@ def test_a_tuned_model_improves_held_apart_queries_and_every_interface_uses_it_a
     # A held-apart question the two models answer differently.
     tuned_model = LocalEmbedder(name, models_dir=models_dir)
     questions = [q["query"] for q in HELD]
-    differing = [q for q, a, b in zip(questions, ranked_answers(tuned_model, questions), ranked_answers(LocalEmbedder(), questions)) if a != b]
+    differing = [q for q, a, b in zip(questions, ranked_answers(tuned_model, questions), ranked_answers(LocalEmbedder(), questions), strict=True) if a != b]
     assert differing
     query = differing[0]
     expected = [(r["provider"], r["method"]) for r in semantic_path(RECORDS, tuned_model.embed([query])[0], record_vectors(tuned_model))]

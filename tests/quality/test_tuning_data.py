@@ -8,6 +8,7 @@ payrail_test_support.ranking's order of fake_embedding vectors, never from the c
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from payrail_embedder.embedders import OpenAIEmbedder, record_text
@@ -64,7 +65,7 @@ def expected_negatives(query: LabelledQuery, excluded_providers: set[str] = froz
     ]
     ranked = cosine_ranking(candidates, fake_embedding(query.query), fake_vector)
     head = [distance for distance, _ in ranked[: tuning_data.NEGATIVES_PER_QUERY + 1]]
-    for nearer, farther in zip(head, head[1:]):
+    for nearer, farther in itertools.pairwise(head):
         assert nearer == farther or farther - nearer > DECIDING_GAP, f"float32 rounding, not the rule, would order {query.query!r}'s negatives"
     return [text_of(r) for _, r in ranked[: tuning_data.NEGATIVES_PER_QUERY]]
 
@@ -92,7 +93,7 @@ def test_each_querys_negatives_are_its_nearest_enabled_records_it_does_not_name(
     pairs = tuning_data.training_pairs(queries, mined)
     by_query = [[pair for pair in pairs if pair[0] == query.labelled.query] for query in queries]
     assert [len(group) for group in by_query] == [1, 2, 6]
-    for query, group in zip(queries, by_query):
+    for query, group in zip(queries, by_query, strict=True):
         records = [text_of(next(r for r in CATALOG if (r["provider"], r["method"]) == pair)) for pair in query.labelled.relevant]
         assert group == [(query.labelled.query, text, mined[query][n % 5]) for n, text in enumerate(records)]
     assert tuning_data.training_pairs(queries) == [pair[:2] for pair in pairs]  # without negatives: the same pairs

@@ -106,7 +106,7 @@ class Training:
         timings, tokens = [], 0
         for _ in range(2):
             started = time.perf_counter()
-            features = [self.model.preprocess(list(texts)) for texts in zip(*sample)]
+            features = [self.model.preprocess(list(texts)) for texts in zip(*sample, strict=True)]
             loss(features, None).backward()
             optimizer.step()
             timings.append(time.perf_counter() - started)
@@ -165,7 +165,7 @@ class Training:
                 report_to="none",
                 disable_tqdm=True,
             )
-            dataset = Dataset.from_dict({column: list(texts) for column, texts in zip(COLUMNS, zip(*self.pairs))})
+            dataset = Dataset.from_dict({column: list(texts) for column, texts in zip(COLUMNS, zip(*self.pairs, strict=True), strict=True)})
             trainer = QuietTrainer(
                 model=self.model,
                 args=arguments,

@@ -135,7 +135,7 @@ def split_by_provider(golden: Sequence[GoldenQuery], fraction: float, seed: int)
             outside[index] -= 1
             inside += outside[index] == 0
     split = Split([], [], [], len(providers), frozenset(chosen))
-    for query, left in zip(golden, outside):
+    for query, left in zip(golden, outside, strict=True):
         if left == 0:
             split.validation.append(query)
         elif query.providers & chosen:
@@ -206,7 +206,7 @@ def mined_negatives(
     if not texts:
         return {}
     try:
-        vectors = dict(zip(texts, embed_queries(embedder, texts)))
+        vectors = dict(zip(texts, embed_queries(embedder, texts), strict=True))
     except EmbeddingUnavailable as error:
         raise SearchUnavailable(f"embedding the queries to mine negatives with {embedder.model_name} failed: {error}", "embedding_service") from error
     statement = naming_pgvector(conn, NEAREST_RECORDS)
@@ -220,7 +220,7 @@ def mined_negatives(
         }
         for position, provider, method, guidance in conn.execute(statement, parameters):
             nearest[position - 1].append((provider, method, guidance))
-        for query, records in zip(chunk, nearest):
+        for query, records in zip(chunk, nearest, strict=True):
             relevant = {(provider, method) for provider, method, _ in query.records}
             mined[query] = [record_text(*record) for record in records if record[:2] not in relevant][:count]
     return mined
