@@ -18,6 +18,8 @@ from payrail_test_support.cli import run_cli, run_cli_on_a_terminal, write_jsonl
 from payrail_test_support.environments import cli_environment
 from payrail_test_support.logs import embedded_start
 
+pytestmark = pytest.mark.slow  # each test stops and starts the embedded server
+
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):

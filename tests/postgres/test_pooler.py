@@ -201,6 +201,7 @@ def test_the_package_leaves_no_session_state_on_the_pools_server_connections(ser
         bouncer.stop()
 
 
+@pytest.mark.slow  # the operations guide's commands, each a process, through PgBouncer
 def test_the_operations_guide_runs_behind_pgbouncer_in_transaction_mode(server, catalog_url, openai_fake, tmp_path):
     bouncer = start_pgbouncer(server.admin_url, pool_mode="transaction", pool_size=2)
     try:

@@ -153,6 +153,7 @@ def test_db_apply_refuses_a_vector_schema_that_others_can_write_and_says_how_to_
     apply_schema(url)
 
 
+@pytest.mark.slow  # every face, directly and through a PgBouncer of its own
 @pytest.mark.parametrize("access", ["direct", "pgbouncer"])
 def test_nothing_a_hostile_agent_plants_in_public_ever_runs_as_another_role(access, server, hostile_login, operator_logins, openai_fake, tmp_path):
     url = fresh_database(server, "plant")
