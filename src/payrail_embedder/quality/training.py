@@ -165,7 +165,9 @@ class Training:
                 report_to="none",
                 disable_tqdm=True,
             )
-            dataset = Dataset.from_dict({column: list(texts) for column, texts in zip(COLUMNS, zip(*self.pairs, strict=True), strict=True)})
+            # A pair holds an anchor and a positive, and a negative when one was mined: as many columns.
+            columns = COLUMNS[: len(self.pairs[0])]
+            dataset = Dataset.from_dict({column: list(texts) for column, texts in zip(columns, zip(*self.pairs, strict=True), strict=True)})
             trainer = QuietTrainer(
                 model=self.model,
                 args=arguments,
