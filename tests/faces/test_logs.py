@@ -54,6 +54,7 @@ def failed_sign_in(client: HttpClient, role: str, password: str, secrets: list[s
     return reply.status
 
 
+@pytest.mark.slow  # a backoffice server and a whole session over HTTP, throttled sign-ins included
 def test_a_backoffice_session_is_logged_event_by_event_without_a_secret(server, database_url, openai_fake, tmp_path):
     with psycopg.connect(database_url, autocommit=True) as admin:
         if admin.execute("select from pg_catalog.pg_roles where rolname = %s", (OPERATOR,)).fetchone() is None:
