@@ -18,6 +18,8 @@ from payrail_test_support.cli import OnATerminal, cli_import, cli_json, run_cli_
 from payrail_test_support.golden_tops import eval_tops
 from test_golden_effect_cli import CATALOG
 
+pytestmark = pytest.mark.slow  # each test a registry edited twice, most on a pseudo-terminal
+
 REVERSE = {**CATALOG[1], "enabled": True}
 GOOD = REVERSE["guidance"]
 POOR = "Purpose: current weather for a city, hour by hour."

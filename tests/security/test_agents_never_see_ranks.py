@@ -70,6 +70,7 @@ def check_answer(query: str, answer: dict) -> None:
 QUERIES = [*FAR, NAMED[0]]
 
 
+@pytest.mark.slow  # an MCP server over stdio and one over HTTP
 def test_every_agent_face_answers_three_records_and_never_a_rank(far_registry, database_url, tmp_path, tokens, token_file):
     for query in QUERIES:
         check_answer(query, cli_answer(far_registry, query))
